@@ -1,0 +1,240 @@
+"""Dataset policies: what a custodian declares about a table before it is de-identified.
+
+The schema is strict (unknown keys are errors) because a typo in a privacy policy must never silently weaken it.
+Paths in a policy are relative to the policy file. `load_policy` returns a validated `DatasetPolicy`;
+every problem becomes an `InputError` naming the file and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+
+from .errors import InputError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- hierarchies --------------------------------------------------------------------------------------------------
+class HierarchyFile(_Strict):
+    """A hierarchy in the ARX CSV layout."""
+
+    file: str
+    separator: str = ";"
+
+
+class IntervalBuilder(_Strict):
+    """Numeric values into intervals of growing width (e.g. 5, 10, 20 years), then `*`."""
+
+    builder: Literal["intervals"]
+    widths: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    start: float = 0.0
+
+
+class MaskingBuilder(_Strict):
+    """Strings masked right to left (ZIP 12345 -> 1234* -> 123** ...), then `*`."""
+
+    builder: Literal["masking"]
+    characters_per_level: Annotated[int, Field(ge=1)] = 1
+    mask: str = Field(default="*", min_length=1, max_length=1)
+
+
+class DateBuilder(_Strict):
+    """Dates coarsened through calendar units (day -> month -> year -> decade), then `*`."""
+
+    builder: Literal["dates"]
+    format: str = "%Y-%m-%d"
+    levels: list[Literal["week", "month", "quarter", "year", "decade"]] = Field(
+        default_factory=lambda: ["month", "year", "decade"], min_length=1
+    )
+
+
+class OrderedBuilder(_Strict):
+    """Ordered categories grouped into runs of neighbours (sizes per level), then `*`."""
+
+    builder: Literal["ordered"]
+    order: list[str] = Field(min_length=1)
+    group_sizes: list[Annotated[int, Field(ge=2)]] = Field(min_length=1)
+
+
+def _hierarchy_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return str(value.get("builder", "file"))
+    return str(getattr(value, "builder", "file"))
+
+
+HierarchySpec = Annotated[
+    Union[
+        Annotated[HierarchyFile, Tag("file")],
+        Annotated[IntervalBuilder, Tag("intervals")],
+        Annotated[MaskingBuilder, Tag("masking")],
+        Annotated[DateBuilder, Tag("dates")],
+        Annotated[OrderedBuilder, Tag("ordered")],
+    ],
+    Discriminator(_hierarchy_kind),
+]
+
+
+class Attribute(_Strict):
+    type: Literal["identifying", "quasi_identifying", "sensitive", "insensitive"]
+    hierarchy: HierarchySpec | None = None
+    # Levels the search may use (inclusive); default: all levels of the hierarchy.
+    min_level: Annotated[int, Field(ge=0)] | None = None
+    max_level: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _hierarchy_only_for_quasi_identifiers(self) -> "Attribute":
+        if self.type == "quasi_identifying" and self.hierarchy is None:
+            raise ValueError("a quasi-identifying attribute needs a hierarchy")
+        if self.type != "quasi_identifying" and self.hierarchy is not None:
+            raise ValueError(f"only quasi-identifying attributes take a hierarchy (this one is {self.type})")
+        if self.min_level is not None and self.max_level is not None and self.min_level > self.max_level:
+            raise ValueError("min_level is above max_level")
+        return self
+
+
+# --- input ---------------------------------------------------------------------------------------------------------
+class InputSpec(_Strict):
+    path: str
+    format: Literal["csv", "parquet"] | None = None
+    separator: str = ";"
+    encoding: str = "utf-8"
+
+
+# --- privacy models ------------------------------------------------------------------------------------------------
+class KAnonymity(_Strict):
+    model: Literal["k_anonymity"]
+    k: Annotated[int, Field(ge=1)]
+
+
+class PopulationUniqueness(_Strict):
+    """Population uniqueness <= threshold under a super-population model (engine.risk)."""
+
+    model: Literal["population_uniqueness"]
+    threshold: Annotated[float, Field(gt=0, le=1)]
+    estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
+    population: str | Annotated[float, Field(gt=0)]
+
+
+PrivacySpec = Annotated[Union[KAnonymity, PopulationUniqueness], Field(discriminator="model")]
+
+
+# --- quality -------------------------------------------------------------------------------------------------------
+class QualitySpec(_Strict):
+    model: Literal["loss", "non_uniform_entropy", "discernibility", "aecs", "precision"] = "loss"
+    aggregation: Literal["geometric_mean", "arithmetic_mean", "sum"] = "geometric_mean"
+    gs_factor: Annotated[float, Field(ge=0, le=1)] = 0.5
+
+
+class SearchSpec(_Strict):
+    time_limit_seconds: Annotated[float, Field(gt=0)] | None = None
+
+
+class GateSpec(_Strict):
+    """Release gate (engine.gate): which populations to check and the largest residual risk allowed."""
+
+    populations: list[str | Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: ["USA", "California", "Los Angeles"], min_length=1
+    )
+    max_pu_su_ratio: Annotated[float, Field(ge=0)] = 0.25
+    max_population_uniqueness: Annotated[float, Field(ge=0, le=1)] = 1.0
+    estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
+
+
+class DatasetPolicy(_Strict):
+    dataset: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    description: str = ""
+    input: InputSpec
+    attributes: dict[str, Attribute] = Field(min_length=1)
+    privacy: list[PrivacySpec] = Field(min_length=1)
+    suppression_limit: Annotated[float, Field(ge=0, le=1)]
+    quality: QualitySpec = Field(default_factory=QualitySpec)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    gate: GateSpec | None = None
+
+    # Not part of the YAML: where the policy came from, to resolve relative paths and name files in errors.
+    source: str | None = Field(default=None, exclude=True)
+    sha256: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _needs_a_quasi_identifier(self) -> "DatasetPolicy":
+        if not any(a.type == "quasi_identifying" for a in self.attributes.values()):
+            raise ValueError("at least one attribute must be quasi_identifying")
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def resolve(self, path: str) -> Path:
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else (self.base_dir / candidate)
+
+    @property
+    def quasi_identifiers(self) -> list[str]:
+        return [name for name, a in self.attributes.items() if a.type == "quasi_identifying"]
+
+
+_UNION_TAGS = {"file", "intervals", "masking", "dates", "ordered", "k_anonymity", "population_uniqueness",
+               "str", "float", "int", "constrained-float"}
+
+
+def _field_path(loc: tuple) -> str:
+    """Dotted path of a validation error, without the union-branch tags pydantic puts into locations."""
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+            continue
+        is_tag = item in _UNION_TAGS or "[" in item or "(" in item
+        if is_tag and i > 0 and loc[i - 1] in {"hierarchy", "population"} | {x for x in loc if isinstance(x, int)}:
+            continue
+        if is_tag and (isinstance(loc[i - 1], int) or loc[i - 1] in {"hierarchy", "population", "populations"}):
+            continue
+        parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(policy)"
+
+
+def parse_policy(data: object, source: str | None = None, sha256: str | None = None) -> DatasetPolicy:
+    if not isinstance(data, dict):
+        raise InputError(source, None, "a dataset policy must be a YAML mapping")
+    try:
+        return DatasetPolicy.model_validate({**data, "source": source, "sha256": sha256})
+    except ValidationError as exc:
+        errors = exc.errors()
+        # An unknown key is the most telling problem (usually a typo); report it before what follows from it.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        problem = first["msg"]
+        if first["type"] == "extra_forbidden":
+            problem = "unknown key"
+        raise InputError(source, _field_path(tuple(first["loc"])), problem) from None
+
+
+def load_policy(path: str | Path) -> DatasetPolicy:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), None, "policy file does not exist")
+    raw = path.read_bytes()
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InputError(str(path), None, f"not valid YAML: {exc}") from None
+    return parse_policy(data, source=str(path), sha256=hashlib.sha256(raw).hexdigest())
+
+
+def policy_json_schema() -> dict:
+    """The JSON Schema of dataset policies (shipped as policies/schemas/dataset-policy.schema.json)."""
+    schema = DatasetPolicy.model_json_schema(mode="validation")
+    schema["properties"].pop("source", None)
+    schema["properties"].pop("sha256", None)
+    return schema
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates the shipped schema
+    print(json.dumps(policy_json_schema(), indent=2))

@@ -1,0 +1,1 @@
+"""The `safeshare` command: one CLI that dispatches to the components (engine, proxy, enclave, deploy)."""

@@ -1,0 +1,46 @@
+"""Entry point of the `safeshare` command.
+
+Each component owns its subcommands through a `register(subparsers)` function, so that this module stays a thin
+dispatcher and the components stay importable on their own. Exit codes follow DESIGN.md: 0 success, 1 a refused
+result (for example a gate that does not pass), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+# Modules that expose `register(subparsers)`; kept as names so a component can be added without touching logic.
+COMPONENT_CLIS = ("engine.cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="safeshare",
+        description="Controlled-access data enclave: de-identify and gate data, run the inspecting remote desktop.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    import importlib
+
+    for name in COMPONENT_CLIS:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("safeshare: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
