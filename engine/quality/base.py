@@ -1,0 +1,46 @@
+"""Common shape of the quality models.
+
+Every model reports a normalized information loss in [0, 1] (0 = the original data); quality = 1 - loss. Each model
+also gives a lower bound of its loss that ignores suppression: it is monotone under generalization and is what the
+search prunes with. Models whose bound needs the equivalence classes (Discernibility, AECS) also give one from a class
+table, which the search propagates from an evaluated transformation to its generalizations.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..encoding import EncodedTable
+
+Levels = Sequence[int]
+
+
+class QualityModel(ABC):
+    name: str = ""
+
+    def __init__(self, table: EncodedTable) -> None:
+        self.table = table
+        self.n = table.n
+        self.d = len(table.attributes)
+
+    @abstractmethod
+    def lower_bound(self, levels: Levels) -> float:
+        """Loss from generalization alone (suppression ignored); monotone in every level."""
+
+    def lower_bound_from_classes(self, sizes: np.ndarray) -> float:
+        """A bound valid for every generalization of the transformation whose class sizes are `sizes`."""
+        return 0.0
+
+    @abstractmethod
+    def loss(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> float:
+        """Normalized loss of a transformation given its classes and which of them are suppressed."""
+
+    def attribute_losses(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray,
+                         suppressed: np.ndarray) -> dict[str, float] | None:
+        """Normalized loss per quasi-identifier, where the model has one (for reports)."""
+        return None
+
+    def quality(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> float:
+        return float(min(1.0, max(0.0, 1.0 - self.loss(levels, codes, sizes, suppressed))))

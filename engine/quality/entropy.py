@@ -1,0 +1,56 @@
+"""Non-Uniform Entropy (de Waal and Willenborg 1999), normalized per attribute.
+
+Generalization term: -sum over all input records (suppressed ones included) of log2(count of the original value /
+count of the generalized value). Suppression term: the suppressed records of one attribute, grouped by their
+generalized value w, add -sum_w s_w log2(s_w / S). Each attribute is normalized by the entropy of generalizing
+everything to one value, -sum_v cnt(v) log2(cnt(v) / n); the loss is the mean over attributes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..encoding import EncodedTable
+from .base import Levels, QualityModel
+
+
+class NonUniformEntropy(QualityModel):
+    name = "non_uniform_entropy"
+
+    def __init__(self, table: EncodedTable) -> None:
+        super().__init__(table)
+        self._generalization = []
+        self._maximum = np.empty(self.d)
+        for i, a in enumerate(table.attributes):
+            original = a.counts[0][a.to_level[0]].astype(float)  # per original value present in the data
+            terms = []
+            for level in range(a.levels):
+                generalized = a.counts[level][a.to_level[level]].astype(float)  # per original value
+                terms.append(float(np.dot(original, np.log2(generalized / original))))
+            self._generalization.append(np.array(terms))
+            self._maximum[i] = float(np.dot(original, np.log2(self.n / original)))
+
+    def _normalize(self, raw: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self._maximum > 0, raw / self._maximum, 0.0)
+
+    def lower_bound(self, levels: Levels) -> float:
+        raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
+        return float(self._normalize(raw).mean())
+
+    def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
+        raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
+        total = float(sizes[suppressed].sum())
+        if total > 0:
+            for i, (attribute, level) in enumerate(zip(self.table.attributes, levels)):
+                per_value = np.bincount(codes[i, suppressed], weights=sizes[suppressed],
+                                        minlength=attribute.cardinality(level))
+                per_value = per_value[per_value > 0]
+                raw[i] += float(np.dot(per_value, np.log2(total / per_value)))
+        return self._normalize(raw)
+
+    def loss(self, levels, codes, sizes, suppressed) -> float:
+        return float(self._attribute_array(levels, codes, sizes, suppressed).mean())
+
+    def attribute_losses(self, levels, codes, sizes, suppressed) -> dict[str, float]:
+        values = self._attribute_array(levels, codes, sizes, suppressed)
+        return {a.name: float(v) for a, v in zip(self.table.attributes, values)}
