@@ -1,0 +1,98 @@
+"""`safeshare deid`, `safeshare hierarchy`: the engine's commands.
+
+Bad input exits 2 with one line naming file, field and problem; a refused result (no solution) exits 1; nothing is
+written unless the whole run succeeded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+EXIT_OK, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _summary(manifest: dict) -> str:
+    lines = [
+        f"dataset               {manifest['dataset']}",
+        f"transformation        " + ", ".join(f"{k}={v}" for k, v in manifest["transformation"].items()),
+        f"optimized for         {manifest['optimized_for']} (optimum proven: {'yes' if manifest['optimal'] else 'no'})",
+        "quality               " + ", ".join(f"{k}={v:.6f}" for k, v in manifest["quality"].items()),
+        f"records               {manifest['records']} ({manifest['suppressed_records']} suppressed)",
+        f"checked               {manifest['checked_transformations']} of {manifest['lattice_size']} transformations",
+        f"seconds               {manifest['seconds']:.3f}",
+    ]
+    if manifest.get("gate") is not None:
+        gate = manifest["gate"]
+        lines.append(f"gate                  {'passed' if gate['passed'] else 'REFUSED: ' + '; '.join(gate['reasons'])}")
+    return "\n".join(lines)
+
+
+def run_deid(args: argparse.Namespace) -> int:
+    from .deid import NoSolutionError, deidentify, write_release
+    from .policy import load_policy
+
+    try:
+        policy = load_policy(args.policy)
+        result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit)
+        manifest = write_release(result, args.out)
+    except InputError as exc:
+        print(f"safeshare deid: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except NoSolutionError as exc:
+        print(f"safeshare deid: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(_summary(manifest))
+        print(f"written to            {Path(args.out)}/ (data.csv, data.parquet, manifest.json, report.html)")
+    gate = manifest.get("gate")
+    return EXIT_REFUSED if gate is not None and not gate.get("passed", False) else EXIT_OK
+
+
+def run_hierarchy(args: argparse.Namespace) -> int:
+    from .policy import load_policy
+    from .table import read_table, resolve_hierarchy
+
+    try:
+        policy = load_policy(args.policy)
+        if args.attribute not in policy.quasi_identifiers:
+            raise InputError(policy.source, f"attributes.{args.attribute}", "not a quasi-identifying attribute")
+        frame, _ = read_table(policy)
+        if args.attribute not in frame.columns:
+            raise InputError(policy.source, f"attributes.{args.attribute}", "no such column in the input")
+        hierarchy = resolve_hierarchy(policy, args.attribute, frame[args.attribute].to_numpy())
+    except InputError as exc:
+        print(f"safeshare hierarchy: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    hierarchy.to_csv(args.out)
+    print(f"{args.out}: {len(hierarchy)} values, {hierarchy.levels} levels")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    deid = subparsers.add_parser(
+        "deid", help="de-identify a table under a dataset policy and write a release bundle",
+        description="Search the generalization lattice for the transformation of best quality that satisfies the "
+                    "policy's privacy models, apply it, and write data.csv, data.parquet, manifest.json and "
+                    "report.html. Exit 0 on success, 1 when refused (no solution or gate failed), 2 on bad input.")
+    deid.add_argument("policy", help="dataset policy (YAML)")
+    deid.add_argument("--out", required=True, help="output folder for the release bundle")
+    deid.add_argument("--json", action="store_true", help="print manifest.json instead of a summary")
+    deid.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                      help="stop the search after this long and use the best solution so far")
+    deid.add_argument("--quiet", action="store_true", help="no progress bar")
+    deid.set_defaults(func=run_deid)
+
+    hierarchy = subparsers.add_parser(
+        "hierarchy", help="write the hierarchy of one attribute (from a file or a builder) as ARX-style CSV",
+        description="Resolve the hierarchy a policy gives an attribute (a CSV file or a builder applied to the "
+                    "data) and write it as `;`-separated CSV, one row per original value.")
+    hierarchy.add_argument("policy", help="dataset policy (YAML)")
+    hierarchy.add_argument("attribute", help="quasi-identifying attribute")
+    hierarchy.add_argument("--out", required=True, help="CSV file to write")
+    hierarchy.set_defaults(func=run_hierarchy)
