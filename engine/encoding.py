@@ -56,7 +56,7 @@ def encode_attribute(name: str, column: np.ndarray, hierarchy: Hierarchy, source
     row = order[position]
     unknown = originals[row] != present
     if unknown.any():
-        offending = ", ".join(repr(v) for v in present[unknown][:10])
+        offending = ", ".join(repr(str(v)) for v in present[unknown][:10])
         raise InputError(source, f"attributes.{name}",
                          f"{int(unknown.sum())} value(s) in the data are not in the hierarchy, first: {offending}")
     n_rows = len(hierarchy)
