@@ -41,10 +41,20 @@ class NonUniformEntropy(QualityModel):
         raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
         total = float(sizes[suppressed].sum())
         if total > 0:
-            for i, (attribute, level) in enumerate(zip(self.table.attributes, levels)):
-                per_value = np.bincount(codes[i, suppressed], weights=sizes[suppressed],
-                                        minlength=attribute.cardinality(level))
-                per_value = per_value[per_value > 0]
+            # s_w for all attributes in one bincount (codes offset per attribute), taken from whichever side has
+            # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
+            cards = np.array([a.cardinality(lv) for a, lv in zip(self.table.attributes, levels)])
+            offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
+            from_kept = np.count_nonzero(suppressed) * 2 > suppressed.size
+            side = ~suppressed if from_kept else suppressed
+            flat = (codes[:, side] + offsets[:, None]).ravel()
+            counted = np.bincount(flat, weights=np.tile(sizes[side], self.d), minlength=int(cards.sum()))
+            if from_kept:
+                totals = np.concatenate([a.counts[lv] for a, lv in zip(self.table.attributes, levels)])
+                counted = totals - counted
+            for i in range(self.d):
+                per_value = counted[offsets[i]:offsets[i] + cards[i]]
+                per_value = per_value[per_value > 0.5]
                 raw[i] += float(np.dot(per_value, np.log2(total / per_value)))
         return self._normalize(raw)
 
