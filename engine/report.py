@@ -62,10 +62,10 @@ def class_size_distribution(sizes: np.ndarray, suppressed: np.ndarray) -> tuple[
     return labels, values
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+def _table(headers: Sequence[str] | None, rows: Sequence[Sequence[object]]) -> str:
+    head = "" if headers is None else "<thead><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in headers) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table>{head}<tbody>{body}</tbody></table>"
 
 
 def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence[str] = ()) -> str:
@@ -114,7 +114,7 @@ th{{background:#f2f4f7}}h1{{font-size:1.5rem}}h2{{font-size:1.15rem;margin-top:1
 <h1>Release report: {_esc(manifest["dataset"])}</h1>
 <p>Generated {generated} by safeshare engine {_esc(manifest["engine_version"])}; optimized for
 <b>{_esc(manifest["optimized_for"])}</b>.</p>
-<h2>Summary</h2>{_table(["", ""], summary)}
+<h2>Summary</h2>{_table(None, summary)}
 {gate_html}
 <h2>Transformation</h2>{_table(["attribute", "level", "distinct labels", "labels"], transformation_rows)}
 <h2>Quality (1 = original data)</h2>{_table(["model", "quality", "optimized"], quality_rows)}
