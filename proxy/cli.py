@@ -1,0 +1,121 @@
+"""`safeshare proxy`, `safeshare verify-session` and `safeshare gateway ...` subcommands.
+
+Exit codes follow DESIGN.md: 0 success, 1 refused (a log that does not verify, an unknown token), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _split_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _read_password(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    data = Path(path).read_bytes()
+    return data.rstrip(b"\r\n")
+
+
+def _load_limits(path: str | None):  # -> tuple[SessionLimits, recipient, release]
+    from proxy.limits import SessionLimits, load_recipient_policy
+
+    if path is None:
+        return SessionLimits(), None, None
+    policy = load_recipient_policy(Path(path))
+    return policy.limits, policy.recipient, policy.release
+
+
+async def _run_until_signal(serve, close) -> None:
+    """Serve until SIGINT/SIGTERM, then close every session so that each log gets its seal line."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    task = asyncio.create_task(serve())
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    await close()
+    task.cancel()
+    waiter.cancel()
+    await asyncio.gather(task, waiter, return_exceptions=True)
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from proxy.limits import PolicyError
+    from proxy.server import RfbProxyServer
+    from proxy.session import UpstreamTarget
+
+    try:
+        host, port = _split_hostport(args.listen)
+        upstream = UpstreamTarget.parse(args.upstream, _read_password(args.upstream_password_file))
+        limits, recipient, release = _load_limits(args.limits)
+    except (ValueError, OSError, PolicyError) as exc:
+        print(f"safeshare proxy: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    def started(session) -> None:
+        print(f"session {session.session_id} {session.dir}", flush=True)
+
+    def ended(session, reason: str) -> None:
+        print(f"session {session.session_id} ended: {reason}", flush=True)
+
+    server = RfbProxyServer(upstream, Path(args.sessions), limits, recipient=recipient, release=release,
+                            on_session=started, on_session_end=ended, record=not args.no_record)
+
+    async def main() -> None:
+        bound = await server.start(host, port)
+        print(f"listening on {host}:{bound} -> {upstream.describe()}", flush=True)
+        await _run_until_signal(server.serve_forever, server.close)
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+def cmd_verify_session(args: argparse.Namespace) -> int:
+    from proxy.eventlog import verify_log
+
+    path = Path(args.path)
+    log_path = path / "events.jsonl" if path.is_dir() else path
+    if not log_path.is_file():
+        print(f"safeshare verify-session: no events log at {log_path}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = verify_log(log_path)
+    print(json.dumps(result.as_dict(), indent=2))
+    return EXIT_OK if result.ok else EXIT_REFUSED
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("proxy", help="run the inspecting RFB proxy (no WebSocket side)",
+                              description="Run the RFB proxy: clipboard dropped, input rate-limited and logged, "
+                                          "screen recorded. Prints the session folder of each connection.")
+    p.add_argument("--listen", required=True, help="HOST:PORT to listen on (security type None towards clients)")
+    p.add_argument("--upstream", required=True, help="VNC server as HOST:PORT or unix:PATH")
+    p.add_argument("--upstream-password-file", help="file holding the VNC password of the upstream server")
+    p.add_argument("--sessions", required=True, help="directory for session folders")
+    p.add_argument("--limits", help="recipient policy YAML whose `limits:` apply (defaults otherwise)")
+    p.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
+    p.set_defaults(func=cmd_proxy)
+
+    v = subparsers.add_parser("verify-session", help="verify a session's hash-chained events log")
+    v.add_argument("path", help="session folder or events.jsonl")
+    v.set_defaults(func=cmd_verify_session)
+
+    try:
+        from proxy.gateway_cli import register as register_gateway
+    except ImportError:  # gateway dependencies missing: the bare proxy still works
+        return
+    register_gateway(subparsers)

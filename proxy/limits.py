@@ -1,0 +1,206 @@
+"""Recipient session limits and the input controls built from them.
+
+The limits come from the `limits:` section of a recipient policy YAML (see `policies/examples/recipient-*.yaml`).
+The schema is strict (unknown keys are an error) because a misspelt limit silently falling back to a default would be
+a control that is not there. `InputFilter` holds the decision logic for key and pointer events without any I/O, so it
+can be tested on its own and the proxy session only has to act on its verdicts.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from proxy.rfb import Shortcut, modifier_of
+
+DEFAULT_BLOCKED_SHORTCUTS = [
+    "Ctrl+N", "Ctrl+T", "Ctrl+W", "Ctrl+L", "Ctrl+O", "Ctrl+S", "Ctrl+P", "Ctrl+J", "Ctrl+H", "Ctrl+U",
+    "Ctrl+Shift+I", "Ctrl+Shift+J", "Ctrl+Shift+C", "Ctrl+Shift+N", "Ctrl+Shift+Delete", "Ctrl+Alt+Delete",
+    "Ctrl+Alt+BackSpace", "Alt+F4", "Alt+Tab", "Alt+Left", "Alt+Right", "Alt+Home", "F1", "F5", "F6", "F11", "F12",
+    "Super",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeyLimits(_Strict):
+    rate: float = Field(10.0, gt=0, description="key presses per second (releases always pass)")
+    burst: int = Field(30, ge=1)
+
+
+class PointerLimits(_Strict):
+    motion_rate: float = Field(60.0, gt=0, description="forwarded motion events per second; extra motion coalesces")
+    click_rate: float = Field(10.0, gt=0, description="button presses per second (releases always pass)")
+    click_burst: int = Field(20, ge=1)
+
+
+class SessionLimits(_Strict):
+    keys: KeyLimits = KeyLimits()
+    pointer: PointerLimits = PointerLimits()
+    blocked_shortcuts: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKED_SHORTCUTS))
+    idle_seconds: float = Field(900.0, gt=0)
+    max_session_seconds: float = Field(8 * 3600.0, gt=0)
+
+    @field_validator("blocked_shortcuts")
+    @classmethod
+    def _shortcuts_parse(cls, value: list[str]) -> list[str]:
+        for text in value:
+            Shortcut.parse(text)  # raises ValueError, which pydantic reports with the field
+        return value
+
+    def shortcuts(self) -> list[Shortcut]:
+        return [Shortcut.parse(text) for text in self.blocked_shortcuts]
+
+
+class RecipientPolicy(_Strict):
+    """The parts of a recipient policy the proxy reads; other components own the rest of the file's meaning."""
+
+    recipient: str = Field(min_length=1)
+    release: str | None = None
+    expires: date | None = None
+    limits: SessionLimits = SessionLimits()
+
+
+class PolicyError(ValueError):
+    """A recipient policy file that cannot be used (the caller exits with code 2)."""
+
+
+def load_recipient_policy(path: Path) -> RecipientPolicy:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyError(f"{path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{path}: a recipient policy is a mapping")
+    try:
+        return RecipientPolicy.model_validate(raw)
+    except ValidationError as exc:
+        raise PolicyError(f"{path}: {exc}") from exc
+
+
+class TokenBucket:
+    """Classic token bucket, full at start: `burst` events at once, then `rate` per second."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def take(self) -> bool:
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def wait_time(self) -> float:
+        """Seconds until one token is available."""
+        self._refill()
+        return max(0.0, (1.0 - self._tokens) / self.rate)
+
+
+# Verdicts of InputFilter.
+FORWARD = "forward"
+DROPPED = "dropped"
+BLOCKED = "blocked"
+COALESCED = "coalesced"
+
+
+@dataclass
+class PointerVerdict:
+    action: str  # FORWARD or COALESCED
+    mask: int  # mask to forward (client's mask minus suppressed presses)
+    dropped_buttons: int = 0  # button bits whose press was dropped by the click limit
+    coalesced: int = 0  # motion events folded into this forwarded one
+
+
+@dataclass
+class InputFilter:
+    """Per-session decisions on key and pointer events: shortcut blocking, press limits, motion coalescing."""
+
+    limits: SessionLimits
+    clock: Callable[[], float] = time.monotonic
+    _held: dict[int, str] = field(default_factory=dict)
+    _client_mask: int = 0
+    _suppressed: int = 0
+    _server_mask: int = 0
+    _coalesced: int = 0
+
+    def __post_init__(self) -> None:
+        self.shortcuts = self.limits.shortcuts()
+        self.keys = TokenBucket(self.limits.keys.rate, self.limits.keys.burst, self.clock)
+        self.clicks = TokenBucket(self.limits.pointer.click_rate, self.limits.pointer.click_burst, self.clock)
+        # Motion: a small burst so that a quick drag start is smooth, then the configured rate.
+        self.motion = TokenBucket(self.limits.pointer.motion_rate, max(1.0, self.limits.pointer.motion_rate / 10),
+                                  self.clock)
+
+    @property
+    def held_modifiers(self) -> set[str]:
+        return set(self._held.values())
+
+    def key(self, down: bool, keysym: int) -> tuple[str, str | None]:
+        """Return (verdict, blocked shortcut text). Releases always pass so that no key sticks on the server."""
+        group = modifier_of(keysym)
+        if not down:
+            self._held.pop(keysym, None)
+            return FORWARD, None
+        if group is not None:
+            self._held[keysym] = group
+        held = self.held_modifiers
+        for shortcut in self.shortcuts:
+            if shortcut.matches(keysym, held):
+                return BLOCKED, shortcut.text
+        if not self.keys.take():
+            return DROPPED, None
+        return FORWARD, None
+
+    def pointer(self, mask: int) -> PointerVerdict:
+        """Button presses use the click bucket (a dropped press stays suppressed until released); pure motion uses
+        the motion bucket and coalesces when it is empty, the caller keeping the latest position pending."""
+        pressed = mask & ~self._client_mask
+        self._client_mask = mask
+        self._suppressed &= mask  # a released button is no longer suppressed
+        new_press = pressed & ~self._suppressed
+        dropped = 0
+        if new_press and not self.clicks.take():
+            self._suppressed |= new_press
+            dropped = new_press
+        forward_mask = mask & ~self._suppressed
+        if forward_mask != self._server_mask:
+            self._server_mask = forward_mask
+            coalesced, self._coalesced = self._coalesced, 0
+            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced)
+        if self.motion.take():
+            coalesced, self._coalesced = self._coalesced, 0
+            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced)
+        self._coalesced += 1
+        return PointerVerdict(COALESCED, forward_mask, dropped)
+
+    def take_pending_motion(self) -> int | None:
+        """For the coalescing timer: a token for the pending motion, returning how many events it stands for."""
+        if self._coalesced and self.motion.take():
+            coalesced, self._coalesced = self._coalesced, 0
+            return coalesced
+        return None
+
+    @property
+    def server_mask(self) -> int:
+        return self._server_mask
+
+    def limits_dict(self) -> dict[str, Any]:
+        return self.limits.model_dump()

@@ -1,0 +1,257 @@
+"""RFB (RFC 6143 and the community rfbproto document) constants and small pure helpers.
+
+The proxy must frame every message in both directions to be able to drop the ones it does not want, so everything
+it needs to know about sizes lives here: pixel formats, the encoding allowlist, Tight's compact lengths, keysym names.
+Nothing here does I/O; the streaming side is in `proxy.session`.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+
+class ProtocolError(Exception):
+    """A peer broke the protocol or asked for something the proxy does not allow; the session must end."""
+
+
+# Client-to-server message types that the proxy accepts. Anything else ends the session.
+C_SET_PIXEL_FORMAT = 0
+C_SET_ENCODINGS = 2
+C_FB_UPDATE_REQUEST = 3
+C_KEY_EVENT = 4
+C_POINTER_EVENT = 5
+C_CLIENT_CUT_TEXT = 6
+
+# Server-to-client message types that the proxy can frame.
+S_FB_UPDATE = 0
+S_SET_COLOUR_MAP = 1
+S_BELL = 2
+S_SERVER_CUT_TEXT = 3
+
+SEC_INVALID = 0
+SEC_NONE = 1
+SEC_VNC_AUTH = 2
+
+ENC_RAW = 0
+ENC_COPYRECT = 1
+ENC_RRE = 2
+ENC_ZLIB = 6
+ENC_TIGHT = 7
+ENC_ZRLE = 16
+ENC_CURSOR = -239
+ENC_DESKTOP_SIZE = -223
+ENC_LAST_RECT = -224
+ENC_EXT_DESKTOP_SIZE = -308
+ENC_EXTENDED_CLIPBOARD = -1063131698  # 0xC0A1E5CE as s32; listed so tests can name it
+
+# Pseudo-encodings that only tune the server's encoder and never produce a rectangle of their own.
+ENC_JPEG_QUALITY = range(-32, -22)
+ENC_COMPRESS_LEVEL = range(-256, -246)
+
+# Encodings the proxy can frame on the way back. Everything else (extended clipboard, extended mouse buttons, xvp,
+# gii, VMware, QEMU key events, fences, continuous updates, ...) is stripped from SetEncodings, so the server never
+# switches on a protocol extension the proxy would have to pass through blind.
+FRAMEABLE_ENCODINGS = frozenset(
+    {ENC_RAW, ENC_COPYRECT, ENC_RRE, ENC_ZLIB, ENC_TIGHT, ENC_ZRLE, ENC_CURSOR, ENC_DESKTOP_SIZE, ENC_LAST_RECT,
+     ENC_EXT_DESKTOP_SIZE}
+)
+ALLOWED_ENCODINGS = FRAMEABLE_ENCODINGS | frozenset(ENC_JPEG_QUALITY) | frozenset(ENC_COMPRESS_LEVEL)
+MAX_ENCODINGS = 64  # noVNC sends about 25; more is either a bug or an attack
+MAX_CURSOR_SIDE = 512
+MAX_NAME_LENGTH = 1024
+
+PROTOCOL_VERSION_RE = re.compile(rb"^RFB (\d{3})\.(\d{3})\n$")
+
+
+def parse_protocol_version(line: bytes) -> tuple[int, int]:
+    """Parse the 12-byte ProtocolVersion and map it onto 3.3, 3.7 or 3.8 as RFC 6143 section 7.1.1 asks."""
+    match = PROTOCOL_VERSION_RE.match(line)
+    if not match:
+        raise ProtocolError(f"bad protocol version {line!r}")
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major != 3:
+        raise ProtocolError(f"unsupported protocol version {major}.{minor}")
+    if minor >= 8:
+        return (3, 8)
+    if minor == 7:
+        return (3, 7)
+    return (3, 3)
+
+
+@dataclass(frozen=True)
+class PixelFormat:
+    """The 16-byte PIXEL_FORMAT; the proxy needs it to size Raw, RRE, Cursor and Tight data."""
+
+    bits_per_pixel: int
+    depth: int
+    big_endian: int
+    true_colour: int
+    red_max: int
+    green_max: int
+    blue_max: int
+    red_shift: int
+    green_shift: int
+    blue_shift: int
+
+    STRUCT = struct.Struct(">BBBBHHHBBB3x")
+
+    @classmethod
+    def parse(cls, data: bytes) -> "PixelFormat":
+        """Parse and validate; a pixel format the proxy cannot size is a protocol error (fail closed)."""
+        pf = cls(*cls.STRUCT.unpack(data))
+        if pf.bits_per_pixel not in (8, 16, 32):
+            raise ProtocolError(f"unsupported bits-per-pixel {pf.bits_per_pixel}")
+        if not 1 <= pf.depth <= pf.bits_per_pixel:
+            raise ProtocolError(f"bad depth {pf.depth}")
+        if pf.big_endian not in (0, 1) or pf.true_colour not in (0, 1):
+            raise ProtocolError("bad pixel format flags")
+        return pf
+
+    def pack(self) -> bytes:
+        return self.STRUCT.pack(
+            self.bits_per_pixel, self.depth, self.big_endian, self.true_colour, self.red_max, self.green_max,
+            self.blue_max, self.red_shift, self.green_shift, self.blue_shift,
+        )
+
+    @property
+    def bytes_per_pixel(self) -> int:
+        return self.bits_per_pixel // 8
+
+    @property
+    def tight_pixel_size(self) -> int:
+        """TPIXEL size: 3 bytes for 32-bit true colour with depth 24 and 8-bit channels, else a whole pixel."""
+        if (self.true_colour and self.bits_per_pixel == 32 and self.depth == 24
+                and self.red_max == self.green_max == self.blue_max == 255):
+            return 3
+        return self.bytes_per_pixel
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "bits_per_pixel": self.bits_per_pixel, "depth": self.depth, "big_endian": self.big_endian,
+            "true_colour": self.true_colour, "red_max": self.red_max, "green_max": self.green_max,
+            "blue_max": self.blue_max, "red_shift": self.red_shift, "green_shift": self.green_shift,
+            "blue_shift": self.blue_shift,
+        }
+
+
+def filter_encodings(requested: list[int]) -> list[int]:
+    """Keep the allowlisted encodings in the client's order of preference, once each."""
+    kept: list[int] = []
+    for enc in requested:
+        if enc in ALLOWED_ENCODINGS and enc not in kept:
+            kept.append(enc)
+    return kept
+
+
+def tight_data_size(comp_ctl_filter: int, width: int, height: int, tpixel: int, num_colours: int) -> int:
+    """Uncompressed size of a Tight basic-compression rectangle (rfbproto, Tight encoding)."""
+    if comp_ctl_filter == 1:  # palette
+        if num_colours <= 2:
+            return ((width + 7) // 8) * height
+        return width * height
+    return width * height * tpixel  # copy and gradient filters
+
+
+# --- keysyms -------------------------------------------------------------------------------------------------------
+
+MODIFIER_GROUPS: dict[str, frozenset[int]] = {
+    "ctrl": frozenset({0xFFE3, 0xFFE4}),
+    "shift": frozenset({0xFFE1, 0xFFE2}),
+    "alt": frozenset({0xFFE9, 0xFFEA, 0xFFE7, 0xFFE8, 0xFE03}),  # Alt, Meta, AltGr
+    "super": frozenset({0xFFEB, 0xFFEC, 0xFFED, 0xFFEE}),  # Super, Hyper
+}
+MODIFIER_ALIASES = {"ctrl": "ctrl", "control": "ctrl", "shift": "shift", "alt": "alt", "meta": "alt",
+                    "super": "super", "win": "super", "cmd": "super"}
+
+_NAMED_KEYSYMS: dict[int, str] = {
+    0xFF08: "BackSpace", 0xFF09: "Tab", 0xFF0D: "Return", 0xFF1B: "Escape", 0xFFFF: "Delete", 0xFF50: "Home",
+    0xFF51: "Left", 0xFF52: "Up", 0xFF53: "Right", 0xFF54: "Down", 0xFF55: "Page_Up", 0xFF56: "Page_Down",
+    0xFF57: "End", 0xFF63: "Insert", 0xFF67: "Menu", 0xFF61: "Print", 0xFF13: "Pause", 0xFF14: "Scroll_Lock",
+    0xFF7F: "Num_Lock", 0xFFE5: "Caps_Lock", 0xFF8D: "KP_Enter",
+    0xFFE1: "Shift_L", 0xFFE2: "Shift_R", 0xFFE3: "Control_L", 0xFFE4: "Control_R", 0xFFE7: "Meta_L",
+    0xFFE8: "Meta_R", 0xFFE9: "Alt_L", 0xFFEA: "Alt_R", 0xFFEB: "Super_L", 0xFFEC: "Super_R", 0xFFED: "Hyper_L",
+    0xFFEE: "Hyper_R", 0xFE03: "ISO_Level3_Shift", 0x0020: "space",
+}
+for _n in range(1, 36):
+    _NAMED_KEYSYMS[0xFFBE + _n - 1] = f"F{_n}"
+_KEYSYMS_BY_NAME = {name.lower(): sym for sym, name in _NAMED_KEYSYMS.items()}
+_KEYSYMS_BY_NAME["super"] = 0xFFEB
+_KEYSYMS_BY_NAME["esc"] = 0xFF1B
+
+
+def keysym_name(keysym: int) -> str:
+    """A readable name for the log: X11 names for function keys, the character for printable ones."""
+    if keysym in _NAMED_KEYSYMS:
+        return _NAMED_KEYSYMS[keysym]
+    if 0x20 < keysym < 0x7F or 0xA0 <= keysym <= 0xFF:
+        return chr(keysym)
+    if 0x01000100 <= keysym <= 0x0110FFFF:
+        return chr(keysym - 0x01000000)
+    return f"0x{keysym:04x}"
+
+
+def modifier_of(keysym: int) -> str | None:
+    for group, syms in MODIFIER_GROUPS.items():
+        if keysym in syms:
+            return group
+    return None
+
+
+def keysyms_for_key(name: str) -> frozenset[int]:
+    """All keysyms that a shortcut's key name stands for (both cases of a letter, both sides of a modifier)."""
+    lowered = name.strip().lower()
+    if lowered in MODIFIER_ALIASES:
+        return MODIFIER_GROUPS[MODIFIER_ALIASES[lowered]]
+    if len(name.strip()) == 1 and 0x20 < ord(name.strip()) < 0x7F:
+        ch = name.strip()
+        return frozenset({ord(ch.lower()), ord(ch.upper())})
+    if lowered in _KEYSYMS_BY_NAME:
+        return frozenset({_KEYSYMS_BY_NAME[lowered]})
+    raise ValueError(f"unknown key name {name!r}")
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    """A key combination to block: every listed modifier held (others may be held too) plus the key."""
+
+    text: str
+    modifiers: frozenset[str]
+    keysyms: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> "Shortcut":
+        parts = [p for p in text.split("+")]
+        if not parts or any(not p.strip() for p in parts):
+            raise ValueError(f"bad shortcut {text!r}")
+        *mods, key = parts
+        modifiers = set()
+        for mod in mods:
+            alias = MODIFIER_ALIASES.get(mod.strip().lower())
+            if alias is None:
+                raise ValueError(f"unknown modifier {mod!r} in shortcut {text!r}")
+            modifiers.add(alias)
+        return cls(text=text, modifiers=frozenset(modifiers), keysyms=keysyms_for_key(key))
+
+    def matches(self, keysym: int, held: frozenset[str] | set[str]) -> bool:
+        return keysym in self.keysyms and self.modifiers <= set(held)
+
+
+def vnc_auth_response(password: bytes, challenge: bytes) -> bytes:
+    """DES-encrypt the 16-byte challenge with the password as VNC authentication (RFC 6143 7.2.2) prescribes.
+
+    VNC uses the password, truncated or zero-padded to 8 bytes, with the bits of each byte mirrored, as a DES key.
+    Triple DES with three equal keys is single DES, which is how we reach it through `cryptography`.
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, modes
+
+    try:
+        from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+    except ImportError:  # cryptography < 43
+        from cryptography.hazmat.primitives.ciphers.algorithms import TripleDES  # type: ignore[no-redef]
+
+    if len(challenge) != 16:
+        raise ProtocolError("VNC challenge must be 16 bytes")
+    key = bytes(int(f"{b:08b}"[::-1], 2) for b in password[:8].ljust(8, b"\0"))
+    encryptor = Cipher(TripleDES(key * 3), modes.ECB()).encryptor()
+    return encryptor.update(challenge) + encryptor.finalize()
