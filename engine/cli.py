@@ -74,6 +74,30 @@ def run_hierarchy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_release(args: argparse.Namespace) -> int:
+    from .bundle import BundleError, seal_release
+
+    try:
+        target = seal_release(args.folder, args.to)
+    except BundleError as exc:
+        print(f"safeshare release: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(target)
+    return EXIT_OK
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from .bundle import BundleError, verify_bundle
+
+    try:
+        manifest = verify_bundle(args.folder)
+    except BundleError as exc:
+        print(f"safeshare verify-release: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{args.folder}: sealed release of {manifest['dataset']} verifies (data sha256 {manifest['data_sha256']})")
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     deid = subparsers.add_parser(
         "deid", help="de-identify a table under a dataset policy and write a release bundle",
@@ -96,3 +120,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     hierarchy.add_argument("attribute", help="quasi-identifying attribute")
     hierarchy.add_argument("--out", required=True, help="CSV file to write")
     hierarchy.set_defaults(func=run_hierarchy)
+
+    release = subparsers.add_parser(
+        "release", help="seal a deid output folder into the releases store, only if its gate passed",
+        description="Verify a `safeshare deid` output (file hashes, data sha256, gate verdict) and copy it into "
+                    "RELEASES/<dataset>/<id>/ with a seal. Exit 1 with the reasons when the gate did not pass or "
+                    "anything does not verify.")
+    release.add_argument("folder", help="output folder of safeshare deid")
+    release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases")
+    release.set_defaults(func=run_release)
+
+    verify = subparsers.add_parser(
+        "verify-release", help="check a sealed release bundle as its consumers do",
+        description="Exit 0 when the seal, manifest, data hashes and gate verdict all verify, 1 otherwise.")
+    verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>)")
+    verify.set_defaults(func=run_verify)

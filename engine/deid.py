@@ -62,7 +62,7 @@ def build_privacy_models(policy: DatasetPolicy) -> tuple[list[ClassPrivacyModel]
             class_models.append(KAnonymity(spec.k))
         else:
             try:
-                from .risk.suppression import population_uniqueness_model
+                from .privacy.population import population_uniqueness_model
             except ImportError:
                 raise InputError(policy.source, f"privacy[{index}]",
                                  f"privacy model {spec.model!r} is not available in this build") from None
@@ -136,8 +136,13 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
     released, record_suppressed = apply_transformation(policy, loaded.frame, table, best)
     quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
                                                       policy.quality.gs_factor)
+    from .gate import evaluate_gate
+
+    risk, gate = evaluate_gate(policy.gate, best.sizes[~best.suppressed])
+    if "population_uniqueness" in best.details:
+        risk["privacy_model_estimate"] = best.details["population_uniqueness"]
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
-                      time.perf_counter() - started, loaded.frame)
+                      time.perf_counter() - started, loaded.frame, extra={"risk": risk, "gate": gate})
 
 
 def _sha256(data: bytes) -> str:
