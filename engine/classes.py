@@ -44,3 +44,37 @@ def group(codes: np.ndarray, weights: np.ndarray, cardinalities: Sequence[int]) 
     member[inverse] = np.arange(inverse.size)  # any member represents its class: all members share the codes
     sizes = np.bincount(inverse, weights=weights, minlength=u).astype(np.int64)
     return codes[:, member].astype(np.int32, copy=False), sizes, inverse
+
+
+def roll_up(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | None], cardinalities: Sequence[int]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Classes of a generalization, from the classes (codes, sizes) of a specialization.
+
+    `maps[i]` sends attribute i's codes to the coarser level (None: unchanged). The generalized codes are never
+    materialized for every source class: the key is built on the fly and only one member per new class is mapped.
+    """
+    key: np.ndarray | None = None
+    span = 1
+    for row, mapping, card in zip(codes, maps, cardinalities):
+        column = row if mapping is None else mapping[row]
+        card = int(card)
+        if key is None:
+            key = column.astype(np.int64)
+        else:
+            if span * card >= _KEY_LIMIT:
+                key, uniques = pd.factorize(key)
+                key = key.astype(np.int64)
+                span = len(uniques)
+            key *= card
+            key += column
+        span *= card
+    inverse, uniques = pd.factorize(key, sort=False)
+    u = len(uniques)
+    member = np.empty(u, dtype=np.int64)
+    member[inverse] = np.arange(inverse.size)
+    new_codes = np.empty((codes.shape[0], u), dtype=np.int32)
+    for i, (row, mapping) in enumerate(zip(codes, maps)):
+        picked = row[member]
+        new_codes[i] = picked if mapping is None else mapping[picked]
+    new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
+    return new_codes, new_sizes

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .antichain import DownwardAntichain, UpwardAntichain
-from .classes import group
+from .classes import roll_up
 from .encoding import EncodedTable
 from .lattice import Lattice
 from .privacy.base import ClassPrivacyModel
@@ -90,10 +90,8 @@ class ClassCache:
             entry = self._cache.get(candidate)
             if entry is not None and entry[1].size < sizes.size:
                 source, (codes, sizes) = candidate, entry
-        rolled = np.empty_like(codes)
-        for i, (lo, hi) in enumerate(zip(source, node)):
-            rolled[i] = codes[i] if lo == hi else self._map(i, lo, hi)[codes[i]]
-        new_codes, new_sizes, _ = group(rolled, sizes, [self.cards[i][lv] for i, lv in enumerate(node)])
+        maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
+        new_codes, new_sizes = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)])
         self._store(node, new_codes, new_sizes)
         return new_codes, new_sizes
 
