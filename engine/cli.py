@@ -74,6 +74,19 @@ def run_hierarchy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_risk(args: argparse.Namespace) -> int:
+    from .analysis import analyse, format_analysis
+    from .policy import load_policy
+
+    try:
+        report = analyse(load_policy(args.policy))
+    except InputError as exc:
+        print(f"safeshare risk: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps(report, indent=2) if args.json else format_analysis(report))
+    return EXIT_OK
+
+
 def run_release(args: argparse.Namespace) -> int:
     from .bundle import BundleError, seal_release
 
@@ -120,6 +133,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     hierarchy.add_argument("attribute", help="quasi-identifying attribute")
     hierarchy.add_argument("--out", required=True, help="CSV file to write")
     hierarchy.set_defaults(func=run_hierarchy)
+
+    risk = subparsers.add_parser(
+        "risk", help="analyse the re-identification risk of a policy's input table as it is",
+        description="Class-size histogram, sample uniques, prosecutor risk profile and every population model's "
+                    "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, on the input "
+                    "without any transformation.")
+    risk.add_argument("policy", help="dataset policy (YAML)")
+    risk.add_argument("--json", action="store_true", help="print JSON with stable field names")
+    risk.set_defaults(func=run_risk)
 
     release = subparsers.add_parser(
         "release", help="seal a deid output folder into the releases store, only if its gate passed",
