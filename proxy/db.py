@@ -1,0 +1,114 @@
+"""The gateway's SQL tables: enclave targets and per-recipient session tokens (SQLAlchemy 2.x).
+
+SQLite is the default (`sqlite:///path/to/safeshare.db`); any SQLAlchemy URL works (for example
+`postgresql+psycopg://user@host/safeshare`), so several gateways can share one database and a revocation written by
+the `safeshare token` command, an admin tool or plain SQL reaches all of them. Only portable column types are used.
+
+Tokens are stored as the SHA-256 of the token text, never the text itself: a copy of the database does not let anyone
+open a session. Times are stored in UTC.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, create_engine, event
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+DEFAULT_DB_URL = "sqlite:///safeshare.db"
+DB_URL_ENV = "SAFESHARE_DB"
+
+
+def default_db_url() -> str:
+    return os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite keeps no zone, so it is stored naive in UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Target(Base):
+    """One enclave's VNC server as the proxy reaches it: `HOST:PORT` or `unix:PATH`, and its password file."""
+
+    __tablename__ = "gateway_targets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    upstream: Mapped[str] = mapped_column(String(1000))
+    password_file: Mapped[str | None] = mapped_column(String(1000), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Token(Base):
+    """A session token: bound to one recipient and one target, expiring, revocable. Only its hash is stored."""
+
+    __tablename__ = "gateway_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    recipient: Mapped[str] = mapped_column(String(200), index=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("gateway_targets.id"))
+    release: Mapped[str | None] = mapped_column(String(200), default=None)
+    policy_file: Mapped[str | None] = mapped_column(String(1000), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    revoke_reason: Mapped[str | None] = mapped_column(String(500), default=None)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+    target: Mapped[Target] = relationship(lazy="joined")
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL: the gateway polls for revocations while the `safeshare token` command writes, without blocking each other.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """Engine for `url` (default: $SAFESHARE_DB or sqlite:///safeshare.db); creates the tables if missing."""
+    url = url or default_db_url()
+    kwargs: dict = {}
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:" and not path.startswith("file:"):
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 5, "check_same_thread": False}
+    engine = create_engine(url, **kwargs)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,245 @@
+"""`safeshare gateway` and `safeshare token issue|revoke|list|verify` (registered by proxy.cli).
+
+Exit codes follow DESIGN.md: 0 success, 1 refused (a token that does not verify, nothing to revoke, an expired
+recipient policy), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _db_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", help="SQLAlchemy URL of the token database (default: $SAFESHARE_DB or "
+                                     "sqlite:///safeshare.db)")
+
+
+def _split_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _store(args: argparse.Namespace):
+    from proxy.tokens import TokenStore
+
+    return TokenStore(args.db)
+
+
+# --- safeshare gateway -------------------------------------------------------------------------------------------
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from proxy.gateway import Gateway
+    from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
+
+    try:
+        host, port = _split_hostport(args.listen)
+        limits = load_recipient_policy(Path(args.limits)).limits if args.limits else SessionLimits()
+        if args.poll_interval <= 0 or args.poll_interval > 1.0:
+            raise ValueError("--poll-interval must be in (0, 1] so that revocation ends sessions within a second")
+        store = _store(args)
+    except (ValueError, OSError, PolicyError) as exc:
+        print(f"safeshare gateway: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # database URL that SQLAlchemy cannot use
+        print(f"safeshare gateway: database: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    def started(live) -> None:
+        print(f"session {live.session.session_id} {live.session.dir} recipient={live.grant.recipient} "
+              f"token={live.grant.token_id}", flush=True)
+
+    def ended(live, reason: str) -> None:
+        print(f"session {live.session.session_id} ended: {reason}", flush=True)
+
+    gateway = Gateway(store, Path(args.sessions), novnc_dir=Path(args.novnc), default_limits=limits,
+                      poll_interval=args.poll_interval, record=not args.no_record,
+                      allowed_origins=tuple(args.allowed_origin or ()), on_session=started, on_session_end=ended)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        bound = await gateway.start(host, port)
+        print(f"listening on http://{host}:{bound}/", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await gateway.close()
+            store.dispose()
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+# --- safeshare token ---------------------------------------------------------------------------------------------
+
+def _fmt(value: datetime | None) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
+
+
+def cmd_token_issue(args: argparse.Namespace) -> int:
+    from proxy.limits import PolicyError, load_recipient_policy
+    from proxy.tokens import end_of_day, parse_expiry, parse_ttl
+
+    recipient, release, policy_file = args.recipient, args.release, None
+    try:
+        if args.policy:
+            policy_path = Path(args.policy).resolve()
+            policy = load_recipient_policy(policy_path)
+            if recipient and recipient != policy.recipient:
+                raise ValueError(f"--recipient {recipient!r} but {args.policy} is the policy of {policy.recipient!r}")
+            recipient, release, policy_file = policy.recipient, release or policy.release, str(policy_path)
+            policy_end = end_of_day(policy.expires) if policy.expires else None
+        else:
+            policy_end = None
+        if not recipient:
+            raise ValueError("--recipient (or --policy) is required")
+        from proxy.session import UpstreamTarget
+
+        UpstreamTarget.parse(args.upstream)  # validate early
+        password_file = None
+        if args.password_file:
+            password_path = Path(args.password_file).resolve()
+            if not password_path.is_file():
+                raise ValueError(f"no password file at {args.password_file}")
+            password_file = str(password_path)
+        now = datetime.now(timezone.utc)
+        expires = parse_expiry(args.expires) if args.expires else now + parse_ttl(args.ttl)
+    except (ValueError, OSError, PolicyError) as exc:
+        print(f"safeshare token issue: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if policy_end is not None:
+        if policy_end <= now:
+            print(f"safeshare token issue: the recipient policy of {recipient} expired", file=sys.stderr)
+            return EXIT_REFUSED
+        expires = min(expires, policy_end)
+    try:
+        issued = _store(args).issue(recipient, args.upstream, password_file=password_file, target_name=args.target,
+                                    expires_at=expires, release=release, policy_file=policy_file)
+    except ValueError as exc:
+        print(f"safeshare token issue: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    url = f"{args.url.rstrip('/')}/?token={issued.token}" if args.url else None
+    if args.json:
+        print(json.dumps({**issued.as_dict(), "url": url}, indent=2))
+    else:
+        print(issued.token)
+        print(f"id {issued.token_id}, recipient {issued.recipient}, target {issued.target_name} "
+              f"({issued.upstream}), expires {_fmt(issued.expires_at)}", file=sys.stderr)
+        if url:
+            print(url)
+    return EXIT_OK
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    try:
+        count = _store(args).revoke(token_id=args.id, token=args.token, recipient=args.recipient, reason=args.reason)
+    except ValueError as exc:
+        print(f"safeshare token revoke: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"revoked {count} token(s)")
+    return EXIT_OK if count else EXIT_REFUSED
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    infos = _store(args).list_tokens(args.recipient, active_only=args.active)
+    if args.json:
+        print(json.dumps([info.as_dict() for info in infos], indent=2))
+        return EXIT_OK
+    print(f"{'id':>5}  {'recipient':<20} {'target':<24} {'status':<8} {'expires':<20} {'last used':<20}")
+    for info in infos:
+        print(f"{info.token_id:>5}  {info.recipient:<20} {info.target_name:<24} {info.status:<8} "
+              f"{_fmt(info.expires_at):<20} {_fmt(info.last_used_at):<20}")
+    return EXIT_OK
+
+
+def cmd_token_verify(args: argparse.Namespace) -> int:
+    from proxy.tokens import TokenRefused
+
+    token = args.token if args.token != "-" else sys.stdin.readline().strip()
+    try:
+        grant = _store(args).verify(token)
+    except TokenRefused as refused:
+        print(json.dumps({"valid": False, "reason": refused.reason}))
+        return EXIT_REFUSED
+    print(json.dumps({"valid": True, "token_id": grant.token_id, "recipient": grant.recipient,
+                      "target": grant.target_name, "upstream": grant.upstream,
+                      "expires_at": grant.expires_at.isoformat()}))
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    g = subparsers.add_parser(
+        "gateway", help="serve noVNC and the WebSocket endpoint in front of the RFB proxy, with session tokens",
+        description="Serve the noVNC page and the WebSocket endpoint. Each connection needs a session token "
+                    "(`safeshare token issue`) given as ?token= or cookie; it is proxied to the token's enclave "
+                    "target with all controls of `safeshare proxy`. Revoked tokens end their sessions within a "
+                    "second.")
+    g.add_argument("--listen", default="127.0.0.1:6080", help="HOST:PORT (default 127.0.0.1:6080; put TLS in front)")
+    g.add_argument("--sessions", required=True, help="directory for session folders")
+    _db_arg(g)
+    g.add_argument("--novnc", default="/usr/share/novnc", help="noVNC directory (default: Debian's novnc package)")
+    g.add_argument("--limits", help="recipient policy YAML whose limits apply to tokens issued without --policy")
+    g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between revocation checks (default 0.5)")
+    g.add_argument("--allowed-origin", action="append",
+                   help="extra browser Origin allowed to open the WebSocket (e.g. behind a TLS proxy)")
+    g.add_argument("-v", "--verbose", action="store_true", help="log requests and sessions")
+    g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
+    g.set_defaults(func=cmd_gateway)
+
+    t = subparsers.add_parser("token", help="issue, revoke, list and verify gateway session tokens",
+                              description="Session tokens for the gateway, stored hashed in the SQL database.")
+    tsub = t.add_subparsers(dest="token_command", metavar="ACTION")
+    tsub.required = True
+
+    issue = tsub.add_parser("issue", help="issue a token for one recipient and one enclave target",
+                            description="Prints the token (shown only this once) on stdout.")
+    issue.add_argument("--recipient", help="recipient name (default: from --policy)")
+    issue.add_argument("--upstream", required=True, help="the enclave's VNC server: HOST:PORT or unix:PATH")
+    issue.add_argument("--password-file", help="file holding the VNC password of the upstream server")
+    issue.add_argument("--target", help="name of the target (default: the upstream)")
+    issue.add_argument("--policy", help="recipient policy YAML: recipient, release, limits; caps the expiry")
+    issue.add_argument("--release", help="release id recorded in the session metadata")
+    when = issue.add_mutually_exclusive_group()
+    when.add_argument("--ttl", default="8h", help="lifetime, e.g. 30m, 8h, 7d (default 8h)")
+    when.add_argument("--expires", help="ISO date (through that day, UTC) or datetime")
+    issue.add_argument("--url", help="gateway base URL; prints the session link")
+    issue.add_argument("--json", action="store_true", help="print JSON")
+    _db_arg(issue)
+    issue.set_defaults(func=cmd_token_issue)
+
+    revoke = tsub.add_parser("revoke", help="revoke a token or every token of a recipient; live sessions end")
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", type=int, help="token id (see `safeshare token list`)")
+    which.add_argument("--token", help="the token text")
+    which.add_argument("--recipient", help="revoke every token of this recipient")
+    revoke.add_argument("--reason", help="recorded with the revocation")
+    _db_arg(revoke)
+    revoke.set_defaults(func=cmd_token_revoke)
+
+    lst = tsub.add_parser("list", help="list tokens (never their text)")
+    lst.add_argument("--recipient")
+    lst.add_argument("--active", action="store_true", help="only tokens that are neither expired nor revoked")
+    lst.add_argument("--json", action="store_true")
+    _db_arg(lst)
+    lst.set_defaults(func=cmd_token_list)
+
+    verify = tsub.add_parser("verify", help="check a token (exit 0 valid, 1 refused)")
+    verify.add_argument("token", help="the token text, or - to read it from stdin")
+    _db_arg(verify)
+    verify.set_defaults(func=cmd_token_verify)

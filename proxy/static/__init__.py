@@ -1,0 +1,1 @@
+"""Static files of the gateway page (a package so that the wheel ships them)."""
