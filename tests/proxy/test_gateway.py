@@ -13,6 +13,8 @@ import signal
 import sqlite3
 import struct
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -26,7 +28,8 @@ from proxy.eventlog import verify_log
 from proxy.gateway import COOKIE, Gateway, openapi_document
 from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, TokenRefused, TokenStore, parse_expiry, parse_ttl
 from safeshare.cli import main as safeshare_main
-from tests.proxy.rfbtools import PF_32, FakeVncServer, RfbClient, free_port, stop_process, x11vnc_start, xvfb_start
+from tests.proxy.rfbtools import (PF_32, FakeVncServer, RfbClient, free_port, stop_process, wait_port, x11vnc_start,
+                                  xvfb_start)
 
 HAVE_X = all(shutil.which(tool) for tool in ("Xvfb", "x11vnc", "xsetroot"))
 HAVE_CHROMIUM = shutil.which("chromium") is not None and Path("/usr/share/novnc/core/rfb.js").is_file()
@@ -142,7 +145,9 @@ def test_token_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert safeshare_main(["token", "list", *db]) == 0
     listing = capsys.readouterr().out
     assert "dora" in listing and "active" in listing and issued["token"] not in listing
-    policy = Path(__file__).parents[2] / "policies" / "examples" / "recipient-demo.yaml"
+    policy = tmp_path / "recipient.yaml"
+    policy.write_text("recipient: demo-researcher\nrelease: adult-k5\nexpires: 2027-06-30\n"
+                      "limits:\n  keys:\n    rate: 5\n    burst: 10\n")
     assert safeshare_main(["token", "issue", "--policy", str(policy), "--upstream", "127.0.0.1:5998", "--expires",
                            "2099-01-01", "--json", *db]) == 0
     by_policy = json.loads(capsys.readouterr().out)
@@ -164,6 +169,72 @@ def test_token_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                            *db]) == 2
     assert safeshare_main(["token", "issue", "--recipient", "someone-else", "--policy", str(policy), "--upstream",
                            "127.0.0.1:1", *db]) == 2
+
+
+@pytest.fixture
+def postgres_url():
+    """A throwaway PostgreSQL server (initdb into a temporary folder, trust auth, 127.0.0.1 and a free port)."""
+    pytest.importorskip("psycopg")
+    bindir = Path("/usr/lib/postgresql")
+    candidates = sorted(bindir.glob("*/bin/initdb")) if bindir.is_dir() else []
+    initdb = shutil.which("initdb") or (str(candidates[-1]) if candidates else None)
+    if initdb is None:
+        pytest.skip("PostgreSQL server binaries not installed")
+    postgres = str(Path(initdb).with_name("postgres"))
+    as_user: dict = {}
+    root = tempfile.mkdtemp(prefix="safeshare-pg-")
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        import pwd
+
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a postgres user")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+    proc = None
+    try:
+        data = Path(root) / "data"
+        subprocess.run([initdb, "-D", str(data), "-A", "trust", "-U", "safeshare", "--no-sync"],
+                       check=True, capture_output=True, timeout=60, **as_user)
+        port = free_port()
+        proc = subprocess.Popen([postgres, "-D", str(data), "-k", root, "-p", str(port), "-h", "127.0.0.1", "-F",
+                                 "-c", "full_page_writes=off"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
+        wait_port(port, 30, proc)
+        yield f"postgresql+psycopg://safeshare@127.0.0.1:{port}/postgres"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                stop_process(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_token_store_on_postgresql(postgres_url: str) -> None:
+    """The same store on PostgreSQL: time zones survive, hashes are unique, revocation and expiry are seen."""
+    now = datetime.now(timezone.utc)
+    clock = {"now": now}
+    store = TokenStore(postgres_url, clock=lambda: clock["now"])
+    try:
+        assert store.engine.dialect.name == "postgresql"
+        a = store.issue("olga", "127.0.0.1:5900", ttl=timedelta(hours=1))
+        b = store.issue("olga", "127.0.0.1:5901", ttl=timedelta(minutes=1))
+        grant = store.verify(a.token)
+        assert grant.expires_at == a.expires_at and grant.expires_at.tzinfo is not None
+        assert store.check([a.token_id, b.token_id]) == {a.token_id: None, b.token_id: None}
+        clock["now"] = now + timedelta(minutes=2)
+        assert store.check([a.token_id, b.token_id]) == {a.token_id: None, b.token_id: EXPIRED}
+        assert store.revoke(recipient="olga") == 2
+        with pytest.raises(TokenRefused) as refused:
+            store.verify(a.token)
+        assert refused.value.reason == REVOKED
+        assert [info.status for info in store.list_tokens("olga")] == [REVOKED, REVOKED]
+        store.ping()
+    finally:
+        store.dispose()
 
 
 # --- gateway helpers -----------------------------------------------------------------------------------------------
@@ -542,6 +613,54 @@ def test_unusable_target_healthz_openapi_and_logs(tmp_path: Path, caplog: pytest
         asyncio.run(run())
     assert no_password.token not in caplog.text
     assert any("/websockify" in record.getMessage() for record in caplog.records)
+
+
+def test_safeshare_gateway_command(tmp_path: Path) -> None:
+    """`safeshare gateway` as operators run it: prints where it listens, serves a token issued by `safeshare token
+    issue`, prints each session, and on SIGTERM ends the session cleanly (sealed log) and exits 0."""
+    url = db_url(tmp_path)
+    fake = FakeVncServer()
+
+    async def run() -> tuple[str, int]:
+        fake_port = await fake.start()
+        issue = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "safeshare.cli", "token", "issue", "--recipient", "pia", "--upstream",
+            f"127.0.0.1:{fake_port}", "--db", url, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, _ = await issue.communicate()
+        assert issue.returncode == 0
+        token = out.decode().split()[0]
+        gateway = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "safeshare.cli", "gateway", "--listen", "127.0.0.1:0", "--sessions",
+            str(tmp_path / "sessions"), "--db", url, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            async with asyncio.timeout(20):
+                line = (await gateway.stdout.readline()).decode()
+                assert line.startswith("listening on http://127.0.0.1:"), line
+                base = line.split()[-1].rstrip("/")
+                async with aiohttp.ClientSession() as http:
+                    async with http.get(f"{base}/healthz") as response:
+                        assert (await response.json())["database"] is True
+                    client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={token}")
+                    started = (await gateway.stdout.readline()).decode()
+                    assert started.startswith("session ") and "recipient=pia" in started
+                    gateway.send_signal(signal.SIGTERM)
+                    await wait_for(lambda: stream.close_code is not None, 5)
+                    assert stream.close_code == 1001  # going away
+                    ended = (await gateway.stdout.readline()).decode()
+                    await stream.wait_closed()
+                rest = await gateway.stdout.read()
+                code = await gateway.wait()
+        finally:
+            if gateway.returncode is None:
+                gateway.kill()
+                await gateway.wait()
+            await fake.close()
+        return ended + rest.decode(), code
+
+    output, code = asyncio.run(run())
+    assert code == 0 and "ended: gateway shutting down" in output
+    session_dir = next((tmp_path / "sessions").iterdir())
+    assert verify_log(session_dir / "events.jsonl").ok
 
 
 # --- against a real x11vnc on Xvfb ---------------------------------------------------------------------------------
