@@ -43,6 +43,7 @@ log = logging.getLogger("safeshare.gateway")
 
 DEFAULT_NOVNC_DIR = Path("/usr/share/novnc")
 STATIC_DIR = Path(__file__).with_name("static")
+PAGE_ASSETS = ("gateway.js", "gateway.css")
 COOKIE = "safeshare_token"
 WS_PATH = "/websockify"
 MAX_WS_MESSAGE = 1 << 20  # client-to-server RFB messages are small; a larger frame ends the session
@@ -254,6 +255,7 @@ class Gateway:
         fail_closed_after: float = 5.0,
         record: bool = True,
         allowed_origins: tuple[str, ...] = (),
+        secure_cookies: bool | None = None,
         on_session: Callable[[LiveSession], None] | None = None,
         on_session_end: Callable[[LiveSession, str], None] | None = None,
     ) -> None:
@@ -265,6 +267,7 @@ class Gateway:
         self.fail_closed_after = fail_closed_after
         self.record = record
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
+        self.secure_cookies = secure_cookies  # None: Secure when the request came over TLS
         self.on_session = on_session
         self.on_session_end = on_session_end
         self.live: dict[int, set[LiveSession]] = {}
@@ -281,7 +284,8 @@ class Gateway:
         app.router.add_get(WS_PATH, self._websocket)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/openapi.json", self._openapi)
-        app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False)
+        for name in PAGE_ASSETS:
+            app.router.add_get(f"/static/{name}", self._asset)
         if self.novnc_dir is not None and (self.novnc_dir / "core" / "rfb.js").is_file():
             app.router.add_static("/novnc/", self.novnc_dir, follow_symlinks=False)
         else:
@@ -364,10 +368,14 @@ class Gateway:
             assert token is not None
             response = web.Response(status=303, headers={"Location": request.path})
             max_age = max(1, int((grant.expires_at - datetime.now(grant.expires_at.tzinfo)).total_seconds()))
-            response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="Strict", secure=request.secure,
+            response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="Strict",
+                                secure=request.secure if self.secure_cookies is None else self.secure_cookies,
                                 max_age=max_age)
             return response
         return web.Response(text=self._page, content_type="text/html")
+
+    async def _asset(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / request.path.rsplit("/", 1)[1])
 
     async def _healthz(self, request: web.Request) -> web.Response:
         try:

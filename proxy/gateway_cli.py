@@ -67,7 +67,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     gateway = Gateway(store, Path(args.sessions), novnc_dir=Path(args.novnc), default_limits=limits,
                       poll_interval=args.poll_interval, record=not args.no_record,
-                      allowed_origins=tuple(args.allowed_origin or ()), on_session=started, on_session_end=ended)
+                      allowed_origins=tuple(args.allowed_origin or ()),
+                      secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -198,6 +199,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between revocation checks (default 0.5)")
     g.add_argument("--allowed-origin", action="append",
                    help="extra browser Origin allowed to open the WebSocket (e.g. behind a TLS proxy)")
+    g.add_argument("--secure-cookies", action="store_true",
+                   help="mark the token cookie Secure (set this when TLS is terminated in front of the gateway)")
     g.add_argument("-v", "--verbose", action="store_true", help="log requests and sessions")
     g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
     g.set_defaults(func=cmd_gateway)

@@ -606,8 +606,11 @@ def test_unusable_target_healthz_openapi_and_logs(tmp_path: Path, caplog: pytest
             if Path("/usr/share/novnc/core/rfb.js").is_file():
                 async with http.get(f"{base}/novnc/core/rfb.js") as response:
                     assert response.status == 200 and "javascript" in response.content_type
-            async with http.get(f"{base}/static/../db.py") as response:
-                assert response.status in (403, 404)
+            for path in ("/static/../db.py", "/static/__init__.py", "/static/index.html", "/novnc/../etc/passwd"):
+                async with http.get(f"{base}{path}") as response:
+                    assert response.status in (403, 404), path
+            async with http.get(f"{base}/static/gateway.js") as response:
+                assert response.status == 200 and "javascript" in response.content_type
 
     with caplog.at_level(logging.INFO):
         asyncio.run(run())
@@ -874,3 +877,33 @@ async def wait_for_js(cdp: Cdp, expression: str, timeout: float = 10.0):
         await asyncio.sleep(0.05)
     raise AssertionError(f"{expression!r} stayed {value!r}; page state: "
                          f"{await cdp.evaluate('window.safeshare && window.safeshare.state')}")
+
+
+def test_incoming_frames_are_flow_controlled() -> None:
+    """The bridge stops reading the WebSocket while the session has not consumed what arrived (so a client flooding
+    frames meets TCP backpressure instead of growing the gateway's memory), and resumes as the session reads."""
+    from proxy.gateway import WebSocketClient
+
+    class FakeWs:
+        def __init__(self) -> None:
+            self.receives = 0
+
+        async def receive(self):
+            self.receives += 1
+            return type("Msg", (), {"type": aiohttp.WSMsgType.BINARY, "data": b"\x04" * 4096})()
+
+    async def run() -> None:
+        ws = FakeWs()
+        client = WebSocketClient(ws, limit=16 * 1024)  # type: ignore[arg-type]
+        pump = asyncio.create_task(client.pump_in())
+        await asyncio.sleep(0.05)
+        paused_at = ws.receives
+        assert paused_at <= 10  # 2 x limit / 4096, then paused
+        await asyncio.sleep(0.05)
+        assert ws.receives == paused_at
+        await client.reader.readexactly(40 * 1024)
+        await wait_for(lambda: ws.receives > paused_at, 1)
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
+
+    asyncio.run(run())
