@@ -73,7 +73,7 @@ REFUSALS = {
 }
 
 
-def refusal_page(reason: str, status: int = 403) -> web.Response:
+def refusal_page(reason: str, status: int = 403, clear_cookie: bool = True) -> web.Response:
     title, text = REFUSALS.get(reason, ("Refused", "The session cannot be opened."))
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} · safeshare</title>
@@ -82,7 +82,8 @@ def refusal_page(reason: str, status: int = 403) -> web.Response:
 </body></html>
 """
     response = web.Response(status=status, text=body, content_type="text/html")
-    response.del_cookie(COOKIE, path="/")
+    if clear_cookie:  # a token that will not work again; not for cross-origin or outage answers
+        response.del_cookie(COOKIE, path="/")
     return response
 
 
@@ -409,7 +410,7 @@ class Gateway:
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         if not self._same_origin(request):
             log.warning("WebSocket refused: cross-origin request from %s", request.headers.get("Origin"))
-            return refusal_page(CROSS_ORIGIN)
+            return refusal_page(CROSS_ORIGIN, clear_cookie=False)
         token, source = self._token_of(request)
         try:
             grant = await self._verify(token)
@@ -425,7 +426,7 @@ class Gateway:
         except (OSError, ValueError, PolicyError) as exc:
             log.error("token %d (%s): target %s not usable: %s", grant.token_id, grant.recipient, grant.target_name,
                       exc)
-            return refusal_page("unavailable", status=503)
+            return refusal_page("unavailable", status=503, clear_cookie=False)
 
         ws = web.WebSocketResponse(protocols=("binary",), max_msg_size=MAX_WS_MESSAGE, heartbeat=30.0)
         await ws.prepare(request)

@@ -445,6 +445,8 @@ def test_refused_tokens_get_403_and_no_websocket(tmp_path: Path) -> None:
                     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
                         await jar_http.ws_connect(f"{base}/websockify", origin="http://evil.example")
                     assert refused.value.status == 403
+                    async with jar_http.get(f"{base}/") as page:  # and it did not log the user out
+                        assert page.status == 200
                 await wait_for(lambda: gateway.ended)
                 async with http.get(f"{base}/websockify?token={valid.token}") as response:
                     assert response.status == 426  # a valid token but no upgrade
