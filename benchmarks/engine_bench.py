@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = ["adult-k5.yaml", "adult-k5-entropy.yaml", "cup-k5.yaml", "fars-subset-k5.yaml"]
+DEFAULT = ["adult-k5.yaml", "adult-k5-entropy.yaml", "cup-k5.yaml", "fars-subset-k5.yaml",
+           "adult-pu1.yaml", "adult-pu5.yaml", "adult-dankar-usa.yaml", "adult-pu1-entropy.yaml", "cup-pu1.yaml",
+           "fars-subset-pu1.yaml"]
 
 
 def run_one(policy_path: str) -> dict:
@@ -33,6 +35,7 @@ def run_one(policy_path: str) -> dict:
         "seconds": round(seconds, 3),
         "search_seconds": round(result.search.seconds, 3),
         "checked_transformations": result.search.checked,
+        "risk_model_evaluations": result.search.risk_evaluations,
         "lattice_size": result.search.lattice_size,
         "transformation": list(result.best.levels),
         "optimized_for": policy.quality.model,
@@ -44,7 +47,7 @@ def run_one(policy_path: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("policies", nargs="*", help="policy files (default: the k=5 examples)")
+    parser.add_argument("policies", nargs="*", help="policy files (default: every example policy)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per policy; the fastest is reported")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -54,7 +57,7 @@ def main() -> None:
         return
     policies = args.policies or [str(REPO / "policies" / "examples" / name) for name in DEFAULT]
     if not args.json:
-        print(f"{'policy':28} {'seconds':>8} {'search s':>8} {'checked':>8} {'lattice':>8} {'peak MB':>8}  quality")
+        print(f"{'policy':28} {'seconds':>8} {'search s':>8} {'checked':>8} {'risk ev':>8} {'lattice':>8} {'peak MB':>8}  quality")
     for policy in policies:
         runs = [json.loads(subprocess.run([sys.executable, __file__, "--one", policy], check=True,
                                           capture_output=True, text=True).stdout) for _ in range(args.repeat)]
@@ -64,7 +67,7 @@ def main() -> None:
             print(json.dumps(best))
         else:
             print(f"{best['policy']:28} {best['seconds']:8.3f} {best['search_seconds']:8.3f} "
-                  f"{best['checked_transformations']:8d} {best['lattice_size']:8d} {best['peak_rss_mb']:8.1f}  "
+                  f"{best['checked_transformations']:8d} {best['risk_model_evaluations']:8d} {best['lattice_size']:8d} {best['peak_rss_mb']:8.1f}  "
                   f"{best['optimized_for']}={best['quality']:.6f} at {best['transformation']}")
 
 

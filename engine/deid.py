@@ -173,6 +173,7 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "optimal": result.search.optimal,
         "records": int(result.table.n),
         "suppressed_records": int(best.suppressed_records),
+        "risk_model_evaluations": int(result.search.risk_evaluations),
         "equivalence_classes": int(class_sizes.size),
         "smallest_class": int(class_sizes.min()) if class_sizes.size else 0,
         "checked_transformations": int(result.search.checked),

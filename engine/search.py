@@ -55,6 +55,7 @@ class SearchResult:
     lattice_size: int
     pruned_by_bound: int
     pruned_by_privacy: int
+    risk_evaluations: int = 0   # calls of a table-level risk model (population uniqueness), for benchmarks
 
 
 class ClassCache:
@@ -199,5 +200,6 @@ def search(table: EncodedTable, privacy: Sequence[ClassPrivacyModel], quality: Q
             heapq.heappush(queue, (key, sum(successor), successor, node))
     if bar is not None:
         bar.close()
+    risk_evaluations = sum(int(getattr(model, "evaluations", 0)) for model in table_models)
     return SearchResult(best, checked, optimal, time.perf_counter() - started, lattice.size, pruned_bound,
-                        pruned_privacy)
+                        pruned_privacy, risk_evaluations)

@@ -63,7 +63,7 @@ def resolve_hierarchy(policy: DatasetPolicy, name: str, values: np.ndarray) -> H
     else:
         from .builders import build_hierarchy
 
-        hierarchy = build_hierarchy(spec, np.unique(values.astype(str)), name=name)
+        hierarchy = build_hierarchy(spec, np.unique(values.astype(str)), name=name, source=policy.source)
     attribute = policy.attributes[name]
     for key in ("min_level", "max_level"):
         level = getattr(attribute, key)

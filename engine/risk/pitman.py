@@ -14,21 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import math
+
 import numpy as np
-from scipy.special import gammaln, polygamma, psi
+from scipy.special import gammaln, psi, zeta
 
 from .histogram import SizeHistogram
 
 TOLERANCE = 1e-6          # largest |residual| of either equation accepted as a root
 MAX_ITERATIONS = 100      # Newton steps per start point and method
-GRID_ALPHAS = (0.1, 0.3, 0.5, 0.7, 0.9)
-GRID_THETAS = (0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+PATIENCE = 20             # steps without halving the residual before a start point is given up
+GRID_ALPHAS = (0.1, 0.5, 0.9)
+GRID_THETAS = (1.0, 100.0, 10000.0)
 
-Residuals = Callable[[float, float], tuple[np.ndarray, np.ndarray]]
-
-
-def _trigamma(x):
-    return polygamma(1, x)
+Equations = Callable[[float, float], tuple[float, float, float, float, float]]
 
 
 @dataclass(frozen=True)
@@ -54,21 +53,23 @@ class PitmanEquations:
         self._max_size = int(histogram.sizes.max()) if histogram.sizes.size else 0
 
     # -- closed forms -----------------------------------------------------------------------------------------
-    def closed(self, theta: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    def closed(self, theta: float, alpha: float) -> tuple[float, float, float, float, float]:
+        """Residuals and Jacobian from digamma/trigamma: one vectorized call of each per Newton step."""
         u, n = self.u, self.n
         t = theta / alpha
-        a_sum = psi(u + t) - psi(1.0 + t)                          # alpha * sum 1/(theta + i alpha)
-        b_sum = _trigamma(1.0 + t) - _trigamma(u + t)              # alpha^2 * sum 1/(theta + i alpha)^2
-        s1 = a_sum / alpha                                         # sum_{i<u} 1/(theta + i alpha)
-        q = b_sum / (alpha * alpha)                                # sum_{i<u} 1/(theta + i alpha)^2
+        args = np.concatenate(([u + t, 1.0 + t, n + theta, 1.0 + theta, 1.0 - alpha], self.sizes - alpha))
+        dig = psi(args)
+        tri = zeta(2.0, args)                                      # trigamma(x) = Hurwitz zeta(2, x)
+        s1 = (dig[0] - dig[1]) / alpha                             # sum_{i<u} 1/(theta + i alpha)
+        q = (tri[1] - tri[0]) / (alpha * alpha)                    # sum_{i<u} 1/(theta + i alpha)^2
         return self._assemble(theta, alpha, s1, q,
-                              t1=psi(n + theta) - psi(1.0 + theta),
-                              dt1=_trigamma(1.0 + theta) - _trigamma(n + theta),
-                              t2=float(self.counts @ (psi(self.sizes - alpha) - psi(1.0 - alpha))),
-                              w=float(self.counts @ (_trigamma(1.0 - alpha) - _trigamma(self.sizes - alpha))))
+                              t1=dig[2] - dig[3],                  # sum_{i<n} 1/(theta + i)
+                              dt1=tri[3] - tri[2],                 # sum_{i<n} 1/(theta + i)^2
+                              t2=float(self.counts @ (dig[5:] - dig[4])),
+                              w=float(self.counts @ (tri[4] - tri[5:])))
 
     # -- the original sums ------------------------------------------------------------------------------------
-    def finite(self, theta: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    def finite(self, theta: float, alpha: float) -> tuple[float, float, float, float, float]:
         i = np.arange(1.0, self.u)
         inv = 1.0 / (theta + i * alpha)
         j = 1.0 / (theta + np.arange(1.0, self.n))
@@ -81,14 +82,20 @@ class PitmanEquations:
                               t2=float(self.counts @ cum1[idx]), w=float(self.counts @ cum2[idx]))
 
     def _assemble(self, theta, alpha, s1, q, t1, dt1, t2, w):
+        """(f1, f2, df1/dtheta, df1/dalpha = df2/dtheta, df2/dalpha) from the partial sums."""
         u = self.u
         s2 = ((u - 1.0) - theta * s1) / alpha                      # sum i/(theta + i alpha)
         r2 = (s1 - theta * q) / alpha                              # sum i/(theta + i alpha)^2
         r3 = ((u - 1.0) - 2.0 * theta * s1 + theta * theta * q) / (alpha * alpha)   # sum i^2/(theta + i alpha)^2
-        residuals = np.array([s1 - t1, s2 - t2])
-        jacobian = np.array([[dt1 - q, -r2],
-                             [-r2, -r3 - w]])
-        return residuals, jacobian
+        return float(s1 - t1), float(s2 - t2), float(dt1 - q), float(-r2), float(-r3 - w)
+
+    def residuals(self, theta: float, alpha: float, closed: bool = True) -> np.ndarray:
+        values = (self.closed if closed else self.finite)(theta, alpha)
+        return np.array(values[:2])
+
+    def jacobian(self, theta: float, alpha: float, closed: bool = True) -> np.ndarray:
+        _, _, j11, j12, j22 = (self.closed if closed else self.finite)(theta, alpha)
+        return np.array([[j11, j12], [j12, j22]])
 
 
 def hoshino_start(histogram: SizeHistogram) -> tuple[float, float]:
@@ -103,24 +110,34 @@ def hoshino_start(histogram: SizeHistogram) -> tuple[float, float]:
 
 
 def _in_domain(theta: float, alpha: float) -> bool:
-    return np.isfinite(theta) and np.isfinite(alpha) and theta >= 0.0 and 0.0 < alpha < 1.0
+    return math.isfinite(theta) and math.isfinite(alpha) and theta >= 0.0 and 0.0 < alpha < 1.0
 
 
-def newton(equations: Residuals, theta: float, alpha: float,
-           max_iterations: int = MAX_ITERATIONS) -> tuple[float, float, int] | None:
-    """Newton-Raphson from (theta, alpha); steps leaving the domain are halved. None when it does not converge."""
+def newton(equations: Equations, theta: float, alpha: float, max_iterations: int = MAX_ITERATIONS,
+           patience: int = PATIENCE) -> tuple[float, float, int] | None:
+    """Newton-Raphson from (theta, alpha); steps leaving the domain are halved.
+
+    None when it does not converge: non-finite values, a singular Jacobian, the iteration limit, or no halving of the
+    residual within `patience` steps (iterates sliding to the boundary of the domain, where there is no root).
+    """
+    best, best_at = math.inf, 0
     for iteration in range(1, max_iterations + 1):
         with np.errstate(all="ignore"):
-            residuals, jacobian = equations(theta, alpha)
-        if not (np.all(np.isfinite(residuals)) and np.all(np.isfinite(jacobian))):
+            f1, f2, j11, j12, j22 = equations(theta, alpha)
+        size = max(abs(f1), abs(f2))
+        if not (math.isfinite(size) and math.isfinite(j11) and math.isfinite(j12) and math.isfinite(j22)):
             return None
-        if np.max(np.abs(residuals)) <= TOLERANCE:
+        if size <= TOLERANCE:
             return theta, alpha, iteration
-        det = jacobian[0, 0] * jacobian[1, 1] - jacobian[0, 1] * jacobian[1, 0]
-        if det == 0.0 or not np.isfinite(det):
+        if size < 0.5 * best:
+            best, best_at = size, iteration
+        elif iteration - best_at > patience:
             return None
-        d_theta = (jacobian[1, 1] * residuals[0] - jacobian[0, 1] * residuals[1]) / det
-        d_alpha = (jacobian[0, 0] * residuals[1] - jacobian[1, 0] * residuals[0]) / det
+        det = j11 * j22 - j12 * j12
+        if det == 0.0 or not math.isfinite(det):
+            return None
+        d_theta = (j22 * f1 - j12 * f2) / det
+        d_alpha = (j11 * f2 - j12 * f1) / det
         scale = 1.0
         while not _in_domain(theta - scale * d_theta, alpha - scale * d_alpha):
             scale *= 0.5
@@ -164,8 +181,8 @@ def fit_pitman(histogram: SizeHistogram, population_size: float) -> PitmanFit:
 
     def verified(root) -> bool:
         with np.errstate(all="ignore"):
-            check, _ = equations.finite(root[0], root[1])
-        return bool(np.all(np.isfinite(check)) and np.max(np.abs(check)) <= TOLERANCE)
+            f1, f2, *_ = equations.finite(root[0], root[1])
+        return math.isfinite(f1) and math.isfinite(f2) and max(abs(f1), abs(f2)) <= TOLERANCE
 
     for start, theta0, alpha0 in _start_points(histogram):
         candidates = []

@@ -46,8 +46,9 @@ def test_histogram_counts():
 def test_closed_forms_equal_finite_sums():
     equations = PitmanEquations(SizeHistogram.from_counts(HISTOGRAM))
     for theta, alpha in [(0.0, 0.3), (5.0, 0.5), (250.0, 0.9), (3000.0, 0.05)]:
-        closed, closed_jac = equations.closed(theta, alpha)
-        finite, finite_jac = equations.finite(theta, alpha)
+        closed, closed_jac = equations.residuals(theta, alpha), equations.jacobian(theta, alpha)
+        finite = equations.residuals(theta, alpha, closed=False)
+        finite_jac = equations.jacobian(theta, alpha, closed=False)
         np.testing.assert_allclose(closed, pitman_equations_by_loops(HISTOGRAM, theta, alpha), rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(closed, finite, rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(closed_jac, finite_jac, rtol=1e-8, atol=1e-10)
