@@ -1,7 +1,8 @@
 """Engine benchmark: seconds, transformations checked and peak memory for the example policies.
 
-Each run happens in a fresh process so that peak resident memory (ru_maxrss) belongs to that run alone. Prints a
-table and, with --json, one JSON object per run.
+Each run happens in a fresh process so that peak resident memory (ru_maxrss) belongs to that run alone; within it the
+policy is de-identified twice and the second (warm) run is reported as `seconds` (load, encode, search, apply, quality),
+the first as `cold_seconds` (adds interpreter-level imports). Prints a table and, with --json, one JSON object per run.
 
     .venv/bin/python benchmarks/engine_bench.py [--repeat 3] [--json] [POLICY ...]
 """
@@ -28,11 +29,15 @@ def run_one(policy_path: str) -> dict:
 
     policy = load_policy(policy_path)
     started = time.perf_counter()
-    result = deidentify(policy)
+    deidentify(policy)                      # cold: imports scipy/pyarrow, reads the files for the first time
+    cold = time.perf_counter() - started
+    started = time.perf_counter()
+    result = deidentify(policy)             # warm: what a running service pays per request
     seconds = time.perf_counter() - started
     return {
         "policy": Path(policy_path).name,
         "seconds": round(seconds, 3),
+        "cold_seconds": round(cold, 3),
         "search_seconds": round(result.search.seconds, 3),
         "checked_transformations": result.search.checked,
         "risk_model_evaluations": result.search.risk_evaluations,
@@ -55,9 +60,11 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one)))
         return
-    policies = args.policies or [str(REPO / "policies" / "examples" / name) for name in DEFAULT]
+    examples = REPO / "policies" / "examples"
+    policies = [p if Path(p).exists() else str(examples / (p if p.endswith(".yaml") else p + ".yaml"))
+                for p in args.policies] or [str(examples / name) for name in DEFAULT]
     if not args.json:
-        print(f"{'policy':28} {'seconds':>8} {'search s':>8} {'checked':>8} {'risk ev':>8} {'lattice':>8} {'peak MB':>8}  quality")
+        print(f"{'policy':28} {'seconds':>8} {'cold s':>7} {'search s':>8} {'checked':>8} {'risk ev':>8} {'lattice':>8} {'peak MB':>8}  quality")
     for policy in policies:
         runs = [json.loads(subprocess.run([sys.executable, __file__, "--one", policy], check=True,
                                           capture_output=True, text=True).stdout) for _ in range(args.repeat)]
@@ -66,7 +73,7 @@ def main() -> None:
         if args.json:
             print(json.dumps(best))
         else:
-            print(f"{best['policy']:28} {best['seconds']:8.3f} {best['search_seconds']:8.3f} "
+            print(f"{best['policy']:28} {best['seconds']:8.3f} {best['cold_seconds']:7.2f} {best['search_seconds']:8.3f} "
                   f"{best['checked_transformations']:8d} {best['risk_model_evaluations']:8d} {best['lattice_size']:8d} {best['peak_rss_mb']:8.1f}  "
                   f"{best['optimized_for']}={best['quality']:.6f} at {best['transformation']}")
 
