@@ -99,13 +99,14 @@ class PixelFormat:
     @classmethod
     def parse(cls, data: bytes) -> "PixelFormat":
         """Parse and validate; a pixel format the proxy cannot size is a protocol error (fail closed)."""
-        pf = cls(*cls.STRUCT.unpack(data))
+        fields = list(cls.STRUCT.unpack(data))
+        fields[2] = 1 if fields[2] else 0  # RFC 6143: the flags are "non-zero" for true; normalise them
+        fields[3] = 1 if fields[3] else 0
+        pf = cls(*fields)
         if pf.bits_per_pixel not in (8, 16, 32):
             raise ProtocolError(f"unsupported bits-per-pixel {pf.bits_per_pixel}")
         if not 1 <= pf.depth <= pf.bits_per_pixel:
             raise ProtocolError(f"bad depth {pf.depth}")
-        if pf.big_endian not in (0, 1) or pf.true_colour not in (0, 1):
-            raise ProtocolError("bad pixel format flags")
         return pf
 
     def pack(self) -> bytes:
