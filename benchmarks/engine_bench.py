@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = ["adult-k5.yaml", "adult-k5-entropy.yaml", "cup-k5.yaml", "fars-subset-k5.yaml",
+DEFAULT = ["adult-k5.yaml", "adult-k5-entropy.yaml", "cup-k5.yaml", "cup-k5-entropy.yaml", "fars-subset-k5.yaml",
+           "fars-subset-k5-entropy.yaml",
            "adult-pu1.yaml", "adult-pu5.yaml", "adult-dankar-usa.yaml", "adult-pu1-entropy.yaml", "cup-pu1.yaml",
            "fars-subset-pu1.yaml"]
 
