@@ -259,9 +259,28 @@ def xvfb_start(width: int = 320, height: int = 240) -> tuple[subprocess.Popen, s
 
 def x11vnc_start(display: str, port: int, extra: list[str], password_file: str | None = None) -> subprocess.Popen:
     cmd = ["x11vnc", "-display", display, "-rfbport", str(port), "-localhost", "-shared", "-forever", "-quiet",
-           "-nocursorshape", "-nocursorpos", "-noxrecord", "-noxdamage", "-wait", "5", "-defer", "5"]
+           "-nocursor", "-nocursorshape", "-nocursorpos", "-noxrecord", "-noxdamage", "-wait", "5", "-defer", "5"]
     cmd += ["-rfbauth", password_file] if password_file else ["-nopw"]
     proc = subprocess.Popen(cmd + extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "DISPLAY": display})
     wait_port(port, 15, proc)
     return proc
+
+
+def xvnc_start(port: int, params: list[str], width: int = 320, height: int = 240) -> tuple[subprocess.Popen, str]:
+    """TigerVNC's Xvnc: an X server with a built-in VNC server; it really exchanges the X selection, so it is the
+    server the clipboard tests use (both as a leaking positive control and with the safe parameters)."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        ["Xvnc", "-displayfd", str(write_fd), "-geometry", f"{width}x{height}", "-depth", "24", "-rfbport", str(port),
+         "-localhost", "-SecurityTypes", "None", "-nolisten", "tcp", *params],
+        pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.readline()
+    if not data.strip():
+        stop_process(proc)
+        raise RuntimeError("Xvnc did not report a display")
+    wait_port(port, 15, proc)
+    return proc, ":" + data.decode().strip()
