@@ -1,0 +1,107 @@
+"""`safeshare kiosk`: run the kiosk in the foreground until Ctrl+C or SIGTERM.
+
+Prints one JSON line with the VNC endpoint (what `safeshare proxy --upstream ... --upstream-password-file ...`
+needs) once the browser window is up, then `stopped` after a clean shutdown. Exit codes follow DESIGN.md: 0 after a
+clean stop, 1 when the kiosk could not be started safely (it refuses rather than running with a control missing),
+2 for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _config(args: argparse.Namespace):  # -> KioskConfig
+    from enclave.kiosk.config import DEFAULT_SIZE, KioskConfig, parse_size, size_from_policy
+
+    size = None
+    if args.size:
+        size = parse_size(args.size)
+    elif args.policy:
+        size = size_from_policy(Path(args.policy))
+    width, height = size or DEFAULT_SIZE
+    return KioskConfig(app_url=args.url, state_dir=Path(args.state), width=width, height=height,
+                       network=args.network, vnc_port=args.vnc_port, log_dir=Path(args.logs) if args.logs else None,
+                       chromium=args.chromium, app_title=args.app_title)
+
+
+async def _serve(config) -> int:  # config: KioskConfig
+    from enclave.kiosk.kiosk import Kiosk
+
+    kiosk = Kiosk(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    start = asyncio.create_task(kiosk.start())
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([start, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if not start.done():  # asked to stop while starting
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
+            return EXIT_OK
+        endpoint = start.result()
+        print(json.dumps({"event": "ready", **endpoint.as_dict()}), flush=True)
+        failed = asyncio.create_task(kiosk.failed.wait())
+        await asyncio.wait([waiter, failed], return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        if kiosk.failure is not None:
+            print(json.dumps({"event": "failed", "reason": kiosk.failure}), flush=True)
+            return EXIT_REFUSED
+        return EXIT_OK
+    finally:
+        waiter.cancel()
+        await kiosk.stop()
+        print(json.dumps({"event": "stopped"}), flush=True)
+
+
+def cmd_kiosk(args: argparse.Namespace) -> int:
+    from enclave.kiosk.browser_policy import BrowserPolicyError
+    from enclave.kiosk.config import KioskConfigError
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = _config(args)
+    except (KioskConfigError, OSError) as exc:
+        print(f"safeshare kiosk: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return asyncio.run(_serve(config))
+    except (KioskConfigError, BrowserPolicyError) as exc:
+        print(f"safeshare kiosk: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # could not start safely: refuse
+        print(f"safeshare kiosk: not started: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "kiosk", help="run the locked-down kiosk browser (Xvfb, x11vnc, Chromium) in the foreground",
+        description="Start Xvfb, a password-protected x11vnc (clipboard off) and Chromium in kiosk mode on the app "
+                    "URL with managed policies, a window watchdog and network isolation; print the VNC endpoint as "
+                    "JSON; stop everything on Ctrl+C or SIGTERM.")
+    p.add_argument("--url", required=True, help="the analytics app URL, http://HOST:PORT/ (the only allowed origin)")
+    p.add_argument("--state", required=True, help="folder for the VNC socket, password file and logs")
+    p.add_argument("--size", help="screen size WIDTHxHEIGHT (default: the policy's `screen`, else 1280x800)")
+    p.add_argument("--policy", help="recipient policy YAML whose `screen:` sets the size")
+    p.add_argument("--network", choices=("auto", "netns", "proxy"), default="auto",
+                   help="how the browser is kept to the app: its own network namespace (needs root; auto uses it "
+                        "when possible) or a refusing proxy for every other request")
+    p.add_argument("--vnc-port", type=int, help="serve VNC on 127.0.0.1:PORT instead of a Unix socket")
+    p.add_argument("--app-title", help="title prefix of the app's pages; another title makes the browser restart")
+    p.add_argument("--logs", help="log folder (default STATE/logs)")
+    p.add_argument("--chromium", help="path of the Chromium binary (default /usr/lib/chromium/chromium)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    p.set_defaults(func=cmd_kiosk)

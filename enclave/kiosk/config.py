@@ -1,0 +1,102 @@
+"""What a kiosk needs to know: the app URL, the screen size, where to keep its state, how to isolate the network.
+
+The screen size can come from the recipient policy (`screen: 1280x800`, or `{width: .., height: ..}`); the policy is
+read leniently here because the rest of the file belongs to other components (the proxy validates `limits:`
+strictly). A bad size is an error, never a silent default.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+DEFAULT_SIZE = (1280, 800)
+MIN_SIZE = (320, 240)
+MAX_SIZE = (7680, 4320)
+
+# Network isolation modes: "netns" (the browser in its own network namespace; needs root), "proxy" (every request
+# but the app's goes to a proxy that refuses; the fallback where namespaces are impossible), "auto" (netns if possible).
+NETWORK_MODES = ("auto", "netns", "proxy")
+
+
+class KioskConfigError(ValueError):
+    """Bad kiosk input (the command exits with code 2)."""
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(text))
+    if not match:
+        raise KioskConfigError(f"screen size must be WIDTHxHEIGHT, got {text!r}")
+    width, height = int(match.group(1)), int(match.group(2))
+    if not (MIN_SIZE[0] <= width <= MAX_SIZE[0] and MIN_SIZE[1] <= height <= MAX_SIZE[1]):
+        raise KioskConfigError(f"screen size {width}x{height} outside {MIN_SIZE} .. {MAX_SIZE}")
+    return width, height
+
+
+def size_from_policy(path: Path) -> tuple[int, int] | None:
+    """The `screen` entry of a recipient policy, or None if it has none."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise KioskConfigError(f"{path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise KioskConfigError(f"{path}: a recipient policy is a mapping")
+    screen = raw.get("screen")
+    if screen is None:
+        return None
+    if isinstance(screen, dict):
+        if set(screen) != {"width", "height"}:
+            raise KioskConfigError(f"{path}: screen must have exactly width and height")
+        return parse_size(f"{screen['width']}x{screen['height']}")
+    return parse_size(str(screen))
+
+
+def check_app_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise KioskConfigError(f"the app URL must be http(s)://HOST:PORT/..., got {url!r}")
+    try:
+        parts.port
+    except ValueError as exc:
+        raise KioskConfigError(f"bad port in {url!r}") from exc
+    return url
+
+
+@dataclass
+class KioskConfig:
+    """Everything `Kiosk` needs. `state_dir` holds the VNC socket and password and, by default, the logs."""
+
+    app_url: str
+    state_dir: Path
+    width: int = DEFAULT_SIZE[0]
+    height: int = DEFAULT_SIZE[1]
+    network: str = "auto"
+    vnc_port: int | None = None  # None: a Unix socket in state_dir/vnc/ (preferred)
+    log_dir: Path | None = None
+    chromium: str | None = None
+    policy_dir: Path | None = None  # where the managed policy is written when not in a namespace
+    app_title: str | None = None  # restart the browser if the window title stops starting with this
+    user: str | None = None  # browser user when root (default: safeshare-kiosk)
+    extra_flags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_app_url(self.app_url)
+        self.state_dir = Path(self.state_dir)
+        parse_size(f"{self.width}x{self.height}")
+        if self.network not in NETWORK_MODES:
+            raise KioskConfigError(f"network must be one of {NETWORK_MODES}, got {self.network!r}")
+        if self.log_dir is None:
+            self.log_dir = self.state_dir / "logs"
+        self.log_dir = Path(self.log_dir)
+
+    @property
+    def app_host(self) -> str:
+        return urlsplit(self.app_url).hostname or ""
+
+    @property
+    def app_port(self) -> int:
+        parts = urlsplit(self.app_url)
+        return parts.port or (443 if parts.scheme == "https" else 80)

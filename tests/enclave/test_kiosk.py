@@ -1,0 +1,412 @@
+"""The kiosk for real: Xvfb, x11vnc and Chromium under the production policy, driven as a researcher drives it,
+through VNC and the RFB proxy, never through DevTools (which the policy turns off).
+
+Each escape attempt ends with the same three checks: exactly one browser window, showing the app (its title, and its
+colour on the framebuffer the researcher receives), and nothing reached the server on another port.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from enclave.kiosk import KioskConfig
+from enclave.kiosk.browser import browser_env
+from enclave.kiosk.browser_policy import build_policy
+from enclave.kiosk.netns import netns_unavailable_reason
+from proxy.limits import KeyLimits, SessionLimits, load_recipient_policy
+from proxy.session import UpstreamTarget
+from tests.enclave.kiosk_fixtures import (APP_BG, APP_TITLE, AppServer, CountingServer, Researcher, RunningKiosk,
+                                          drain, events, grab, headless_control, host_address, share_of_colour,
+                                          start_kiosk, stop_kiosk, through_proxy, write_png)
+from tests.proxy.rfbtools import RfbClient
+
+CHROMIUM = "/usr/lib/chromium/chromium"
+pytestmark = pytest.mark.skipif(
+    not (all(shutil.which(t) for t in ("Xvfb", "x11vnc", "setpriv")) and os.path.isfile(CHROMIUM)),
+    reason="Xvfb, x11vnc and Chromium are installed by scripts/setup.sh",
+)
+needs_netns = pytest.mark.skipif(netns_unavailable_reason() is not None,
+                                 reason=f"network namespaces: {netns_unavailable_reason()}")
+
+WIDTH, HEIGHT = 1024, 640
+LINK = (120, 62)  # on the page's link to the other port
+DEMO_POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "recipient-demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[AppServer, CountingServer]]:
+    other = CountingServer()
+    targets = {"loopback": f"http://127.0.0.1:{other.port}", "localhost": f"http://localhost:{other.port}",
+               "ipv6": f"http://[::1]:{other.port}"}
+    address = host_address()
+    if address:
+        targets["host"] = f"http://{address}:{other.port}"
+    app = AppServer(targets)
+    yield app, other
+    app.close()
+    other.close()
+
+
+def wait_for(predicate, timeout: float, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def shows_only_the_app(running: RunningKiosk) -> bool:
+    shown = running.shown()
+    return len(shown) == 1 and shown[0].title.startswith(APP_TITLE) and shown[0].width == WIDTH
+
+
+def settled(running: RunningKiosk, timeout: float = 20.0) -> bool:
+    """True once the kiosk shows only the app and still does a moment later (the watchdog had its say)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if shows_only_the_app(running):
+            time.sleep(1.0)
+            if shows_only_the_app(running):
+                return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def kiosk(servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKiosk]:
+    if netns_unavailable_reason() is not None:
+        pytest.skip(f"network namespaces: {netns_unavailable_reason()}")
+    app, other = servers
+    config = KioskConfig(app_url=app.url, state_dir=tmp_path_factory.mktemp("kiosk"), width=WIDTH, height=HEIGHT,
+                         network="netns", app_title=APP_TITLE)
+    running = start_kiosk(config)
+    try:
+        assert wait_for(lambda: app.reports, 20), "the app page's script never reported"
+        yield running
+    finally:
+        stop_kiosk(running)
+
+
+def escape_limits(blocked: bool) -> SessionLimits:
+    """The demo recipient's limits (its shortcut filter) with a key rate that lets a scripted researcher type fast;
+    or no shortcut filter at all, to test the kiosk's own layers."""
+    limits = load_recipient_policy(DEMO_POLICY).limits
+    update: dict = {"keys": KeyLimits(rate=200, burst=500)}
+    if not blocked:
+        update["blocked_shortcuts"] = []
+    return limits.model_copy(update=update)
+
+
+async def attempt_escapes(client: RfbClient) -> list[str]:
+    """Everything a researcher might try to leave the app, in one session."""
+    r = Researcher(client)
+    await grab(client)
+    for combo in ("ctrl+n", "ctrl+t", "ctrl+shift+n"):
+        await r.combo(combo)
+    for url in ("file:///etc/passwd", "chrome://settings", "view-source:" + "http://127.0.0.1/"):
+        await r.combo("ctrl+l", settle=0.2)
+        await r.type(url)
+        await r.combo("return")
+    for combo in ("f12", "ctrl+shift+i", "ctrl+shift+j", "ctrl+shift+c", "ctrl+s", "ctrl+p", "ctrl+o", "ctrl+h",
+                  "ctrl+j", "ctrl+u", "f11", "alt+f4"):
+        await r.combo(combo)
+        await drain(client, 0.05)
+    await asyncio.sleep(1.5)  # after Alt+F4 the watchdog may be bringing the browser back
+    await r.click(WIDTH // 2, HEIGHT // 2, button=3)  # page context menu: open it, pick something, leave
+    await r.combo("down")
+    await r.combo("return")
+    await r.combo("escape")
+    await r.click(*LINK, button=3)  # link context menu ("open link in new window" and the like)
+    for key in ("down", "down", "return", "escape", "menu", "escape"):
+        await r.combo(key, settle=0.2)
+    await r.drag(LINK, (WIDTH - 5, HEIGHT - 5))  # dragging the link out of the window
+    await drain(client, 0.5)
+    return r.sent
+
+
+def check_after_escapes(running: RunningKiosk, other: CountingServer, tmp_path: Path, name: str) -> None:
+    assert settled(running), f"kiosk shows {[(hex(w.window), w.title) for w in running.shown()]}"
+
+    async def look(client: RfbClient) -> bytes:
+        return await grab(client)
+
+    fb, _ = asyncio.run(through_proxy(running.upstream(), tmp_path / "look", SessionLimits(), look))
+    share = share_of_colour(fb, WIDTH, HEIGHT, APP_BG)
+    if share < 0.9:
+        write_png(tmp_path / f"{name}.png", fb, WIDTH, HEIGHT)
+    assert share >= 0.9, f"the screen does not show the app ({share:.0%} app colour, see {tmp_path / name}.png)"
+    assert other.connections == 0 and other.requests == [], other.requests
+
+
+# ---- the kiosk as started --------------------------------------------------------------------------------------
+
+
+@needs_netns
+def test_kiosk_is_locked_down_as_started(kiosk: RunningKiosk, servers) -> None:
+    app, _ = servers
+    endpoint = kiosk.endpoint
+    assert endpoint.upstream.startswith("unix:")
+    socket_dir = Path(endpoint.upstream[5:]).parent
+    assert oct(socket_dir.stat().st_mode & 0o777) == "0o700"
+    assert oct(endpoint.password_file.stat().st_mode & 0o777) == "0o600"
+    assert kiosk.kiosk.vnc is not None and _tcp_listeners(kiosk.kiosk.vnc.proc.pid) == []
+    assert shows_only_the_app(kiosk)
+    # the browser: the real binary, unprivileged, sandboxed, in its own network namespace with only loopback
+    pid = kiosk.kiosk.browser_pid()
+    assert pid is not None
+    assert Path(f"/proc/{pid}/exe").resolve() == Path(CHROMIUM)
+    status = Path(f"/proc/{pid}/status").read_text()
+    uid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:")))
+    assert uid != 0 and endpoint.browser_user.startswith("safeshare-kiosk")
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")  # Chromium rewrites its argv
+    assert b" --kiosk " in cmdline and b"--no-sandbox" not in cmdline and b"--remote-debugging" not in cmdline
+    assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    netns = kiosk.kiosk.netns
+    assert netns is not None and netns.interfaces() == ["lo"]
+    # the policy the browser sees at /etc/chromium/policies/managed/ is the production one for this app
+    seen = netns.run("cat", "/etc/chromium/policies/managed/safeshare-kiosk.json")
+    assert json.loads(seen.stdout) == build_policy(app.url)
+    # the display refuses a client without the cookie
+    display = kiosk.kiosk.display
+    assert display is not None
+    refused = subprocess.run([sys.executable, "-c", "import ctypes,sys; x=ctypes.CDLL('libX11.so.6'); "
+                              "x.XOpenDisplay.restype=ctypes.c_void_p; "
+                              f"sys.exit(0 if x.XOpenDisplay(b'{display.name}') else 3)"],
+                             env={"PATH": os.environ["PATH"], "XAUTHORITY": "/nonexistent"}, capture_output=True)
+    assert refused.returncode == 3
+
+
+def _tcp_listeners(pid: int) -> list[str]:
+    """Listening TCP sockets (v4 and v6) held by a process."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                found.append(fields[1])
+    return found
+
+
+@needs_netns
+def test_vnc_password_is_required(kiosk: RunningKiosk, tmp_path: Path) -> None:
+    async def refused(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        data = await asyncio.wait_for(reader.read(), 15)
+        writer.close()
+        return data
+
+    from proxy.server import RfbProxyServer
+
+    async def run() -> tuple[bytes, str]:
+        ended: list[str] = []
+        wrong = UpstreamTarget.parse(kiosk.endpoint.upstream, b"wrong-pw")
+        server = RfbProxyServer(wrong, tmp_path, SessionLimits(), on_session_end=lambda s, r: ended.append(r))
+        port = await server.start("127.0.0.1", 0)
+        try:
+            data = await refused(port)
+            while not ended:
+                await asyncio.sleep(0.02)
+        finally:
+            await server.close()
+        return data, ended[0]
+
+    data, reason = asyncio.run(run())
+    assert data == b"" and "authentication failed" in reason
+
+
+@needs_netns
+def test_page_requests_reach_nothing_but_the_app(kiosk: RunningKiosk, servers, tmp_path: Path) -> None:
+    """The page's script tries fetch, an image, a WebSocket and a beacon to another port on loopback, localhost,
+    ::1 and the host's own address; the kiosk's namespace has no route to any of them. The positive control, an
+    ordinary Chromium on the same page, does reach the server, so the check would see a leak."""
+    app, other = servers
+    report = app.reports[0]
+    assert set(report) >= {f"{kind}-loopback" for kind in ("fetch", "img", "ws", "beacon")}
+    assert report["fetch-loopback"].startswith("blocked") and report["img-loopback"].startswith("blocked")
+    assert other.connections == 0 and other.requests == []
+    headless_control(app.url, tmp_path / "control-profile")
+    try:
+        assert other.requests, "positive control: an unconfined browser should have reached the other server"
+    finally:
+        other.reset()
+    app.reports.clear()
+
+
+# ---- escapes, as a researcher tries them ---------------------------------------------------------------------------
+
+
+@needs_netns
+def test_escape_attempts_through_the_proxy(kiosk: RunningKiosk, servers, tmp_path: Path) -> None:
+    """The real path: the demo recipient's shortcut filter in the proxy, then the kiosk."""
+    _, other = servers
+    sent, session = asyncio.run(through_proxy(kiosk.upstream(), tmp_path / "sessions", escape_limits(True),
+                                              attempt_escapes))
+    blocked = [e for e in events(session) if e["event"] == "key_blocked"]
+    for shortcut in ("Ctrl+N", "Ctrl+T", "Ctrl+L", "Ctrl+Shift+I", "Ctrl+S", "Ctrl+P", "Ctrl+O", "F11", "F12",
+                     "Alt+F4"):
+        assert shortcut in {e["shortcut"] for e in blocked}, (shortcut, blocked)
+    # every combination with a modifier or F11/F12 was stopped (Ctrl+Shift+J may be logged as Ctrl+J)
+    assert len(blocked) == len([c for c in sent if c.startswith(("ctrl+", "alt+")) or c in ("f11", "f12")])
+    check_after_escapes(kiosk, other, tmp_path, "through-proxy")
+
+
+@needs_netns
+def test_escape_attempts_against_the_kiosk_alone(kiosk: RunningKiosk, servers, tmp_path: Path) -> None:
+    """Second layer: the same attempts with no shortcut filter, so every key reaches Chromium; the policy, the
+    watchdog and the namespace must hold on their own (Ctrl+N's window is closed, Alt+F4 brings the browser back)."""
+    _, other = servers
+    closed, restarts = kiosk.kiosk.watchdog.closed, kiosk.kiosk.watchdog.restarts
+    sent, session = asyncio.run(through_proxy(kiosk.upstream(), tmp_path / "sessions", escape_limits(False),
+                                              attempt_escapes))
+    assert not [e for e in events(session) if e["event"] == "key_blocked"]
+    check_after_escapes(kiosk, other, tmp_path, "kiosk-alone")
+    watchdog = kiosk.kiosk.watchdog
+    assert watchdog.closed > closed, "Ctrl+N reached Chromium: its window should have been closed"
+    assert watchdog.restarts > restarts, "Alt+F4 reached Chromium: the browser should have been restarted"
+
+
+# ---- the watchdog -------------------------------------------------------------------------------------------------
+
+
+@needs_netns
+def test_watchdog_restarts_a_killed_browser(kiosk: RunningKiosk) -> None:
+    pid = kiosk.kiosk.browser_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: kiosk.kiosk.browser_pid() not in (None, pid) and shows_only_the_app(kiosk), 20)
+    assert settled(kiosk)
+
+
+@needs_netns
+def test_second_browser_window_is_closed(kiosk: RunningKiosk) -> None:
+    """A second Chromium invocation on the same profile asks the running browser for a new window."""
+    k = kiosk.kiosk
+    closed = k.watchdog.closed
+    cmd = k._browser_command()
+    cmd[-1:] = ["--new-window", kiosk.kiosk.config.app_url + "?second"]
+    env = browser_env({"DISPLAY": k.display.name, "XAUTHORITY": str(k._home / "xauthority")}, k._home)
+    second = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+    assert second.returncode == 0, second.stderr[-500:]
+    assert wait_for(lambda: k.watchdog.closed > closed, 10), "the second window was never seen and closed"
+    assert settled(kiosk)
+
+
+@needs_netns
+def test_foreign_window_is_closed(kiosk: RunningKiosk) -> None:
+    """Any other X client's window (one that ignores polite close requests) is removed by disconnecting it."""
+    display = kiosk.kiosk.display
+    closed = kiosk.kiosk.watchdog.closed
+    code = ("import sys, time\nfrom enclave.kiosk.xlib import XConnection\n"
+            f"c = XConnection({display.name!r}, bytes.fromhex({display.cookie.hex()!r}))\n"
+            "c.create_test_window('intruder', 600, 400)\nprint('mapped', flush=True)\n"
+            "while True:\n    time.sleep(0.1)\n    c.top_levels()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "mapped"
+        assert wait_for(lambda: proc.poll() is not None or not any(w.title == "intruder" for w in kiosk.shown()), 10)
+        assert settled(kiosk)
+        assert not any(w.title == "intruder" for w in kiosk.windows() if w.viewable)
+        assert kiosk.kiosk.watchdog.closed > closed
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+# ---- other ways to run it ------------------------------------------------------------------------------------------
+
+
+def _kiosk_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@needs_netns
+def test_safeshare_kiosk_command_runs_and_stops_cleanly(servers, tmp_path: Path) -> None:
+    app, other = servers
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "safeshare.cli", "kiosk", "--url", app.url, "--state", str(state),
+                             "--size", "800x600", "--app-title", APP_TITLE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["event"] == "ready" and ready["network"].startswith("netns ")
+        namespace = ready["network"].split()[1]
+
+        async def look(client: RfbClient) -> tuple[int, int, float]:
+            fb = await grab(client)
+            return client.width, client.height, share_of_colour(fb, client.width, client.height, APP_BG)
+
+        upstream = UpstreamTarget.parse(ready["upstream"], Path(ready["password_file"]).read_bytes().split()[0])
+        deadline = time.monotonic() + 15
+        while True:  # the page may still be loading right after "ready"
+            (width, height, share), _ = asyncio.run(through_proxy(upstream, tmp_path / "s", SessionLimits(), look))
+            if share >= 0.9 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert (width, height) == (800, 600) and share >= 0.9
+        assert _kiosk_processes(str(state))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["event"] == "stopped"
+    assert wait_for(lambda: not _kiosk_processes(str(state)), 5), "processes outlived the kiosk"
+    assert not Path(f"/run/netns/{namespace}").exists() and not Path(f"/etc/netns/{namespace}").exists()
+    assert other.connections == 0
+
+
+def test_safeshare_kiosk_bad_input(tmp_path: Path) -> None:
+    from safeshare.cli import main
+
+    assert main(["kiosk", "--url", "file:///etc/passwd", "--state", str(tmp_path)]) == 2
+    assert main(["kiosk", "--url", "http://127.0.0.1:1/", "--state", str(tmp_path), "--size", "huge"]) == 2
+
+
+@needs_netns
+def test_proxy_fallback_also_blocks_page_requests(servers, tmp_path: Path) -> None:
+    """Where no namespace can be made, Chromium sends every request but the app's to a proxy that refuses it."""
+    app, other = servers
+    app.reports.clear()
+    running = start_kiosk(KioskConfig(app_url=app.url, state_dir=tmp_path / "state", width=800, height=600,
+                                      network="proxy", app_title=APP_TITLE))
+    try:
+        assert running.endpoint.network.startswith("proxy fallback")
+        assert wait_for(lambda: app.reports, 25), "the app page's script never reported"
+        report = app.reports[0]
+        assert report["fetch-loopback"].startswith("blocked") and report["img-loopback"].startswith("blocked")
+        assert other.connections == 0 and other.requests == []
+        policy = running.kiosk.policy_path
+        assert policy is not None and policy.parent == Path("/etc/chromium/policies/managed")
+    finally:
+        stop_kiosk(running)
+    assert not policy.exists(), "the system-wide policy file is removed with the kiosk that wrote it"

@@ -1,0 +1,176 @@
+"""Kiosk parts that need no display: the managed policy, the watchdog's decisions, configuration, command lines."""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from enclave.kiosk.browser import chromium_flags, find_chromium
+from enclave.kiosk.browser_policy import (REQUIRED, BrowserPolicyError, app_origin, build_policy, load_lockdown,
+                                          write_policy)
+from enclave.kiosk.config import KioskConfig, KioskConfigError, parse_size, size_from_policy
+from enclave.kiosk.display import write_xauthority
+from enclave.kiosk.vnc import CLIPBOARD_OFF_FLAGS, x11vnc_command
+from enclave.kiosk.watchdog import assess, page_title, title_checker
+from enclave.kiosk.xlib import TopLevel
+
+APP = "http://127.0.0.1:8765/"
+CHROMIUM = "/usr/lib/chromium/chromium"
+
+
+def test_policy_has_every_required_control() -> None:
+    policy = build_policy(APP)
+    for name, value in REQUIRED.items():
+        if value is not None:
+            assert policy[name] == value, name
+    for pattern in ("*", "chrome://*", "chrome-untrusted://*", "view-source:*", "devtools://*"):
+        assert pattern in policy["URLBlocklist"]
+    assert policy["URLAllowlist"] == ["http://127.0.0.1:8765"]
+    assert policy["RestoreOnStartupURLs"] == [APP] and policy["NewTabPageLocation"] == APP
+    assert policy["DeveloperToolsAvailability"] == 2 and policy["DownloadRestrictions"] == 3
+    assert policy["DefaultClipboardSetting"] == 2  # third layer of "no clipboard"
+
+
+@pytest.mark.skipif(not os.path.isfile(CHROMIUM), reason="Chromium is installed by scripts/setup.sh")
+def test_policy_names_are_known_to_the_installed_chromium() -> None:
+    """A misspelt policy is silently ignored by Chromium: a control that is not there. Chromium's binary holds the
+    name of every policy it supports as a NUL-terminated string."""
+    with open(CHROMIUM, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as binary:
+        unknown = [name for name in build_policy(APP) if binary.find(b"\0" + name.encode() + b"\0") < 0]
+    assert unknown == []
+
+
+def test_weakened_lockdown_is_refused(tmp_path: Path) -> None:
+    lockdown = load_lockdown()
+    for name, bad in (("DeveloperToolsAvailability", 1), ("DownloadRestrictions", 0), ("PrintingEnabled", True)):
+        with pytest.raises(BrowserPolicyError, match=name):
+            build_policy(APP, {**lockdown, name: bad})
+    with pytest.raises(BrowserPolicyError, match="URLBlocklist"):
+        build_policy(APP, {**lockdown, "URLBlocklist": ["chrome://*"]})
+    with pytest.raises(BrowserPolicyError, match="URLAllowlist"):
+        build_policy(APP, {**lockdown, "URLAllowlist": ["*"]})
+    lockdown.pop("IncognitoModeAvailability")
+    with pytest.raises(BrowserPolicyError, match="IncognitoModeAvailability"):
+        build_policy(APP, lockdown)
+
+
+def test_app_origin_forms() -> None:
+    assert app_origin("http://127.0.0.1:8000/x?y") == "http://127.0.0.1:8000"
+    assert app_origin("https://enclave.example/") == "https://enclave.example:443"
+    assert app_origin("http://[::1]:9/") == "http://[::1]:9"
+    with pytest.raises(BrowserPolicyError):
+        app_origin("file:///etc/passwd")
+
+
+def test_policy_written_atomically(tmp_path: Path) -> None:
+    target = write_policy(build_policy(APP), tmp_path / "managed")
+    assert json.loads(target.read_text())["URLAllowlist"] == ["http://127.0.0.1:8765"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary file left behind
+
+
+def test_sizes_and_config(tmp_path: Path) -> None:
+    assert parse_size("1280x800") == (1280, 800) and parse_size(" 1920 X 1080 ") == (1920, 1080)
+    for bad in ("1280", "10x10", "99999x800", "axb"):
+        with pytest.raises(KioskConfigError):
+            parse_size(bad)
+    policy = tmp_path / "recipient.yaml"
+    policy.write_text("recipient: r\nscreen: 1024x768\nlimits: {idle_seconds: 5}\n")
+    assert size_from_policy(policy) == (1024, 768)
+    policy.write_text("recipient: r\nscreen: {width: 1600, height: 900}\n")
+    assert size_from_policy(policy) == (1600, 900)
+    policy.write_text("recipient: r\n")
+    assert size_from_policy(policy) is None
+    demo = Path(__file__).resolve().parents[2] / "policies" / "examples" / "recipient-demo.yaml"
+    size_from_policy(demo)  # readable whatever it holds
+    with pytest.raises(KioskConfigError):
+        KioskConfig(app_url="file:///etc/passwd", state_dir=tmp_path)
+    with pytest.raises(KioskConfigError):
+        KioskConfig(app_url=APP, state_dir=tmp_path, network="none")
+
+
+def test_vnc_server_flags_match_the_proxys_safe_set(tmp_path: Path) -> None:
+    """The enclave does not import the proxy; this keeps the two lists of clipboard-off flags equal."""
+    from proxy.vncserver import SAFE_X11VNC_FLAGS
+
+    assert set(CLIPBOARD_OFF_FLAGS) == set(SAFE_X11VNC_FLAGS)
+
+    class FakeDisplay:
+        name, xauthority = ":9", tmp_path / "xa"
+
+    cmd = x11vnc_command(FakeDisplay(), tmp_path / "pw", unix_socket=tmp_path / "s")  # type: ignore[arg-type]
+    for flag in (*SAFE_X11VNC_FLAGS, "-nevershared", "-noremote", "-nocmds", "-norc"):
+        assert flag in cmd
+    assert cmd[cmd.index("-rfbport") + 1] == "0" and cmd[cmd.index("-rfbportv6") + 1] == "-1"
+    assert "-passwdfile" in cmd and "-nopw" not in cmd
+    assert "-ultrafilexfer" not in cmd and "-tightfilexfer" not in cmd
+    tcp = x11vnc_command(FakeDisplay(), tmp_path / "pw", port=5999)  # type: ignore[arg-type]
+    assert "-localhost" in tcp
+
+
+def test_chromium_flags(tmp_path: Path) -> None:
+    flags = chromium_flags(APP, 1280, 800, tmp_path / "p", sandbox=True)
+    for flag in ("--kiosk", "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--noerrdialogs", f"--user-data-dir={tmp_path / 'p'}", "--window-size=1280,800"):
+        assert flag in flags
+    assert any(f.startswith("--disable-features=") and "Translate" in f for f in flags)
+    assert "--no-sandbox" not in flags and flags[-1] == APP
+    assert not any(f.startswith("--remote-debugging") for f in flags)
+    fallback = chromium_flags(APP, 800, 600, tmp_path / "p", sandbox=False, proxy_fallback="http://127.0.0.1:9",
+                              bypass="127.0.0.1:8765")
+    assert "--no-sandbox" in fallback and "--proxy-server=http://127.0.0.1:9" in fallback
+    assert "--proxy-bypass-list=<-loopback>;127.0.0.1:8765" in fallback
+
+
+@pytest.mark.skipif(not os.path.isfile(CHROMIUM), reason="Chromium is installed by scripts/setup.sh")
+def test_wrapper_script_is_refused(tmp_path: Path) -> None:
+    assert find_chromium() == CHROMIUM
+    wrapper = tmp_path / "chromium"
+    wrapper.write_text("#!/bin/sh\nexec true\n")
+    wrapper.chmod(0o755)
+    with pytest.raises(Exception, match="wrapper"):
+        find_chromium(str(wrapper))
+
+
+def test_xauthority_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "xa"
+    write_xauthority(path, b"\x01" * 16)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert path.read_bytes().endswith(b"MIT-MAGIC-COOKIE-1\x00\x10" + b"\x01" * 16)
+
+
+def win(window: int, *, viewable: bool = True, override: bool = False, cls: str = "Chromium-browser",
+        geometry: tuple[int, int, int, int] = (0, 0, 1280, 800), title: str = "app - Chromium") -> TopLevel:
+    return TopLevel(window, viewable, override, *geometry, "chromium-browser", cls, title, 42)
+
+
+def test_watchdog_adopts_the_first_browser_window_and_closes_the_rest() -> None:
+    windows = [win(1, viewable=False), win(2, override=True), win(3), win(4), win(5, cls="XTerm")]
+    plan = assess(windows, None, 1280, 800)
+    assert plan.kiosk == 3 and plan.close == [4, 5] and plan.restart is None and not plan.fix_geometry
+
+
+def test_watchdog_leaves_menus_alone_and_fixes_geometry() -> None:
+    plan = assess([win(3, geometry=(10, 10, 1050, 780)), win(9, override=True)], 3, 1280, 800)
+    assert plan.close == [] and plan.fix_geometry and plan.restart is None
+
+
+def test_watchdog_restarts_when_the_kiosk_window_is_gone() -> None:
+    assert assess([win(4)], 3, 1280, 800).restart == "the kiosk window is gone"
+    assert assess([win(3, viewable=False)], 3, 1280, 800).restart == "the kiosk window is gone"
+    plan = assess([win(6, cls="XTerm")], None, 1280, 800)  # before the browser is up: foreign windows go
+    assert plan.kiosk is None and plan.close == [6]
+
+
+def test_watchdog_title_check() -> None:
+    ok = title_checker("safeshare")
+    assert ok("safeshare · cohort - Chromium")
+    assert not ok("127.0.0.1 - Chromium") and not ok("chrome://downloads/ - Chromium")
+    anything = title_checker(None)
+    assert anything("Cohort builder - Chromium") and not anything("chrome://settings - Chromium")
+    assert not anything("view-source:http://x - Chromium") and page_title("a - b - Chromium") == "a - b"
+    plan = assess([win(3, title="chrome://history/ - Chromium")], 3, 1280, 800, anything)
+    assert plan.restart and "chrome://history/" in plan.restart
