@@ -55,6 +55,7 @@ async def _run_until_signal(serve, close) -> None:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
+    from proxy.capture import CaptureConfig
     from proxy.limits import PolicyError
     from proxy.server import RfbProxyServer
     from proxy.session import UpstreamTarget
@@ -63,6 +64,9 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         host, port = _split_hostport(args.listen)
         upstream = UpstreamTarget.parse(args.upstream, _read_password(args.upstream_password_file))
         limits, recipient, release = _load_limits(args.limits)
+        if args.capture_filter and not args.capture_interface:
+            raise ValueError("--capture-filter needs --capture-interface")
+        capture = CaptureConfig(args.capture_interface, args.capture_filter) if args.capture_interface else None
     except (ValueError, OSError, PolicyError) as exc:
         print(f"safeshare proxy: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -74,7 +78,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         print(f"session {session.session_id} ended: {reason}", flush=True)
 
     server = RfbProxyServer(upstream, Path(args.sessions), limits, recipient=recipient, release=release,
-                            on_session=started, on_session_end=ended, record=not args.no_record)
+                            on_session=started, on_session_end=ended, record=not args.no_record,
+                            capture=capture)
 
     async def main() -> None:
         bound = await server.start(host, port)
@@ -107,6 +112,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--upstream-password-file", help="file holding the VNC password of the upstream server")
     p.add_argument("--sessions", required=True, help="directory for session folders")
     p.add_argument("--limits", help="recipient policy YAML whose `limits:` apply (defaults otherwise)")
+    p.add_argument("--capture-interface", metavar="IFACE",
+                   help="record the enclave's network with tcpdump on IFACE into each session folder (network.pcap); "
+                        "a session does not start if the capture cannot")
+    p.add_argument("--capture-filter", metavar="BPF", help="tcpdump filter expression for --capture-interface")
     p.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
     p.set_defaults(func=cmd_proxy)
 

@@ -107,6 +107,9 @@ class PixelFormat:
             raise ProtocolError(f"unsupported bits-per-pixel {pf.bits_per_pixel}")
         if not 1 <= pf.depth <= pf.bits_per_pixel:
             raise ProtocolError(f"bad depth {pf.depth}")
+        if not pf.true_colour and pf.bits_per_pixel != 8:
+            # colour maps exist for 8 bits per pixel only; servers disagree on Tight's pixel size for the others
+            raise ProtocolError(f"colour-map pixel format with {pf.bits_per_pixel} bits per pixel")
         return pf
 
     def pack(self) -> bytes:
@@ -118,6 +121,12 @@ class PixelFormat:
     @property
     def bytes_per_pixel(self) -> int:
         return self.bits_per_pixel // 8
+
+    @property
+    def framing(self) -> tuple[int, int]:
+        """What the proxy's framing of the server stream depends on: two formats with equal framing size every
+        rectangle identically."""
+        return (self.bytes_per_pixel, self.tight_pixel_size)
 
     @property
     def tight_pixel_size(self) -> int:

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from proxy.capture import CaptureConfig
 from proxy.limits import SessionLimits
 from proxy.session import STREAM_LIMIT, ProxySession, TcpClient, UpstreamTarget
 
@@ -27,6 +28,7 @@ class RfbProxyServer:
         on_session: Callable[[ProxySession], None] | None = None,
         on_session_end: Callable[[ProxySession, str], None] | None = None,
         record: bool = True,
+        capture: CaptureConfig | None = None,
     ) -> None:
         self.upstream = upstream
         self.sessions_dir = Path(sessions_dir)
@@ -36,6 +38,7 @@ class RfbProxyServer:
         self.on_session = on_session
         self.on_session_end = on_session_end
         self.record = record
+        self.capture = capture
         self.sessions: set[ProxySession] = set()
         self._server: asyncio.base_events.Server | None = None
 
@@ -49,7 +52,8 @@ class RfbProxyServer:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
         session = ProxySession(TcpClient(reader, writer), self.upstream, self.limits, self.sessions_dir, peer=peer,
-                               recipient=self.recipient, release=self.release, record=self.record)
+                               recipient=self.recipient, release=self.release, record=self.record,
+                               capture=self.capture)
         self.sessions.add(session)
         if self.on_session is not None:
             self.on_session(session)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from proxy import rfb
+from proxy.capture import CAPTURE_FILE, CaptureConfig, CaptureError, NetworkCapture
 from proxy.eventlog import EventLog
 from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, InputFilter, SessionLimits
 from proxy.recording import Recorder
@@ -111,6 +112,27 @@ class _SessionEnd(Exception):
     """Internal: a pump finished normally (peer closed at a message boundary)."""
 
 
+# Live sessions of this process by recipient (None for sessions without one), so that revoking a recipient can end
+# its sessions whichever front end (TCP listener, gateway) started them. Only touched from the event loop.
+_LIVE: dict[str | None, set["ProxySession"]] = {}
+
+
+def live_sessions(recipient: str | None = None) -> list["ProxySession"]:
+    """The sessions running in this process, all of them or those of one recipient."""
+    if recipient is None:
+        return [session for group in _LIVE.values() for session in group]
+    return list(_LIVE.get(recipient, ()))
+
+
+def terminate_recipient(recipient: str, reason: str = "recipient revoked") -> int:
+    """End every live session of `recipient` (each logs the reason and seals); returns how many were told to end.
+    The sessions close asynchronously, within a few event-loop iterations."""
+    sessions = live_sessions(recipient)
+    for session in sessions:
+        session.terminate(reason)
+    return len(sessions)
+
+
 class ProxySession:
     """Run with `await session.run()`; `terminate(reason)` ends it from outside (revocation, shutdown)."""
 
@@ -126,6 +148,7 @@ class ProxySession:
         release: str | None = None,
         extra_meta: dict[str, Any] | None = None,
         record: bool = True,
+        capture: CaptureConfig | None = None,
     ) -> None:
         self.client = client
         self.upstream = upstream
@@ -137,6 +160,9 @@ class ProxySession:
         self.release = release
         self.extra_meta = dict(extra_meta or {})
         self.record = record
+        self.capture_config = capture
+        self.capture: NetworkCapture | None = None
+        self._capture_summary: dict[str, Any] | None = None
         self.filter = InputFilter(limits)
         self.end_reason: str | None = None
         self.log: EventLog | None = None
@@ -152,6 +178,7 @@ class ProxySession:
         self._fb_width = 0
         self._fb_height = 0
         self._pointer_xy = (0, 0)
+        self._updates_requested = False
         self._motion_timer: asyncio.TimerHandle | None = None
         self.counters = {"keys_forwarded": 0, "keys_dropped": 0, "keys_blocked": 0, "pointer_forwarded": 0,
                          "pointer_coalesced": 0, "clicks_dropped": 0, "cut_text_dropped": 0,
@@ -170,6 +197,7 @@ class ProxySession:
             "peer": self.peer, "upstream": self.upstream.describe(),
             "start": datetime.fromtimestamp(self._start_wall, timezone.utc).isoformat(),
             "end": None, "limits": self.limits.model_dump(), "recording": "screen.rfbrec" if self.record else None,
+            "capture": self._capture_summary or (self.capture_config.as_dict() if self.capture_config else None),
             **self.extra_meta,
         }
 
@@ -187,7 +215,13 @@ class ProxySession:
         self.log.write("connect", peer=self.peer, upstream=self.upstream.describe(), recipient=self.recipient,
                        release=self.release)
         tasks: list[asyncio.Task[Any]] = []
+        group = _LIVE.setdefault(self.recipient, set())
+        group.add(self)
         try:
+            if self.capture_config is not None:
+                self.capture = NetworkCapture(self.capture_config, self.dir / CAPTURE_FILE)
+                await self.capture.start()
+                self.log.write("capture_started", **self.capture_config.as_dict())
             stop = asyncio.create_task(self._stop.wait(), name="stop")
             handshake = asyncio.create_task(asyncio.wait_for(self._handshakes(), HANDSHAKE_TIMEOUT),
                                             name="handshake")
@@ -201,12 +235,20 @@ class ProxySession:
                 asyncio.create_task(self._server_pump(), name="server_pump"),
                 asyncio.create_task(self._watchdog(), name="watchdog"),
             ]
+            if self.capture is not None:
+                tasks.append(asyncio.create_task(self._capture_watch(), name="capture_watch"))
             await self._first_done(tasks)
         except _SessionEnd as end:
             self._set_reason(str(end))
+        except CaptureError as exc:
+            self._set_reason(f"network capture failed: {exc}")
+            self.log.write("error", reason=self.end_reason)
         except ProtocolError as exc:
             self._set_reason(f"protocol error: {exc}")
             self.log.write("protocol_error", reason=str(exc))
+        except asyncio.IncompleteReadError:  # only the handshakes read without translating a short read
+            self._set_reason("connection closed during the handshake")
+            self.log.write("protocol_error", reason="connection closed during the handshake")
         except asyncio.TimeoutError:
             self._set_reason("handshake timeout")
             self.log.write("protocol_error", reason="handshake timeout")
@@ -226,7 +268,12 @@ class ProxySession:
                     await task
                 except BaseException:
                     pass
-            await self._close_all()
+            try:
+                await self._close_all()
+            finally:
+                group.discard(self)
+                if not group and _LIVE.get(self.recipient) is group:
+                    del _LIVE[self.recipient]
         return self.end_reason or "closed"
 
     @staticmethod
@@ -257,6 +304,13 @@ class ProxySession:
         reason = self.end_reason or "closed"
         if self.recorder is not None:
             self.recorder.close(reason)
+        if self.capture is not None:
+            try:
+                self._capture_summary = await self.capture.stop()
+            except Exception as exc:  # the seal must still be written
+                self._capture_summary = {**self.capture.config.as_dict(), "error": str(exc)}
+            if self.log is not None and not self.log.closed:
+                self.log.write("capture_stopped", **self._capture_summary)
         if self.log is not None and not self.log.closed:
             self.log.write("disconnect", reason=reason, duration=round(time.monotonic() - self._start, 3),
                            **self.counters)
@@ -414,6 +468,7 @@ class ProxySession:
             body = await reader.readexactly(9)
             if body[0] not in (0, 1):
                 raise ProtocolError("bad incremental flag")
+            self._updates_requested = True
             self._up_write(bytes([rfb.C_FB_UPDATE_REQUEST]) + body)
         elif msg_type == rfb.C_SET_ENCODINGS:
             (count,) = struct.unpack(">xH", await reader.readexactly(3))
@@ -428,6 +483,11 @@ class ProxySession:
         elif msg_type == rfb.C_SET_PIXEL_FORMAT:
             body = await reader.readexactly(19)
             pixel_format = PixelFormat.parse(body[3:])
+            assert self._pixel_format is not None
+            if self._updates_requested and pixel_format.framing != self._pixel_format.framing:
+                # Updates in flight would still use the old pixel size, and the proxy cannot tell where the server
+                # switched: it would lose the framing of the server stream (and with it the cut-text filter).
+                raise ProtocolError("SetPixelFormat changing the pixel size after updates were requested")
             self._pixel_format = pixel_format
             self._up_write(bytes([rfb.C_SET_PIXEL_FORMAT]) + b"\0\0\0" + pixel_format.pack())
             log.write("set_pixel_format", **pixel_format.as_dict())
@@ -640,6 +700,11 @@ class ProxySession:
 
     # --- limits ----------------------------------------------------------------------------------------------------
 
+    async def _capture_watch(self) -> None:
+        assert self.capture is not None
+        await self.capture.wait_stopped()
+        raise _SessionEnd("network capture stopped")
+
     async def _watchdog(self) -> None:
         """Idle and maximum session time, checked a few times a second."""
         assert self.log is not None
@@ -652,3 +717,36 @@ class ProxySession:
             if now - self._last_input >= self.limits.idle_seconds:
                 self.log.write("limit_hit", limit="idle_seconds", value=self.limits.idle_seconds)
                 raise _SessionEnd("idle timeout")
+
+
+async def run_session(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    upstream: UpstreamTarget,
+    limits: SessionLimits,
+    sessions_dir: Path,
+    recipient: str | None = None,
+    *,
+    release: str | None = None,
+    peer: str | None = None,
+    extra_meta: dict[str, Any] | None = None,
+    record: bool = True,
+    capture: CaptureConfig | None = None,
+    on_start: Any = None,
+) -> Path:
+    """Run one proxied session over a client stream pair (RFB 3.8, security None towards the client) and return its
+    folder once it has ended and been sealed; `meta.json` there holds `end_reason`.
+
+    `on_start(session)` is called with the `ProxySession` before the handshakes, e.g. to keep it for `terminate`.
+    Front ends with a transport other than a stream pair build a `ProxySession` over their own `ClientTransport`.
+    """
+    if peer is None:
+        peername = client_writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername or "")
+    session = ProxySession(TcpClient(client_reader, client_writer), upstream, limits, sessions_dir, peer=peer,
+                           recipient=recipient, release=release, extra_meta=extra_meta, record=record,
+                           capture=capture)
+    if on_start is not None:
+        on_start(session)
+    await session.run()
+    return session.dir

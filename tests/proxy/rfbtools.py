@@ -173,6 +173,8 @@ class FakeVncServer:
     raw: bytearray = field(default_factory=bytearray)
     connections: int = 0
     echo_bell_on_key: bool = False
+    pixel_format: bytes = PF_32  # as announced in ServerInit
+    handled: int = 0  # connections whose handler has finished
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -192,7 +194,8 @@ class FakeVncServer:
             writer.write(b"\0\0\0\0")
             await reader.readexactly(1)
             name = b"fake"
-            writer.write(struct.pack(">HH", self.width, self.height) + PF_32 + struct.pack(">I", len(name)) + name)
+            writer.write(struct.pack(">HH", self.width, self.height) + self.pixel_format + struct.pack(">I", len(name))
+                         + name)
             if self.script:
                 writer.write(self.script)
             await writer.drain()
@@ -221,6 +224,7 @@ class FakeVncServer:
             pass
         finally:
             writer.close()
+            self.handled += 1
 
     def keys(self) -> list[tuple[float, bool, int]]:
         out = []

@@ -6,8 +6,10 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -335,3 +337,185 @@ def test_proxy_command_bad_input(tmp_path: Path) -> None:
     bad.write_text("recipient: x\nlimits:\n  keys:\n    rats: 3\n")
     assert main(["proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:5900", "--sessions", str(tmp_path),
                  "--limits", str(bad)]) == 2
+
+
+# --- keyboard input as the X server sees it -------------------------------------------------------------------------
+
+XKEYS = Path(__file__).with_name("xkeys.py")
+
+
+class XKeyWatcher:
+    """Key events on the display's root window, as reported by tests/proxy/xkeys.py (see there)."""
+
+    def __init__(self, display: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(XKEYS), "listen", display], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+        self.events: list[tuple[str, int, int, int]] = []  # (press|release, keysym, X time ms, monotonic ns)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, keysym, xtime, mono = line.split()
+            self.events.append((kind, int(keysym), int(xtime), int(mono)))
+
+    def wait_for_press(self, keysym: int, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e[0] == "press" and e[1] == keysym for e in self.events):
+            assert time.monotonic() < deadline, f"keysym {keysym:#x} never reached the X server"
+            time.sleep(0.02)
+
+    def presses(self, keysym: int | None = None) -> list[tuple[str, int, int, int]]:
+        return [e for e in list(self.events) if e[0] == "press" and (keysym is None or e[1] == keysym)]
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self._thread.join(5)
+
+
+def held_keys(display: str) -> list[int]:
+    out = subprocess.run([sys.executable, str(XKEYS), "held", display], capture_output=True, text=True, check=True,
+                         timeout=10).stdout
+    return [int(code) for code in out.split()]
+
+
+@pytest.fixture
+def keys_seen(display: str):
+    watcher = XKeyWatcher(display)
+    try:
+        yield watcher
+    finally:
+        watcher.stop()
+
+
+@pytest.fixture
+def safe_vnc(display: str):
+    """x11vnc configured as the enclave configures it (clipboard off)."""
+    port = free_port()
+    proc = x11vnc_start(display, port, list(SAFE_X11VNC_FLAGS))
+    try:
+        yield port
+    finally:
+        stop_process(proc)
+
+
+KEY_A, KEY_Z = 0x61, 0x7A
+
+
+def test_key_flood_reaches_x_at_the_configured_rate(tmp_path: Path, display: str, safe_vnc: int,
+                                                    keys_seen: XKeyWatcher) -> None:
+    """1,000 key presses (each with its release) within one second through the proxy to x11vnc: the X server sees the
+    burst and then the configured rate, exactly the presses the log says were forwarded; every release passes, no
+    key stays down, and each dropped press is logged."""
+    limits = SessionLimits.model_validate({"keys": {"rate": 10, "burst": 30}})
+    timing: dict[str, float] = {}
+
+    async def flood(port: int) -> None:
+        client = RfbClient()
+        await client.connect(port)
+        start = time.monotonic()
+        for i in range(1000):
+            client.writer.write(struct.pack(">BBxxI", 4, 1, KEY_A) + struct.pack(">BBxxI", 4, 0, KEY_A))
+            await client.writer.drain()
+            if (delay := start + (i + 1) / 1000 - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
+        timing["elapsed"] = time.monotonic() - start
+        await asyncio.sleep(0.3)  # a few tokens come back for the sentinel
+        await client.key(KEY_Z, True)
+        await client.key(KEY_Z, False)
+        await asyncio.to_thread(keys_seen.wait_for_press, KEY_Z)
+        await client.close()
+
+    _, (session_dir, reason) = asyncio.run(run_with_proxy(tmp_path, UpstreamTarget("127.0.0.1", safe_vnc), flood,
+                                                          limits))
+    assert reason == "client closed"
+    log = [json.loads(line) for line in (session_dir / "events.jsonl").read_text().splitlines()]
+    forwarded = [e for e in log if e["event"] == "key" and e["keysym"] == KEY_A]
+    forwarded_presses = [e for e in forwarded if e["down"]]
+    dropped = [e for e in log if e["event"] == "key_dropped"]
+    assert sum(1 for e in forwarded if not e["down"]) == 1000  # all releases pass
+    assert len(dropped) + len(forwarded_presses) == 1000
+    assert all(e["keysym"] == KEY_A and e["name"] == "a" and e["limit"] == "keys" for e in dropped)
+
+    x_presses = keys_seen.presses(KEY_A)
+    assert len(x_presses) == len(forwarded_presses)  # what the log says is what X got
+    assert 30 <= len(x_presses) <= 30 + 10 * timing["elapsed"] + 2, (len(x_presses), timing)
+    after_burst = x_presses[30:]
+    assert len(after_burst) >= 5
+    span = (after_burst[-1][2] - after_burst[0][2]) / 1000  # X server timestamps, ms
+    assert (len(after_burst) - 1) / span <= 10 * 1.25, (len(after_burst), span)
+    assert held_keys(display) == []  # nothing stuck
+    assert verify_log(session_dir / "events.jsonl").ok
+
+
+def test_blocked_shortcuts_never_reach_x(tmp_path: Path, display: str, safe_vnc: int,
+                                        keys_seen: XKeyWatcher) -> None:
+    ctrl, shift, alt = 0xFFE3, 0xFFE1, 0xFFE9
+    key_n, key_i, f4, f12, key_t = 0x6E, 0x49, 0xFFC1, 0xFFC9, 0x74
+    combos = [(ctrl, True), (key_n, True), (key_n, False), (ctrl, False),  # Ctrl+N
+              (ctrl, True), (shift, True), (key_i, True), (key_i, False), (shift, False), (ctrl, False),  # Ctrl+Shift+I
+              (alt, True), (f4, True), (f4, False), (alt, False),  # Alt+F4
+              (f12, True), (f12, False),  # F12
+              (ctrl, True), (key_t, True), (key_t, False), (ctrl, False)]  # Ctrl+T
+
+    async def send(port: int, keys: list[tuple[int, bool]]) -> None:
+        client = RfbClient()
+        await client.connect(port)
+        for keysym, down in keys:
+            await client.key(keysym, down)
+        await client.key(KEY_Z, True)
+        await client.key(KEY_Z, False)
+        await asyncio.to_thread(keys_seen.wait_for_press, KEY_Z)
+        await client.close()
+
+    # positive control: the same keys sent directly do reach the X server
+    asyncio.run(send(safe_vnc, combos))
+    direct = {keysym for _, keysym, _, _ in keys_seen.presses()}
+    assert {key_n, ord("i"), f4, f12, key_t} <= direct
+    keys_seen.events.clear()
+
+    _, (session_dir, _) = asyncio.run(run_with_proxy(tmp_path, UpstreamTarget("127.0.0.1", safe_vnc),
+                                                     lambda port: send(port, combos + [(key_n, True),
+                                                                                       (key_n, False)])))
+    proxied = [keysym for _, keysym, _, _ in keys_seen.presses()]
+    assert {key_i, ord("i"), f4, f12, key_t}.isdisjoint(proxied)
+    assert proxied.count(key_n) == 1 and proxied.index(key_n) > proxied.index(0xFFE9)  # only the plain n at the end
+    log = [json.loads(line) for line in (session_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["shortcut"] for e in log if e["event"] == "key_blocked"] == ["Ctrl+N", "Ctrl+Shift+I", "Alt+F4", "F12",
+                                                                           "Ctrl+T"]
+    assert held_keys(display) == []
+
+
+def test_real_session_log_verifies_and_a_changed_line_is_detected(tmp_path: Path, safe_vnc: int) -> None:
+    async def session(port: int) -> None:
+        client = RfbClient()
+        await client.connect(port)
+        await client.request()
+        await client.read_update()
+        for keysym in b"ok":
+            await client.key(keysym, True)
+            await client.key(keysym, False)
+        await client.pointer(1, 10, 10)
+        await client.pointer(0, 10, 10)
+        await client.cut_text(b"not for the enclave")
+        await asyncio.sleep(0.2)
+        await client.close()
+
+    _, (session_dir, _) = asyncio.run(run_with_proxy(tmp_path, UpstreamTarget("127.0.0.1", safe_vnc), session))
+    path = session_dir / "events.jsonl"
+    assert verify_log(path).ok
+    lines = path.read_text().splitlines(keepends=True)
+    kinds = [json.loads(line)["event"] for line in lines]
+    assert {"connect", "upstream_ready", "client_ready", "key", "pointer", "cut_text_dropped", "disconnect",
+            "seal"} <= set(kinds)
+    target = kinds.index("pointer")
+    lines[target] = lines[target].replace('"x":10', '"x":11')
+    path.write_text("".join(lines))
+    broken = verify_log(path)
+    assert not broken.ok and broken.bad_line == target + 2  # the next line's hash no longer matches
+    from safeshare.cli import main
+
+    assert main(["verify-session", str(session_dir)]) == 1
