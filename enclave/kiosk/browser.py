@@ -28,7 +28,7 @@ DISABLED_FEATURES = (
     "Translate", "MediaRouter", "DialMediaRouteProvider", "OptimizationHints", "AutofillServerCommunication",
     "InterestFeedContentSuggestions", "CertificateTransparencyComponentUpdater", "GlobalMediaControls",
     "DownloadBubble", "DownloadBubbleV2", "HttpsUpgrades", "PrivacySandboxSettings4", "SidePanelPinning",
-    "LensOverlay", "TabHoverCardImages", "ReadAnything",
+    "LensOverlay", "TabHoverCardImages", "ReadAnything", "SpareRendererForSitePerProcess", "BackForwardCache",
 )
 
 
@@ -105,7 +105,7 @@ def chromium_flags(app_url: str, width: int, height: int, profile_dir: Path, *, 
         "--disable-pinch", "--overscroll-history-navigation=0", "--disable-features=" + ",".join(DISABLED_FEATURES),
         "--password-store=basic", "--use-mock-keychain", "--ozone-platform=x11", "--force-device-scale-factor=1",
         "--window-position=0,0", f"--window-size={width},{height}", "--disable-gpu", "--disable-dev-shm-usage",
-        "--renderer-process-limit=2", "--lang=en-US",
+        "--renderer-process-limit=1", "--lang=en-US",
     ]
     if not sandbox:
         flags.append("--no-sandbox")

@@ -58,7 +58,8 @@ def start_xvfb(width: int, height: int, xauthority: Path, log_path: Path, timeou
     read_fd, write_fd = os.pipe()
     try:
         proc = spawn(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x24",
-                      "-auth", str(xauthority), "-nolisten", "tcp", "-noreset", "-dpi", "96"],
+                      "-auth", str(xauthority), "-nolisten", "tcp", "-noreset", "-dpi", "96",
+                      "-extension", "GLX"],
                      log_path, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)

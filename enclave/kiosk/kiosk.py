@@ -27,8 +27,9 @@ from enclave.kiosk.browser_policy import (POLICY_FILE_NAME, SYSTEM_POLICY_DIR, b
 from enclave.kiosk.config import KioskConfig, KioskConfigError
 from enclave.kiosk.display import XDisplay, start_xvfb, write_xauthority
 from enclave.kiosk.forward import PortForward
+from enclave.kiosk.leftovers import clean_previous, remove_record, write_record
 from enclave.kiosk.netns import NetnsUnavailable, NetworkNamespace, netns_unavailable_reason
-from enclave.kiosk.procs import kill_pids, spawn, stop_group
+from enclave.kiosk.procs import descendants, kill_pids, spawn, stop_group
 from enclave.kiosk.vnc import VncEndpoint, VncServer, start_x11vnc
 from enclave.kiosk.watchdog import Watchdog, title_checker
 
@@ -149,9 +150,20 @@ class Kiosk:
         if self._home is not None:
             shutil.rmtree(self._home, ignore_errors=True)
             self._home = None
+        remove_record(self.config.state_dir)
         if self.endpoint is not None:
             log.info("kiosk stopped")
         self.endpoint = None
+
+    def _record(self) -> None:
+        """Note what runs, so that a kiosk that dies without stopping is cleaned up by the next one (leftovers.py)."""
+        if self._stopping:
+            return
+        pids = [pid for group in self.process_ids().values() for pid in group]
+        write_record(self.config.state_dir, {
+            "pids": pids, "netns": self.netns.name if self.netns is not None else None,
+            "home": str(self._home) if self._home is not None else None,
+            "system_policy": str(self.policy_path) if self._wrote_system_policy and self.policy_path else None})
 
     async def __aenter__(self) -> KioskEndpoint:
         return await self.start()
@@ -162,6 +174,13 @@ class Kiosk:
     def browser_pid(self) -> int | None:
         return self.browser.pid if self.browser is not None and self.browser.poll() is None else None
 
+    def process_ids(self) -> dict[str, list[int]]:
+        """Pids of the kiosk's processes by part (for status and memory figures)."""
+        pid = self.browser_pid()
+        return {"Xvfb": [self.display.proc.pid] if self.display is not None else [],
+                "x11vnc": [self.vnc.proc.pid] if self.vnc is not None else [],
+                "chromium": descendants(pid) if pid is not None else []}
+
     # ---- start-up steps -------------------------------------------------------------------------------------
 
     async def _start(self) -> KioskEndpoint:
@@ -170,26 +189,30 @@ class Kiosk:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         assert cfg.log_dir is not None
         cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(clean_previous, cfg.state_dir)
         self._chromium = find_chromium(cfg.chromium)
         self.user = await asyncio.to_thread(ensure_kiosk_user, cfg.user or "safeshare-kiosk")
         log.info("kiosk browser user: %s", self.user.describe())
         await asyncio.to_thread(self._choose_network)
+        self._record()
         self.display = await asyncio.to_thread(start_xvfb, cfg.width, cfg.height, cfg.state_dir / "xauthority",
                                                cfg.log_dir / "xvfb.log")
         self.vnc = await asyncio.to_thread(start_x11vnc, self.display, cfg.state_dir, cfg.log_dir / "x11vnc.log",
                                            port=cfg.vnc_port)
         await asyncio.to_thread(self._install_policy)
         self._prepare_home()
+        self._record()
         await self._open_network_path()
         await asyncio.to_thread(self._launch_browser)
         self.watchdog = Watchdog(self.display.name, self.display.cookie, cfg.width, cfg.height,
                                  self._restart_browser, lambda: self.browser is not None and self.browser.poll() is None,
                                  title_ok=title_checker(cfg.app_title))
-        self.watchdog.start()
+        await self.watchdog.start()
         try:
             await self.watchdog.wait_for_window(WINDOW_TIMEOUT)
         except asyncio.TimeoutError:
             raise RuntimeError(f"no browser window within {WINDOW_TIMEOUT:.0f} s (see {cfg.log_dir}/chromium.log)")
+        self._record()
         self._supervisor = asyncio.create_task(self._supervise(), name="kiosk-supervisor")
         self.endpoint = KioskEndpoint(self.vnc.endpoint.upstream, self.vnc.endpoint.password_file, self.display.name,
                                       self._network, self.user.describe(), cfg.log_dir)
@@ -302,7 +325,11 @@ class Kiosk:
 
     def _stop_browser(self) -> None:
         if self.browser is not None:
+            tree = descendants(self.browser.pid)
             stop_group(self.browser)
+            leftovers = [pid for pid in tree if Path(f"/proc/{pid}").exists()]
+            if leftovers:
+                kill_pids(leftovers)
             self.browser = None
         if self._home is not None:
             stragglers = _processes_mentioning(str(self._home / "profile"))
@@ -328,6 +355,7 @@ class Kiosk:
                     self.vnc = await asyncio.to_thread(start_x11vnc, self.display, self.config.state_dir,
                                                        self.config.log_dir / "x11vnc.log",
                                                        port=self.config.vnc_port, keep_password=True)
+                    self._record()
                 except RuntimeError as exc:
                     self.failure = f"x11vnc cannot be restarted: {exc}"
                     log.error("kiosk failed: %s; stopping everything", self.failure)
@@ -350,6 +378,7 @@ class Kiosk:
             self._last_restart = time.monotonic()
             log.warning("restarting the kiosk browser (%s)", reason)
             await asyncio.to_thread(self._launch_browser)
+            self._record()
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -77,6 +77,27 @@ def kill_pids(pids: Sequence[int], timeout: float = 3.0) -> None:
         time.sleep(0.05)
 
 
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it, from the parent pids in /proc. Chromium's sandboxed children live in
+    namespaces of their own (pid and network), so neither `ip netns pids` nor the process group is sure to find
+    them all; the parent chain does."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -20,11 +20,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from enclave.kiosk.xlib import TopLevel, XConnection, XError
 
 log = logging.getLogger("safeshare.kiosk")
+T = TypeVar("T")
 
 POLL_SECONDS = 0.25
 CLOSE_GRACE_SECONDS = 1.5  # after a polite close request, before the window's client is disconnected
@@ -119,11 +122,19 @@ class Watchdog:
         self._conn: XConnection | None = None
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
+        # Every X call runs on this one thread, in order: a poll still running when the watchdog is cancelled
+        # finishes before the connection is closed behind it (closing it under a running call corrupts memory).
+        self._x_thread: ThreadPoolExecutor | None = None
 
     # ---- control ----------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._conn = XConnection(self.display, self.cookie)
+    async def _in_x_thread(self, func: Callable[..., T], *args: Any) -> T:
+        assert self._x_thread is not None
+        return await asyncio.get_running_loop().run_in_executor(self._x_thread, func, *args)
+
+    async def start(self) -> None:
+        self._x_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiosk-x")
+        self._conn = await self._in_x_thread(XConnection, self.display, self.cookie)
         self._task = asyncio.create_task(self._run(), name="kiosk-watchdog")
 
     async def stop(self) -> None:
@@ -131,9 +142,12 @@ class Watchdog:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._x_thread is not None:
+            if self._conn is not None:
+                await self._in_x_thread(self._conn.close)
+                self._conn = None
+            self._x_thread.shutdown(wait=True)
+            self._x_thread = None
 
     async def wait_for_window(self, timeout: float) -> int:
         """Until the watchdog has adopted a kiosk window (the browser is up and shown)."""
@@ -171,7 +185,7 @@ class Watchdog:
         if not self.browser_alive():
             await self._restart("the browser is not running")
             return
-        plan = await asyncio.to_thread(self._look)
+        plan = await self._in_x_thread(self._look)
         if plan.restart:
             await self._restart(plan.restart)
             return
@@ -179,7 +193,7 @@ class Watchdog:
             self.kiosk = plan.kiosk
             self._ready.set()
         if plan.close or plan.fix_geometry:
-            await asyncio.to_thread(self._act, plan)
+            await self._in_x_thread(self._act, plan)
 
     def _look(self) -> Plan:
         assert self._conn is not None

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 _lib_name = ctypes.util.find_library("X11") or "libX11.so.6"
 _x11 = ctypes.CDLL(_lib_name)
+# Connections are used from worker threads (the watchdog runs its X calls in asyncio.to_thread, a test or a status
+# command may look at the display meanwhile); Xlib is thread-safe only when this is its first call.
+_x11.XInitThreads()
 
 Window = ctypes.c_ulong
 Atom = ctypes.c_ulong

@@ -374,15 +374,45 @@ def test_safeshare_kiosk_command_runs_and_stops_cleanly(servers, tmp_path: Path)
                 break
             time.sleep(0.3)
         assert (width, height) == (800, 600) and share >= 0.9
-        assert _kiosk_processes(str(state))
+        home = json.loads((state / "kiosk.json").read_text())["home"]
+        assert _kiosk_processes(str(state)) and _kiosk_processes(home)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["event"] == "stopped"
-    assert wait_for(lambda: not _kiosk_processes(str(state)), 5), "processes outlived the kiosk"
+    assert wait_for(lambda: not _kiosk_processes(str(state)) and not _kiosk_processes(home), 5), \
+        "processes outlived the kiosk"
+    assert not Path(home).exists() and not (state / "kiosk.json").exists()
     assert not Path(f"/run/netns/{namespace}").exists() and not Path(f"/etc/netns/{namespace}").exists()
     assert other.connections == 0
+
+
+@needs_netns
+def test_leftovers_of_a_killed_kiosk_are_cleaned_up(servers, tmp_path: Path) -> None:
+    """A kiosk process killed outright cannot stop its children; the next kiosk on the same state folder does."""
+    from enclave.kiosk.leftovers import clean_previous
+
+    app, _ = servers
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "safeshare.cli", "kiosk", "--url", app.url, "--state", str(state),
+                             "--size", "640x480"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait(10)
+    namespace = ready["network"].split()[1]
+    home = json.loads((state / "kiosk.json").read_text())["home"]
+    assert _kiosk_processes(str(state)) and _kiosk_processes(home), \
+        "positive control: SIGKILL leaves the kiosk's display, VNC server and browser running"
+    assert clean_previous(state)
+    assert wait_for(lambda: not _kiosk_processes(str(state)) and not _kiosk_processes(home), 5)
+    assert not Path(home).exists()
+    assert not Path(f"/run/netns/{namespace}").exists() and not Path(f"/etc/netns/{namespace}").exists()
+    assert not clean_previous(state)
 
 
 def test_safeshare_kiosk_bad_input(tmp_path: Path) -> None:
