@@ -16,8 +16,11 @@ with kinds:
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import queue
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,19 +35,109 @@ KIND_SERVER = ord("S")
 KIND_END = ord("X")
 
 
-class Recorder:
-    """Appends records; buffered, flushed at the end of every server message by the proxy."""
+class RecordingError(Exception):
+    """The recording could not be written (disk full, I/O error): the session must end, as it would be unrecorded."""
 
-    def __init__(self, path: Path, start: float | None = None) -> None:
-        self._file: BinaryIO = open(path, "xb", buffering=1 << 20)
+
+_FLUSH = object()
+_STOP = object()
+
+
+class Recorder:
+    """Appends records from the event loop; a writer thread does the file I/O, so that writing hundreds of megabytes a
+    second of screen data overlaps with the proxy's network I/O instead of stalling it.
+
+    Records keep their order and carry the time at which the proxy forwarded them. `backlog` counts bytes handed over
+    but not yet written; the session waits on `wait_ready()` when it exceeds `max_backlog`, so a slow disk slows the
+    session down rather than letting memory grow. A failed write is raised as `RecordingError` at the next call.
+    """
+
+    def __init__(self, path: Path, start: float | None = None, max_backlog: int = 32 << 20) -> None:
+        # large payloads (bigger than the buffer) go to the file without being copied into the buffer first
+        self._file: BinaryIO = open(path, "xb", buffering=64 << 10)
         self._start = time.monotonic() if start is None else start
         self._file.write(MAGIC)
         self.bytes_recorded = 0
         self.closed = False
+        self.max_backlog = max_backlog
+        self._backlog = 0
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._room: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._write_loop, name=f"recorder {path.parent.name}", daemon=True)
+        self._thread.start()
+
+    # --- writer thread ---------------------------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _STOP:
+                    break
+                if item is _FLUSH:
+                    self._file.flush()
+                    continue
+                header, payload = item
+                self._file.write(header)
+                self._file.write(payload)
+                with self._lock:
+                    self._backlog -= len(payload)
+                    drained = self._backlog <= self.max_backlog // 2
+                if drained:
+                    self._wake()
+            self._file.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported to the session, which ends
+            self._error = exc
+            self._wake()
+        finally:
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._error = self._error or exc
+
+    def _wake(self) -> None:
+        room, loop = self._room, self._loop
+        if room is not None and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(room.set)
+            except RuntimeError:
+                pass
+
+    # --- event loop side -------------------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise RecordingError(f"{self._error.__class__.__name__}: {self._error}")
 
     def _record(self, kind: int, payload: bytes | bytearray | memoryview) -> None:
-        self._file.write(HEADER.pack(kind, time.monotonic() - self._start, len(payload)))
-        self._file.write(payload)
+        self._check()
+        if self.closed:
+            raise RecordingError("recording closed")
+        data = payload if isinstance(payload, bytes) else bytes(payload)  # callers may reuse their buffers
+        header = HEADER.pack(kind, time.monotonic() - self._start, len(data))
+        with self._lock:
+            self._backlog += len(data)
+        self._queue.put((header, data))
+
+    @property
+    def backlog(self) -> int:
+        return self._backlog
+
+    async def wait_ready(self) -> None:
+        """Return once the writer has caught up below the backlog limit (at once if it has)."""
+        while True:
+            self._check()
+            if self._backlog <= self.max_backlog:
+                return
+            if self._room is None:
+                self._room, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            self._room.clear()
+            if self._backlog <= self.max_backlog or self._error is not None:
+                continue
+            await self._room.wait()
 
     def _json(self, kind: int, value: Any) -> None:
         self._record(kind, json.dumps(value, separators=(",", ":")).encode())
@@ -65,15 +158,21 @@ class Recorder:
             self.bytes_recorded += len(data)
 
     def flush(self) -> None:
+        """Hand what was recorded so far to the operating system (at the end of every server message)."""
         if not self.closed:
-            self._file.flush()
+            self._check()
+            self._queue.put(_FLUSH)
 
     def close(self, reason: str) -> None:
+        """Write the end record and wait for the writer (blocking: called once, when the session ends)."""
         if self.closed:
             return
-        self._json(KIND_END, {"reason": reason})
+        if self._error is None:
+            self._json(KIND_END, {"reason": reason})
         self.closed = True
-        self._file.close()
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._check()
 
 
 def read_recording(path: Path) -> Iterator[tuple[str, float, bytes]]:

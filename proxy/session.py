@@ -7,6 +7,22 @@ are parsed as byte streams with `readexactly`, so message boundaries do not depe
 
 Fail closed: anything unexpected (unknown message type, disallowed or oversized message, truncated stream, an
 exception anywhere) ends the session, and the reason is logged before the log is sealed.
+
+API for front ends (stable):
+- `await run_session(reader, writer, upstream, limits, sessions_dir, recipient=None, ...) -> Path`: one session over
+  a client stream pair; returns the sealed session folder (its `meta.json` has `end_reason`).
+- `ProxySession(client, upstream, limits, sessions_dir, *, peer, recipient, release, extra_meta, record, capture)`
+  over any `ClientTransport` (the gateway's WebSocket adapter): `await session.run()` returns the end reason;
+  `session.terminate(reason)` ends it from outside; `session.session_id` and `session.dir` name its folder.
+- `terminate_recipient(recipient, reason)` ends every live session of a recipient in this process (revocation);
+  `live_sessions(recipient=None)` lists them.
+- `UpstreamTarget.parse("HOST:PORT" | "unix:PATH", password)` names the enclave's VNC server.
+
+One pixel-format rule goes beyond RFC 6143: once the client has requested updates, a SetPixelFormat that changes the
+pixel size ends the session, because updates already in flight use the old size and nothing in the protocol says
+where the server switched; losing the framing would lose the cut-text filter. noVNC sets the format once, before
+its first request; a viewer that lowers its colour depth later (TigerVNC's AutoSelect on a slow link) ends its
+session. Changes that keep the pixel size (shifts, byte order) are allowed at any time.
 """
 from __future__ import annotations
 
@@ -26,7 +42,7 @@ from proxy import rfb
 from proxy.capture import CAPTURE_FILE, CaptureConfig, CaptureError, NetworkCapture
 from proxy.eventlog import EventLog
 from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, InputFilter, SessionLimits
-from proxy.recording import Recorder
+from proxy.recording import Recorder, RecordingError
 from proxy.rfb import PixelFormat, ProtocolError
 
 HANDSHAKE_TIMEOUT = 15.0
@@ -240,6 +256,9 @@ class ProxySession:
             await self._first_done(tasks)
         except _SessionEnd as end:
             self._set_reason(str(end))
+        except RecordingError as exc:
+            self._set_reason(f"recording failed: {exc}")
+            self.log.write("error", reason=self.end_reason)
         except CaptureError as exc:
             self._set_reason(f"network capture failed: {exc}")
             self.log.write("error", reason=self.end_reason)
@@ -303,7 +322,11 @@ class ProxySession:
             pass
         reason = self.end_reason or "closed"
         if self.recorder is not None:
-            self.recorder.close(reason)
+            try:
+                await asyncio.to_thread(self.recorder.close, reason)  # writes the backlog; other sessions go on
+            except RecordingError as exc:  # the log still gets its seal, and says so
+                if self.log is not None and not self.log.closed:
+                    self.log.write("error", reason=f"recording failed: {exc}")
         if self.capture is not None:
             try:
                 self._capture_summary = await self.capture.stop()
@@ -561,6 +584,8 @@ class ProxySession:
             self.recorder.server(data)
         self.counters["server_bytes"] += len(data)
         await self.client.drain()
+        if self.recorder is not None and self.recorder.backlog > self.recorder.max_backlog:
+            await self.recorder.wait_ready()
 
     async def _server_message(self, msg_type: int, reader: asyncio.StreamReader) -> None:
         if msg_type == rfb.S_FB_UPDATE:

@@ -181,3 +181,26 @@ def test_capture_that_cannot_start_refuses_the_session(tmp_path: Path) -> None:
     assert reason.startswith("network capture failed"), reason
     assert fake.connections == 0
     assert verify_log(session_dir / "events.jsonl").ok
+
+
+def test_recording_failure_surfaces_as_recording_error(tmp_path: Path) -> None:
+    """A recording that cannot be written (here: /dev/full, which fails every write with ENOSPC) must surface as
+    RecordingError, on which the session ends ("recording failed") instead of going on unrecorded."""
+    from proxy.recording import Recorder, RecordingError
+
+    async def scenario() -> str:
+        recorder = Recorder(tmp_path / "screen.rfbrec", max_backlog=1 << 20)
+        recorder._file.close()
+        recorder._file = open("/dev/full", "wb", buffering=0)  # the real device, so the real write error
+        try:
+            for _ in range(64):
+                recorder.server(b"\x00" * 65536)
+                recorder.flush()
+                await recorder.wait_ready()
+                await asyncio.sleep(0.01)
+        except RecordingError as exc:
+            return str(exc)
+        return "no error"
+
+    message = asyncio.run(scenario())
+    assert "No space left" in message or "OSError" in message, message

@@ -337,6 +337,8 @@ def test_proxy_command_bad_input(tmp_path: Path) -> None:
     bad.write_text("recipient: x\nlimits:\n  keys:\n    rats: 3\n")
     assert main(["proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:5900", "--sessions", str(tmp_path),
                  "--limits", str(bad)]) == 2
+    assert main(["proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:5900", "--sessions", str(tmp_path),
+                 "--capture-filter", "tcp"]) == 2  # a filter without an interface
 
 
 # --- keyboard input as the X server sees it -------------------------------------------------------------------------
