@@ -66,11 +66,29 @@ class BrowserUser:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
 
 
+def sandbox_unavailable_reason() -> str | None:
+    """Chromium's Linux sandbox needs unprivileged user namespaces (Debian builds have no setuid helper)."""
+    checks = (("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone is 0"),
+              ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces is 0"),
+              ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+               "AppArmor restricts unprivileged user namespaces"))
+    for path, bad, reason in checks:
+        try:
+            if open(path).read().strip() == bad:
+                return reason
+        except OSError:
+            continue
+    return None
+
+
 def ensure_kiosk_user(name: str = KIOSK_USER) -> BrowserUser:
     """Choose the browser's user: ourselves when not root; else `name`, created if missing; root as a last resort."""
     if os.geteuid() != 0:
         me = pwd.getpwuid(os.geteuid()).pw_name
-        return BrowserUser(me, None, None, sandbox=True)
+        reason = sandbox_unavailable_reason()
+        if reason:
+            log.warning("%s: the kiosk browser runs WITHOUT Chromium's sandbox", reason)
+        return BrowserUser(me, None, None, sandbox=reason is None)
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
@@ -89,7 +107,10 @@ def ensure_kiosk_user(name: str = KIOSK_USER) -> BrowserUser:
     if shutil.which("setpriv") is None:
         log.warning("no setpriv: the kiosk browser runs as root WITHOUT Chromium's sandbox")
         return BrowserUser("root", None, None, sandbox=False)
-    return BrowserUser(name, entry.pw_uid, entry.pw_gid, sandbox=True)
+    reason = sandbox_unavailable_reason()
+    if reason:
+        log.warning("%s: the kiosk browser runs as %s WITHOUT Chromium's sandbox", reason, name)
+    return BrowserUser(name, entry.pw_uid, entry.pw_gid, sandbox=reason is None)
 
 
 def chromium_flags(app_url: str, width: int, height: int, profile_dir: Path, *, sandbox: bool,

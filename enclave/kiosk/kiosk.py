@@ -208,10 +208,17 @@ class Kiosk:
                                  self._restart_browser, lambda: self.browser is not None and self.browser.poll() is None,
                                  title_ok=title_checker(cfg.app_title))
         await self.watchdog.start()
-        try:
-            await self.watchdog.wait_for_window(WINDOW_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise RuntimeError(f"no browser window within {WINDOW_TIMEOUT:.0f} s (see {cfg.log_dir}/chromium.log)")
+        deadline = time.monotonic() + WINDOW_TIMEOUT
+        while True:
+            try:
+                await self.watchdog.wait_for_window(0.5)
+                break
+            except asyncio.TimeoutError:
+                if self.browser_starts > 3:
+                    raise RuntimeError(f"the browser keeps exiting (see {cfg.log_dir}/chromium.log)") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no browser window within {WINDOW_TIMEOUT:.0f} s "
+                                       f"(see {cfg.log_dir}/chromium.log)") from None
         self._record()
         self._supervisor = asyncio.create_task(self._supervise(), name="kiosk-supervisor")
         self.endpoint = KioskEndpoint(self.vnc.endpoint.upstream, self.vnc.endpoint.password_file, self.display.name,

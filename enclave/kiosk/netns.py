@@ -13,7 +13,6 @@ kiosk uses that to give each browser its own `/etc/chromium/policies/managed/`.
 from __future__ import annotations
 
 import ctypes
-import errno
 import logging
 import os
 import secrets
@@ -145,7 +144,3 @@ class NetworkNamespace:
         if self.etc_dir.exists():
             shutil.rmtree(self.etc_dir, ignore_errors=True)
         self.created = False
-
-
-def is_no_such_namespace(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOENT, errno.EINVAL)

@@ -415,6 +415,37 @@ def test_leftovers_of_a_killed_kiosk_are_cleaned_up(servers, tmp_path: Path) -> 
     assert not clean_previous(state)
 
 
+@needs_netns
+def test_kiosk_fails_closed_when_its_display_dies(servers, tmp_path: Path) -> None:
+    """No X server, no kiosk: everything else is stopped too (no browser left without its watchdog), and the
+    failure is reported; the kiosk's own process survives to report it."""
+    app, _ = servers
+    running = start_kiosk(KioskConfig(app_url=app.url, state_dir=tmp_path / "state", width=640, height=480))
+    try:
+        k = running.kiosk
+        browser_tree = k.process_ids()["chromium"]
+        namespace = k.netns.name
+        k.display.proc.kill()
+        assert running.loop.run(asyncio.wait_for(k.failed.wait(), 15)) is True
+        assert k.failure and "Xvfb" in k.failure
+        assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in browser_tree), 5)
+        assert not Path(f"/run/netns/{namespace}").exists()
+        assert k.vnc is None and k.browser is None and k.display is None
+    finally:
+        stop_kiosk(running)
+
+
+def test_a_browser_that_keeps_exiting_fails_the_start(tmp_path: Path) -> None:
+    from enclave.kiosk import Kiosk
+
+    kiosk = Kiosk(KioskConfig(app_url="http://127.0.0.1:9/", state_dir=tmp_path / "state", chromium="/bin/false",
+                              width=640, height=480))
+    with pytest.raises(RuntimeError, match="keeps exiting"):
+        asyncio.run(kiosk.start())
+    assert kiosk.display is None and kiosk.vnc is None and kiosk.netns is None
+    assert not _kiosk_processes(str(tmp_path / "state"))
+
+
 def test_safeshare_kiosk_bad_input(tmp_path: Path) -> None:
     from safeshare.cli import main
 
