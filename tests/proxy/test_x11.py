@@ -130,7 +130,7 @@ def test_zrle_and_tight_framed_identically(tmp_path: Path, vnc: int) -> None:
         data = b""
         try:
             while True:
-                data += await asyncio.wait_for(client.reader.read(1 << 20), 1.0)
+                data += await asyncio.wait_for(client.reader.read(1 << 20), 0.5)
         except asyncio.TimeoutError:
             pass
         await client.close()
