@@ -170,6 +170,8 @@ class XConnection:
                     _x11.XSetAuthorization(None, 0, None, 0)
         if not self._dpy:
             raise XError(f"cannot open X display {display}")
+        # Xlib may hand out the address of a connection that died and was freed before: a fresh one is alive.
+        _dead.discard(self._dpy)
         _x11.XSetIOErrorExitHandler(self._dpy, _connection_lost, None)
         self.root = _x11.XDefaultRootWindow(self._dpy)
         self._atoms: dict[str, int] = {}
@@ -180,6 +182,9 @@ class XConnection:
                 _dead.discard(self._dpy)  # the connection is gone; XCloseDisplay would only fail again
             else:
                 _x11.XCloseDisplay(self._dpy)
+                # Closing may itself find the server gone (the handler records the address), and the freed
+                # address can come back from the next XOpenDisplay: never leave it marked dead.
+                _dead.discard(self._dpy)
             self._dpy = None
 
     def check(self) -> None:

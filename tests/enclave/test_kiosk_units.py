@@ -174,3 +174,23 @@ def test_watchdog_title_check() -> None:
     assert not anything("view-source:http://x - Chromium") and page_title("a - b - Chromium") == "a - b"
     plan = assess([win(3, title="chrome://history/ - Chromium")], 3, 1280, 800, anything)
     assert plan.restart and "chrome://history/" in plan.restart
+
+
+def test_a_lost_connection_does_not_mark_the_next_one_dead(tmp_path: Path) -> None:
+    """Closing a connection whose server died records its address as dead; Xlib reuses freed addresses, and a new
+    connection must not inherit that mark (it made a kiosk's watchdog stop at once, so no window was ever adopted)."""
+    import shutil
+    import signal
+
+    from enclave.kiosk import xlib
+    from enclave.kiosk.display import start_xvfb
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed")
+    first = start_xvfb(320, 240, tmp_path / "xa1", tmp_path / "x1.log")
+    conn = xlib.XConnection(first.name, first.cookie)
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    address = conn._dpy
+    conn.close()
+    assert address not in xlib._dead
