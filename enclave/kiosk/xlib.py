@@ -95,6 +95,23 @@ _x11.XSetIOErrorHandler.argtypes = [_IO_ERROR_HANDLER]
 _x11.XSetIOErrorHandler.restype = ctypes.c_void_p
 _x11.XDisplayWidth.argtypes = [_Display_p, ctypes.c_int]
 _x11.XDisplayHeight.argtypes = [_Display_p, ctypes.c_int]
+
+
+class XImage(ctypes.Structure):
+    """The leading fields of Xlib's XImage (the function table after them is not needed)."""
+
+    _fields_ = [("width", ctypes.c_int), ("height", ctypes.c_int), ("xoffset", ctypes.c_int),
+                ("format", ctypes.c_int), ("data", ctypes.c_void_p), ("byte_order", ctypes.c_int),
+                ("bitmap_unit", ctypes.c_int), ("bitmap_bit_order", ctypes.c_int), ("bitmap_pad", ctypes.c_int),
+                ("depth", ctypes.c_int), ("bytes_per_line", ctypes.c_int), ("bits_per_pixel", ctypes.c_int)]
+
+
+Z_PIXMAP = 2
+ALL_PLANES = 0xFFFFFFFF
+_x11.XGetImage.restype = ctypes.POINTER(XImage)
+_x11.XGetImage.argtypes = [_Display_p, Window, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
+                           ctypes.c_ulong, ctypes.c_int]
+_x11.XDestroyImage.argtypes = [ctypes.POINTER(XImage)]
 _x11.XCreateSimpleWindow.restype = Window
 _x11.XCreateSimpleWindow.argtypes = [_Display_p, Window, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
                                      ctypes.c_uint, ctypes.c_ulong, ctypes.c_ulong]
@@ -326,6 +343,27 @@ class XConnection:
         _x11.XMapWindow(self._dpy, window)
         self.sync()
         return window
+
+    def screenshot(self) -> tuple[int, int, bytes]:
+        """The root window as (width, height, rows of 4-byte pixels in the server's order, BGRX on Xvfb at depth
+        24): what the display shows, for checking what a VNC client received against the screen itself."""
+        self.check()
+        width, height = self.screen_size()
+        image = _x11.XGetImage(self._dpy, self.root, 0, 0, width, height, ALL_PLANES, Z_PIXMAP)
+        self.check()
+        if not image:
+            raise XError("XGetImage failed")
+        try:
+            info = image.contents
+            if info.bits_per_pixel != 32:
+                raise XError(f"unexpected {info.bits_per_pixel} bits per pixel")
+            raw = ctypes.string_at(info.data, info.bytes_per_line * height)
+            stride = info.bytes_per_line
+        finally:
+            _x11.XDestroyImage(image)
+        if stride != width * 4:
+            raw = b"".join(raw[row * stride:row * stride + width * 4] for row in range(height))
+        return width, height, raw
 
     def sync(self) -> None:
         self.check()

@@ -1,0 +1,330 @@
+"""`safeshare up`: one whole enclave on this machine, as local processes (DESIGN.md: "local processes in dev").
+
+The walk is the production one, only on one host: de-identify the demo table with its dataset policy, seal the
+release (refused if the gate fails), start the analytics app on that bundle, the kiosk on the app, issue a token for
+the demo recipient bound to the kiosk's VNC endpoint, and start the gateway. Everything writes under one home folder:
+
+    HOME/logs/           one log per component (deid, app, kiosk, gateway) and the kiosk's own logs
+    HOME/releases/       sealed bundles
+    HOME/sessions/       session folders (events.jsonl, recording, meta.json)
+    HOME/safeshare.db    tokens and targets (SQLite unless --db says otherwise)
+    HOME/up.json         what runs (pids, URLs), for `safeshare status` and `safeshare down`; removed on stop
+
+Any component that exits ends the whole enclave (fail closed), and stopping goes gateway first (live sessions are
+ended and sealed), then kiosk, then app; the demo token is revoked so the printed URL stops working.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from deploy.children import Child, ComponentFailed, become_subreaper, pid_alive, reap_strays, safeshare_argv
+
+REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
+DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
+DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
+APP_TITLE = "safeshare"  # every page of the analytics app has a title starting with this (the kiosk checks it)
+STATE_FILE = "up.json"
+READY_TIMEOUT = 60.0
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SAFESHARE_HOME", ".safeshare")).resolve()
+
+
+@dataclass
+class UpConfig:
+    home: Path
+    policy: Path = DEFAULT_POLICY
+    recipient_policy: Path = DEFAULT_RECIPIENT
+    gateway_listen: str = "127.0.0.1:6080"
+    app_port: int = 0  # 0: a free port
+    size: str | None = None
+    network: str = "auto"
+    db_url: str | None = None
+    token_ttl: timedelta = timedelta(hours=8)
+    novnc_dir: str = "/usr/share/novnc"
+
+    @property
+    def db(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'safeshare.db'}"
+
+
+@dataclass
+class Ready:
+    """What `up` prints once everything runs (the JSON form has these fields)."""
+
+    url: str  # researcher URL, with the token
+    gateway: str
+    app: str
+    release: str
+    recipient: str
+    token_id: int
+    vnc: str
+    display: str
+    home: str
+    seconds: float
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"event": "ready", **self.__dict__}
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def read_state(home: Path) -> dict | None:
+    try:
+        return json.loads((home / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_state(home: Path, state: dict) -> None:
+    path = home / STATE_FILE
+    tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> Path:
+    """De-identify with the policy and seal the result; BundleError (gate failed) or engine errors propagate."""
+    from engine.bundle import seal_release
+    from engine.deid import deidentify, write_release
+
+    result = deidentify(policy)
+    out = home / "deid" / result.policy.dataset
+    manifest = write_release(result, out)
+    gate = manifest.get("gate") or {}
+    say(f"de-identified {manifest['dataset']}: {manifest['records']} records, {manifest['suppressed_records']} "
+        f"suppressed, loss quality {manifest['quality'].get('loss', float('nan')):.4f}, gate "
+        f"{'passed' if gate.get('passed') else 'FAILED'} ({result.seconds:.1f} s)")
+    return seal_release(out, home / "releases")
+
+
+class LocalEnclave:
+    """Starts, supervises and stops the components; `run()` blocks until a signal or a component failure."""
+
+    def __init__(self, config: UpConfig, say: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.say = say
+        self.children: dict[str, Child] = {}
+        self.token_id: int | None = None
+        self.ready: Ready | None = None
+        self.failure: str | None = None
+        self._stop = threading.Event()
+
+    # ---- start ------------------------------------------------------------------------------------------------
+
+    def start(self) -> Ready:
+        cfg = self.config
+        began = time.monotonic()
+        home = cfg.home
+        existing = read_state(home)
+        if existing and pid_alive(existing.get("pid")):
+            raise AlreadyRunning(f"an enclave already runs from {home} (pid {existing['pid']}); "
+                                 f"`safeshare down --home {home}` stops it")
+        for sub in ("logs", "releases", "sessions", "kiosk", "app"):
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        become_subreaper()
+        from proxy.limits import load_recipient_policy
+
+        recipient = load_recipient_policy(cfg.recipient_policy)  # bad input before anything starts
+
+        self.say(f"[1/5] de-identifying with {cfg.policy}")
+        bundle = seal_demo_release(cfg.policy, home, self.say)
+        self.say(f"      sealed release {bundle}")
+
+        app_port = cfg.app_port or free_port()
+        app_url = f"http://127.0.0.1:{app_port}/"
+        self.say(f"[2/5] analytics app on {app_url}")
+        app = self._spawn("app", safeshare_argv("app", "--bundle", str(bundle), "--state", str(home / "app"),
+                                                "--host", "127.0.0.1", "--port", str(app_port)))
+        app.wait_for(lambda text: "app ready" in text, READY_TIMEOUT, "the app's ready line")
+        _wait_http(app_url, READY_TIMEOUT, app)
+
+        self.say("[3/5] kiosk: Xvfb, VNC server, Chromium")
+        kiosk_args = ["kiosk", "--url", app_url, "--state", str(home / "kiosk"), "--app-title", APP_TITLE,
+                      "--logs", str(home / "logs" / "kiosk"), "--network", cfg.network]
+        if cfg.size:
+            kiosk_args += ["--size", cfg.size]
+        kiosk = self._spawn("kiosk", safeshare_argv(*kiosk_args))
+        endpoint = kiosk.wait_for(_kiosk_ready, READY_TIMEOUT, "a browser window on the app")
+        assert isinstance(endpoint, dict)
+
+        self.say(f"[4/5] token for {recipient.recipient}")
+        from proxy.tokens import TokenStore
+
+        store = TokenStore(cfg.db)
+        try:
+            expires = datetime.now(timezone.utc) + cfg.token_ttl
+            if recipient.expires is not None:
+                from proxy.tokens import end_of_day
+
+                expires = min(expires, end_of_day(recipient.expires))
+            issued = store.issue(recipient.recipient, endpoint["upstream"], password_file=endpoint["password_file"],
+                                 target_name=f"local-{home.name}", expires_at=expires, release=bundle.name,
+                                 policy_file=str(cfg.recipient_policy.resolve()))
+        finally:
+            store.dispose()
+        self.token_id = issued.token_id
+
+        self.say(f"[5/5] gateway on {cfg.gateway_listen}")
+        gateway = self._spawn("gateway", safeshare_argv(
+            "gateway", "--listen", cfg.gateway_listen, "--sessions", str(home / "sessions"), "--db", cfg.db,
+            "--limits", str(cfg.recipient_policy), "--novnc", cfg.novnc_dir))
+        base = gateway.wait_for(_gateway_ready, READY_TIMEOUT, "the gateway's listening line")
+        assert isinstance(base, str)
+        self.ready = Ready(url=f"{base}?token={issued.token}", gateway=base, app=app_url, release=str(bundle),
+                           recipient=recipient.recipient, token_id=issued.token_id, vnc=endpoint["upstream"],
+                           display=endpoint.get("display", ""), home=str(home),
+                           seconds=round(time.monotonic() - began, 2),
+                           pids={name: child.pid for name, child in self.children.items() if child.pid})
+        write_state(home, {"pid": os.getpid(), "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           "gateway": base, "app": app_url, "release": str(bundle), "recipient": recipient.recipient,
+                           "token_id": issued.token_id, "vnc": endpoint["upstream"],
+                           "components": {name: {"pid": child.pid, "log": str(child.log)}
+                                          for name, child in self.children.items()}})
+        return self.ready
+
+    def _spawn(self, name: str, argv: list[str]) -> Child:
+        child = Child(name, argv, self.config.home / "logs" / f"{name}.log")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child.start(env)
+        self.children[name] = child
+        return child
+
+    # ---- run and stop -----------------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def supervise(self) -> None:
+        """Until asked to stop or a component exits (then `failure` says which)."""
+        while not self._stop.wait(0.25):
+            for child in self.children.values():
+                if not child.running():
+                    code = child.proc.returncode if child.proc is not None else None
+                    self.failure = f"{child.name} exited with {code} (log {child.log})"
+                    return
+
+    def stop(self) -> list[int]:
+        """Gateway, kiosk, app, in that order; revoke the token; collect strays. Returns stray pids found."""
+        for name in ("gateway", "kiosk", "app"):
+            child = self.children.get(name)
+            if child is not None:
+                child.stop()
+        if self.token_id is not None:
+            try:
+                from proxy.tokens import TokenStore
+
+                store = TokenStore(self.config.db)
+                try:
+                    store.revoke(token_id=self.token_id, reason="safeshare up stopped")
+                finally:
+                    store.dispose()
+            except Exception as exc:  # the database may be gone; the gateway is stopped anyway
+                self.say(f"could not revoke token {self.token_id}: {exc}")
+        strays = reap_strays()
+        state = read_state(self.config.home)
+        if state is not None and state.get("pid") == os.getpid():
+            (self.config.home / STATE_FILE).unlink(missing_ok=True)
+        return strays
+
+
+def _kiosk_ready(text: str) -> dict | None:
+    for line in text.splitlines():
+        if line.startswith("{") and '"event": "ready"' in line:
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def _gateway_ready(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("listening on "):
+            return line.split(" ", 2)[2].strip()
+    return None
+
+
+def _wait_http(url: str, timeout: float, child: Child) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if not child.running():
+            raise ComponentFailed(f"{child.name} exited (log {child.log}):\n{child.tail()}")
+        if time.monotonic() > deadline:
+            raise ComponentFailed(f"{url} did not answer within {timeout:.0f} s (log {child.log})")
+        time.sleep(0.1)
+
+
+def install_stop_signals(enclave: LocalEnclave) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: enclave.request_stop())
+
+
+# ---- status and down ------------------------------------------------------------------------------------------
+
+def status(home: Path) -> dict:
+    """What runs from HOME: each component's pid and liveness, and whether the gateway and app answer."""
+    state = read_state(home)
+    if state is None:
+        return {"home": str(home), "running": False, "components": {}}
+    running = pid_alive(state.get("pid"))
+    components = {}
+    for name, info in (state.get("components") or {}).items():
+        components[name] = {"pid": info.get("pid"), "alive": pid_alive(info.get("pid")), "log": info.get("log")}
+    answers = {}
+    for name, url in (("gateway", f"{state.get('gateway', '').rstrip('/')}/healthz"), ("app", state.get("app"))):
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                answers[name] = response.status == 200
+        except (OSError, ValueError):
+            answers[name] = False
+    for name, ok in answers.items():
+        if name in components:
+            components[name]["answers"] = ok
+    healthy = running and all(c["alive"] for c in components.values()) and all(answers.values())
+    return {"home": str(home), "running": running, "healthy": healthy, "pid": state.get("pid"),
+            "started_at": state.get("started_at"), "gateway": state.get("gateway"), "app": state.get("app"),
+            "release": state.get("release"), "recipient": state.get("recipient"), "token_id": state.get("token_id"),
+            "components": components}
+
+
+def down(home: Path, timeout: float = 60.0) -> bool:
+    """Ask the `up` process of HOME to stop and wait until it has; False if nothing ran."""
+    state = read_state(home)
+    pid = state.get("pid") if state else None
+    if not pid_alive(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not pid_alive(pid)
