@@ -165,8 +165,7 @@ class LocalEnclave:
         self.say("[3/5] kiosk: Xvfb, VNC server, Chromium")
         kiosk_args = ["kiosk", "--url", app_url, "--state", str(home / "kiosk"), "--app-title", APP_TITLE,
                       "--logs", str(home / "logs" / "kiosk"), "--network", cfg.network]
-        if cfg.size:
-            kiosk_args += ["--size", cfg.size]
+        kiosk_args += ["--size", cfg.size] if cfg.size else ["--policy", str(cfg.recipient_policy)]
         kiosk = self._spawn("kiosk", safeshare_argv(*kiosk_args))
         endpoint = kiosk.wait_for(_kiosk_ready, READY_TIMEOUT, "a browser window on the app")
         assert isinstance(endpoint, dict)

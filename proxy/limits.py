@@ -67,6 +67,8 @@ class RecipientPolicy(_Strict):
     release: str | None = None
     expires: date | None = None
     limits: SessionLimits = SessionLimits()
+    # The kiosk's screen ("1280x800" or {width, height}); validated by the kiosk, which owns its meaning.
+    screen: str | dict[str, int] | None = None
 
 
 class PolicyError(ValueError):
