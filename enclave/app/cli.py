@@ -1,0 +1,96 @@
+"""`safeshare app`: serve the analytics app for one sealed release bundle (uvicorn, in the foreground).
+
+The bundle is verified and imported before the port is opened: a refused bundle or an unusable database exits 2 with
+a message naming the folder and the problem, and nothing listens. The socket is bound here rather than by uvicorn so
+that a busy port is a clean exit 2 as well, and so that `app ready: http://HOST:PORT/` is printed only once the app
+accepts connections (the kiosk and the tests wait for that line). SIGINT/SIGTERM stop it gracefully (exit 0).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+async def _serve(app, sock: socket.socket) -> None:  # app: FastAPI
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, date_header=False,
+                            proxy_headers=False, http="h11", ws="none", lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        host, port = sock.getsockname()[:2]
+        print(f"app ready: {_url(host, port)}", flush=True)
+    await task
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    from . import create_app
+    from .release import ReleaseError
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser())
+    except ReleaseError as exc:
+        print(f"safeshare app: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        print(f"safeshare app: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        asyncio.run(_serve(app, sock))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from . import DEFAULT_STATE
+
+    app = subparsers.add_parser(
+        "app", help="serve the analytics web app for one sealed release bundle",
+        description="Verify a sealed release bundle (seal, hashes, gate verdict), import it into the release "
+                    "database (SQLite in --state by default, or PostgreSQL with --db) and serve the analytics app. "
+                    "Prints 'app ready: URL' once listening. Exit 2 when the bundle is refused.")
+    app.add_argument("--bundle", required=True, metavar="SEALED_DIR", help="a sealed release folder "
+                     "(RELEASES/<dataset>/<id>, as written by `safeshare release`)")
+    app.add_argument("--db", default=None, metavar="URL",
+                     help="release database URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in --state)")
+    app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",
+                     help=f"folder for the SQLite release database and the saved analyses (default {DEFAULT_STATE})")
+    app.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    app.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050; 0 picks a free one)")
+    app.add_argument("--verbose", action="store_true", help="log at INFO level")
+    app.set_defaults(func=cmd_app)

@@ -1,0 +1,98 @@
+"""Everything one running app holds: its release, the in-memory table, the workspace, and how pages name filters.
+
+Built once by `create_app` before the server listens, so a refused bundle stops the app at start-up and every request
+finds the table ready. Page URLs carry a cohort as repeated `where=ATTRIBUTE=VALUE` query parameters (the natural
+encoding of HTML checkboxes, so pages work without JavaScript and a saved analysis is just its query string).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .analyses import CohortSpec, clean_filters
+from .release import LoadedRelease, load_release, read_columns
+from .table import CodedTable, SUPPRESSED
+from .workspace import WORKSPACE_NAME, Workspace
+
+# Query parameters each kind of page understands; a saved analysis keeps only these.
+PAGE_PARAMS: dict[str, frozenset[str]] = {
+    "cohort": frozenset({"where", "xs"}),
+    "frequencies": frozenset({"attr", "where", "xs"}),
+    "crosstab": frozenset({"row", "col", "where", "xs", "pct"}),
+    "compare": frozenset({"attr", "a", "b", "xa", "xb"}),
+}
+
+
+def slug(name: str) -> str:
+    """An attribute name usable inside an HTML id (ids like f-<attribute>-<index> that tests and scripts find)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
+
+
+@dataclass
+class AppContext:
+    release: LoadedRelease
+    table: CodedTable
+    workspace: Workspace
+    seal: dict
+    startup_seconds: float
+    slugs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def manifest(self) -> dict:
+        return self.release.manifest
+
+    @property
+    def dataset(self) -> str:
+        return str(self.manifest.get("dataset", ""))
+
+    def quasi_identifiers(self) -> list[str]:
+        return [name for name in (self.manifest.get("transformation") or {}) if name in self.table.columns]
+
+    def parse_where(self, values: Iterable[str]) -> dict[str, list[str]]:
+        """`ATTRIBUTE=VALUE` strings into a validated filter (FilterError on an unknown attribute or value)."""
+        raw: dict[str, list[str]] = {}
+        for item in values:
+            name, sep, value = item.partition("=")
+            if not sep:
+                continue
+            raw.setdefault(name, []).append(value)
+        return clean_filters(self.table, raw)
+
+    def cohort_from(self, params: list[tuple[str, str]], key: str = "where", exclude_key: str = "xs") -> CohortSpec:
+        filters = self.parse_where(value for name, value in params if name == key)
+        exclude = any(name == exclude_key and value in ("1", "on", "true") for name, value in params)
+        return CohortSpec(filters, exclude)
+
+    def attributes(self, counts: dict[str, list[int]] | None = None) -> list[dict]:
+        """Attributes with their labels (and counts), for pages."""
+        out = []
+        for name in self.table.names:
+            column = self.table.column(name)
+            numbers = counts.get(name) if counts else None
+            values = [{"index": i, "label": label, "suppressed": label == SUPPRESSED,
+                       "count": int(numbers[i]) if numbers is not None else None}
+                      for i, label in enumerate(column.labels)]
+            out.append({"name": name, "slug": self.slugs[name], "values": values,
+                        "level": (self.manifest.get("transformation") or {}).get(name)})
+        return out
+
+
+def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path) -> AppContext:
+    """Verify and import the bundle, read it once into codes, open the workspace (raises ReleaseError)."""
+    started = time.perf_counter()
+    release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir)
+    qis = list((release.manifest.get("transformation") or {}).keys())
+    table = CodedTable.from_columns(read_columns(release), quasi_identifiers=qis)
+    seal = json.loads((Path(bundle_dir) / "seal.json").read_text(encoding="utf-8"))
+    workspace = Workspace(Path(state_dir) / WORKSPACE_NAME)
+    slugs: dict[str, str] = {}
+    for name in table.names:
+        candidate = slug(name)
+        while candidate in slugs.values():
+            candidate += "_"
+        slugs[name] = candidate
+    return AppContext(release, table, workspace, seal, time.perf_counter() - started, slugs)

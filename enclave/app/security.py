@@ -1,0 +1,120 @@
+"""The app's outer shell: security headers on every response, only GET and POST, same-origin POSTs, bounded bodies.
+
+Written as a plain ASGI middleware rather than per-route code so that nothing escapes it: static assets, JSON, error
+pages, 404s, the OpenAPI schema, and even an unhandled exception (answered here with a 500 that still carries the
+headers, instead of by the server's default handler outside the middleware). The Content-Security-Policy forbids
+every origin but the app's own and all inline script and style, so a page cannot load or send anything elsewhere.
+A Content-Disposition header (which would turn a response into a download) is removed should any ever appear.
+"""
+from __future__ import annotations
+
+import html
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS: dict[str, str] = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+    "x-frame-options": "DENY",
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "same-origin",
+    "permissions-policy": "camera=(), microphone=(), geolocation=(), usb=(), serial=(), bluetooth=(), "
+                          "clipboard-read=(), clipboard-write=(), display-capture=(), fullscreen=(self)",
+}
+ALLOWED_METHODS = ("GET", "POST")
+MAX_BODY = 1 << 20
+_DROPPED = {name.encode() for name in SECURITY_HEADERS} | {b"content-disposition", b"server"}
+
+log = logging.getLogger("safeshare.app")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _same_origin(scope: Scope) -> bool:
+    """A POST without an Origin header (same-origin GET navigations, non-browser clients) or with this host's."""
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return True
+    host = _header(scope, b"host")
+    return host is not None and origin in (f"http://{host}", f"https://{host}")
+
+
+class SecurityMiddleware:
+    """Wraps the whole app (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] == "websocket":  # the app has no websockets; refuse before the router sees one
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"]
+        if method not in ALLOWED_METHODS:
+            await self._plain(scope, send, 405, "method not allowed: only GET and POST",
+                              [(b"allow", b"GET, POST")])
+            return
+        if method == "POST":
+            if not _same_origin(scope):
+                await self._plain(scope, send, 403, "cross-origin request refused")
+                return
+            length = _header(scope, b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+                await self._plain(scope, send, 413, "request body too large")
+                return
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _DROPPED]
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            log.exception("error answering %s %s", method, scope.get("path"))
+            if started:
+                raise
+            await self._plain(scope, send, 500, "internal error (logged)")
+
+    @staticmethod
+    async def _plain(scope: Scope, send: Callable[[Message], Awaitable[None]], status: int, text: str,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
+        """A refusal as JSON for the API, else as a minimal page whose title the kiosk watchdog recognizes."""
+        if str(scope.get("path", "")).startswith("/api/"):
+            body = json.dumps({"detail": text}).encode()
+            kind = b"application/json"
+        else:
+            body = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>safeshare · error</title>'
+                    f'<link rel="stylesheet" href="/static/app.css"></head><body><main><h1>Error {status}</h1>'
+                    f'<p>{html.escape(text)}</p><p><a class="button" href="/">Back to the overview</a></p></main>'
+                    f'</body></html>\n').encode()
+            kind = b"text/html; charset=utf-8"
+        headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+        headers += extra or []
+        headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
