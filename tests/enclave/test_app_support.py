@@ -1,0 +1,100 @@
+"""Test-side helpers for the analytics app tests (no tests here): sealed bundles from the example policy or from a
+small synthetic table, free ports, and every URL the app serves."""
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from engine.bundle import seal_release
+from engine.deid import parquet_bytes
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data"
+EXAMPLES = REPO / "policies" / "examples"
+
+with warnings.catch_warnings():  # starlette warns that its TestClient will move to another httpx package
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient  # noqa: F401  (re-exported for the tests)
+
+
+def adult_bundle(root: Path) -> Path:
+    """The ADULT release of the example policy (population uniqueness <= 1 %), sealed: what a custodian ships."""
+    from safeshare.cli import main
+
+    out = root / "out"
+    assert main(["deid", str(EXAMPLES / "adult-pu1.yaml"), "--out", str(out), "--quiet"]) in (0,)
+    releases = root / "releases"
+    sealed = seal_release(out, releases)
+    return sealed
+
+
+def write_output(folder: Path, frame: pd.DataFrame, dataset: str = "synth", gate_passed: bool = True,
+                 quasi_identifiers: list[str] | None = None) -> dict:
+    """A deid-style output folder for a synthetic table: data.parquet plus a manifest with correct hashes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = parquet_bytes(frame)
+    (folder / "data.parquet").write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    qis = list(frame.columns) if quasi_identifiers is None else quasi_identifiers
+    suppressed = int((frame[qis] == "*").all(axis=1).sum()) if qis else 0
+    manifest = {
+        "format": "safeshare-release/1", "dataset": dataset, "policy_sha256": "0" * 64,
+        "privacy": [{"model": "k_anonymity", "k": 2}], "transformation": {name: 1 for name in qis},
+        "quality": {"loss": 0.8, "non_uniform_entropy": 0.7}, "records": len(frame),
+        "suppressed_records": suppressed, "equivalence_classes": 3, "smallest_class": 2,
+        "risk": {"released_records": len(frame) - suppressed, "sample_uniques": 0, "sample_uniqueness": 0.0,
+                 "estimator": "dankar", "populations": [{"population": "Testland", "size": 1e6, "model": "pitman",
+                                                          "population_uniqueness": 0.0, "pu_su_ratio": 0.0}]},
+        "gate": {"passed": gate_passed, "reasons": [] if gate_passed else ["|PU|/|SU| 0.9 above 0.25"],
+                 "max_pu_su_ratio": 0.25},
+        "data_sha256": sha, "files": {"data.parquet": sha},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def synthetic_bundle(root: Path, frame: pd.DataFrame, dataset: str = "synth",
+                     quasi_identifiers: list[str] | None = None) -> Path:
+    """Seal a synthetic table through the engine's own seal_release."""
+    write_output(root / "out", frame, dataset, quasi_identifiers=quasi_identifiers)
+    return seal_release(root / "out", root / "releases")
+
+
+def forged_failed_gate_bundle(root: Path, frame: pd.DataFrame) -> Path:
+    """A bundle whose gate failed but that carries a seal matching its manifest (seal_release would refuse it, so the
+    seal is written by hand: only the app's own check of the gate verdict stands in the way)."""
+    folder = root / "failed"
+    write_output(folder, frame, gate_passed=False)
+    manifest_sha = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+    (folder / "seal.json").write_text(json.dumps({"format": "safeshare-seal/1", "dataset": "synth",
+                                                  "manifest_sha256": manifest_sha}))
+    return folder
+
+
+def small_frame() -> pd.DataFrame:
+    """40 records, two suppressed, labels that sort naturally only when numbers are compared as numbers."""
+    rows = []
+    for i in range(38):
+        rows.append({"sex": ["f", "m"][i % 2], "age": ["9-10", "10-19", "[20, 40[", "40+"][i % 4],
+                     "site": ["north", "south", "east"][i % 3]})
+    rows += [{"sex": "*", "age": "*", "site": "*"}] * 2
+    return pd.DataFrame(rows)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses",
+         "/cohort?where=sex%3DMale&where=age%3D30-39&xs=1", "/frequencies?attr=age&where=sex%3DFemale",
+         "/crosstab?row=sex&col=salary-class&pct=col&where=race%3DWhite",
+         "/crosstab?row=age&col=education&pct=total", "/crosstab?row=sex&col=race&pct=none",
+         "/compare?attr=salary-class&a=sex%3DMale&b=sex%3DFemale", "/compare?attr=race&a=sex%3DMale&b=age%3D10-19"]
+ASSETS = ["/static/app.js", "/static/app.css", "/static/icon.svg"]
