@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -42,6 +43,14 @@ async def _serve(app, sock: socket.socket) -> None:  # app: FastAPI
     config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, date_header=False,
                             proxy_headers=False, http="h11", ws="none", lifespan="on", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: object) -> None:
+        server.should_exit = True
+
+    # uvicorn installs its own handlers while serving and, once stopped, re-raises the signal to the handler that
+    # was there before: with this one that is a no-op, so a SIGTERM is a clean stop (exit 0), not a death by signal.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.02)

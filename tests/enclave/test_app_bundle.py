@@ -1,0 +1,109 @@
+"""The app loads exactly one sealed release bundle: anything else is refused (exit 2 at the command line), and the
+release database follows the bundle it was started with."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from enclave.app import ReleaseError, create_app
+from enclave.app.release import META_TABLE, SQLITE_NAME, load_release
+from enclave.app.table import CodedTable, label_key
+from safeshare.cli import main
+from tests.enclave.test_app_support import (TestClient, forged_failed_gate_bundle, small_frame, synthetic_bundle,
+                                             write_output)
+
+
+@pytest.fixture
+def sealed(tmp_path) -> Path:
+    return synthetic_bundle(tmp_path, small_frame())
+
+
+def refused(folder: Path, tmp_path: Path, capsys, match: str) -> None:
+    with pytest.raises(ReleaseError, match=match) as info:
+        create_app(folder, state_dir=tmp_path / "state")
+    assert str(folder) in str(info.value)
+    assert main(["app", "--bundle", str(folder), "--state", str(tmp_path / "state"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert str(folder) in err and "refused" in err
+    assert not (tmp_path / "state" / SQLITE_NAME).exists()  # nothing was imported
+
+
+def test_unsealed_folder_is_refused(tmp_path, capsys) -> None:
+    folder = tmp_path / "out"
+    write_output(folder, small_frame())  # a deid output that was never sealed
+    refused(folder, tmp_path, capsys, "not sealed")
+
+
+def test_one_changed_byte_in_the_data_is_refused(sealed, tmp_path, capsys) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(sealed, copy)
+    raw = bytearray((copy / "data.parquet").read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    (copy / "data.parquet").write_bytes(bytes(raw))
+    refused(copy, tmp_path, capsys, "data.parquet")
+
+
+def test_hand_edited_manifest_is_refused(sealed, tmp_path, capsys) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(sealed, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["risk"]["populations"][0]["pu_su_ratio"] = 0.001
+    (copy / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    refused(copy, tmp_path, capsys, "seal")
+
+
+def test_failed_gate_is_refused_even_with_a_matching_seal(tmp_path, capsys) -> None:
+    refused(forged_failed_gate_bundle(tmp_path, small_frame()), tmp_path, capsys, "gate did not pass")
+
+
+def test_missing_folder_is_refused(tmp_path, capsys) -> None:
+    refused(tmp_path / "nowhere", tmp_path, capsys, "not a folder")
+
+
+def test_synthetic_bundle_serves_naturally_ordered_labels(sealed, tmp_path) -> None:
+    app = create_app(sealed, state_dir=tmp_path / "state")
+    with TestClient(app) as client:
+        info = client.get("/api/release").json()
+        ages = [v["label"] for v in info["attributes"][1]["values"]]
+        assert ages == ["9-10", "10-19", "[20, 40[", "40+", "*"]
+        assert client.post("/api/count", json={"exclude_suppressed": True}).json()["count"] == 38
+        assert client.post("/api/count", json={"filters": {"age": ["*"]}}).json()["count"] == 2
+        assert client.get("/").status_code == 200 and "Testland" in client.get("/").text
+
+
+def test_label_order_and_codes() -> None:
+    assert sorted(["*", ">50K", "<=50K"], key=label_key) == ["<=50K", ">50K", "*"]
+    table = CodedTable.from_frame(pd.DataFrame({"a": ["x", "*", "y", "x"], "b": ["1", "*", "2", "1"]}), ["a", "b"])
+    assert table.suppressed.tolist() == [False, True, False, False]
+    assert table.count({"a": ["x"], "b": ["1", "2"]}) == 2
+    assert table.crosstab("a", "b").tolist() == [[2, 0, 0], [0, 1, 0], [0, 0, 1]]
+
+
+def test_database_is_reimported_only_for_another_bundle(tmp_path) -> None:
+    first = synthetic_bundle(tmp_path / "one", small_frame())
+    other_frame = small_frame()
+    other_frame.loc[0, "site"] = "west"
+    second = synthetic_bundle(tmp_path / "two", other_frame)
+    state = tmp_path / "state"
+
+    def held(release) -> str:
+        with release.engine.connect() as conn:
+            return dict(conn.execute(sa.text(f"SELECT key, value FROM {META_TABLE}")).all())["data_sha256"]
+
+    a = load_release(first, state_dir=state)
+    assert a.imported and held(a) == a.manifest["data_sha256"]
+    a.engine.dispose()
+    again = load_release(first, state_dir=state)
+    assert not again.imported
+    again.engine.dispose()
+    b = load_release(second, state_dir=state)
+    assert b.imported and held(b) == b.manifest["data_sha256"] != a.manifest["data_sha256"]
+    b.engine.dispose()
+    app = create_app(second, state_dir=state)
+    assert "west" in app.state.ctx.table.column("site").labels
+    app.state.ctx.release.engine.dispose()

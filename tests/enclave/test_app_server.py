@@ -1,0 +1,159 @@
+"""The real thing: `safeshare app` as a process on a free port, fetched over HTTP; and the release in PostgreSQL."""
+from __future__ import annotations
+
+import os
+import pwd
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from enclave.app import create_app
+from enclave.app.release import DATA_TABLE
+from enclave.app.security import CSP
+from tests.enclave.test_app_support import TestClient, free_port, small_frame, synthetic_bundle
+
+REPO = Path(__file__).resolve().parents[2]
+SAFESHARE = [sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())"]
+
+
+def read_ready(proc: subprocess.Popen, timeout: float) -> str:
+    """The URL of the `app ready:` line, or fail with what the process said."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if line.startswith("app ready: "):
+            return line.split("app ready: ", 1)[1].strip()
+    proc.kill()
+    raise AssertionError(f"no ready line: {seen!r} {proc.stderr.read()!r}")
+
+
+def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:
+    bundle = synthetic_bundle(tmp_path, small_frame())
+    port = free_port()
+    proc = subprocess.Popen([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(tmp_path / "state"),
+                             "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = read_ready(proc, 60)
+        assert url == f"http://127.0.0.1:{port}/"
+        with httpx.Client(base_url=url, timeout=10) as client:
+            for path in ["/", "/cohort", "/frequencies?attr=age", "/crosstab", "/compare?attr=site&a=sex%3Df&b=sex%3Dm",
+                         "/analyses", "/static/app.js", "/static/app.css", "/nope"]:
+                response = client.get(path)
+                assert response.status_code == (404 if path == "/nope" else 200), path
+                assert response.headers["content-security-policy"] == CSP
+                assert response.headers["cache-control"] == "no-store"
+                assert "server" not in response.headers
+                if response.headers["content-type"].startswith("text/html"):
+                    assert "<title>safeshare · " in response.text
+            count = client.post("/api/count", json={"filters": {"sex": ["f"]}}).json()
+            assert count["count"] == 19
+            assert client.delete("/api/count").status_code == 405
+        # A second app on the same port cannot listen: a clean exit 2.
+        busy = subprocess.run([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(tmp_path / "state2"),
+                               "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert busy.returncode == 2 and "cannot listen" in busy.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    assert code == 0
+
+
+def wait_port(port: int, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"postgres exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"port {port} not open")
+
+
+@pytest.fixture
+def postgres_url():
+    """A throwaway PostgreSQL server (initdb into a temporary folder, trust auth, 127.0.0.1 and a free port)."""
+    pytest.importorskip("psycopg")
+    bindir = Path("/usr/lib/postgresql")
+    candidates = sorted(bindir.glob("*/bin/initdb")) if bindir.is_dir() else []
+    initdb = shutil.which("initdb") or (str(candidates[-1]) if candidates else None)
+    if initdb is None:
+        pytest.skip("PostgreSQL server binaries not installed")
+    postgres = str(Path(initdb).with_name("postgres"))
+    as_user: dict = {}
+    root = tempfile.mkdtemp(prefix="safeshare-app-pg-")
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a postgres user")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+    proc = None
+    try:
+        data = Path(root) / "data"
+        subprocess.run([initdb, "-D", str(data), "-A", "trust", "-U", "safeshare", "--no-sync"],
+                       check=True, capture_output=True, timeout=60, **as_user)
+        port = free_port()
+        proc = subprocess.Popen([postgres, "-D", str(data), "-k", root, "-p", str(port), "-h", "127.0.0.1", "-F",
+                                 "-c", "full_page_writes=off"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
+        wait_port(port, 30, proc)
+        yield f"postgresql+psycopg://safeshare@127.0.0.1:{port}/postgres"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_release_in_postgresql_is_read_only(postgres_url, tmp_path) -> None:
+    bundle = synthetic_bundle(tmp_path, small_frame())
+    app = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state")
+    release = app.state.ctx.release
+    try:
+        assert release.engine.dialect.name == "postgresql" and release.imported
+        with TestClient(app) as client:
+            assert client.post("/api/count", json={"filters": {"site": ["north", "east"]}}).json()["count"] == 25
+            assert "postgresql" in client.get("/").text
+        with pytest.raises(sa.exc.InternalError, match="read-only"):
+            with release.engine.begin() as conn:
+                conn.execute(sa.text(f"DELETE FROM {DATA_TABLE}"))
+        with release.engine.connect() as conn:
+            assert conn.execute(sa.text(f"SELECT COUNT(*) FROM {DATA_TABLE}")).scalar_one() == 40
+    finally:
+        release.engine.dispose()
+    again = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state")
+    assert again.state.ctx.release.imported is False  # the database already holds this bundle
+    again.state.ctx.release.engine.dispose()
+    again.state.ctx.workspace.close()
