@@ -85,6 +85,9 @@ def release_info(request: Request) -> dict:
         "data_sha256": manifest["data_sha256"], "records": context.table.n,
         "suppressed_records": manifest.get("suppressed_records"), "transformation": manifest.get("transformation"),
         "quality": manifest.get("quality"), "risk": manifest.get("risk"), "gate": manifest.get("gate"),
+        "app": {"database": context.release.engine.dialect.name, "imported": context.release.imported,
+                "import_seconds": round(context.release.import_seconds, 3),
+                "startup_seconds": round(context.startup_seconds, 3), "memory_bytes": context.table.nbytes()},
         "attributes": [{"name": a["name"], "level": a["level"],
                         "values": [{"label": v["label"], "count": v["count"]} for v in a["values"]]}
                        for a in context.attributes(counts)],

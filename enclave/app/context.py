@@ -6,6 +6,8 @@ encoding of HTML checkboxes, so pages work without JavaScript and a saved analys
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import re
 import time
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analyses import CohortSpec, clean_filters
-from .release import LoadedRelease, load_release, read_columns
+from .release import LoadedRelease, load_release, read_coded_columns
 from .table import CodedTable, SUPPRESSED
 from .workspace import WORKSPACE_NAME, Workspace
 
@@ -81,14 +83,25 @@ class AppContext:
         return out
 
 
+def release_freed_memory() -> None:
+    """Hand the memory freed after import and encoding back to the system (glibc keeps it otherwise), so the app's
+    resident size is what it holds: the codes, not the strings it read once."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path) -> AppContext:
     """Verify and import the bundle, read it once into codes, open the workspace (raises ReleaseError)."""
     started = time.perf_counter()
     release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir)
     qis = list((release.manifest.get("transformation") or {}).keys())
-    table = CodedTable.from_columns(read_columns(release), quasi_identifiers=qis)
+    table = CodedTable(read_coded_columns(release), quasi_identifiers=qis)
     seal = json.loads((Path(bundle_dir) / "seal.json").read_text(encoding="utf-8"))
     workspace = Workspace(Path(state_dir) / WORKSPACE_NAME)
+    release_freed_memory()
     slugs: dict[str, str] = {}
     for name in table.names:
         candidate = slug(name)

@@ -9,24 +9,33 @@ database is reopened read-only: SQLite through a `mode=ro` URI on a file that is
 """
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from engine.bundle import BundleError, verify_bundle
+
+from .table import MISSING, Column, label_key
 
 DATA_TABLE = "release_data"
 META_TABLE = "release_meta"
 ROW_ID = "row_id"
 SQLITE_NAME = "release.sqlite"
 IMPORT_CHUNK = 50_000
+MAX_CASE_LABELS = 1000  # beyond this, a column is read as text (a CASE that long is slower than strings)
 
 
 class ReleaseError(RuntimeError):
@@ -94,19 +103,52 @@ def _stored_sha(engine: sa.Engine) -> tuple[str | None, int | None]:
     return rows.get("data_sha256"), int(count)
 
 
-def _import(engine: sa.Engine, frame: pd.DataFrame, manifest: dict) -> None:
-    """Replace both tables in one transaction: bulk executemany in chunks, then the metadata row last."""
-    frame = frame.reset_index(drop=True)
-    frame.index.name = ROW_ID
+def _placeholders(engine: sa.Engine, count: int) -> str:
+    style = engine.dialect.paramstyle
+    if style == "qmark":
+        return ", ".join("?" * count)
+    if style in ("format", "pyformat"):
+        return ", ".join(["%s"] * count)
+    if style == "numeric":
+        return ", ".join(f":{i + 1}" for i in range(count))
+    raise ReleaseError(f"unsupported DBAPI parameter style {style!r}")
+
+
+def _batches(folder: Path) -> tuple[list[str], Iterator[list[tuple]]]:
+    """The column names and the rows of data.parquet as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a
+    time: memory stays bounded by one chunk instead of the whole table as Python strings. Every value becomes text
+    (released values are labels); a null stays NULL."""
+    parquet = pq.ParquetFile(folder / "data.parquet")
+    names = [str(name) for name in parquet.schema_arrow.names]
+
+    def rows() -> Iterator[list[tuple]]:
+        start = 0
+        for batch in parquet.iter_batches(batch_size=IMPORT_CHUNK):
+            columns = [pc.cast(column, pa.string()).to_pylist() for column in batch.columns]
+            yield list(zip(range(start, start + batch.num_rows), *columns))
+            start += batch.num_rows
+
+    return names, rows()
+
+
+def _import(engine: sa.Engine, folder: Path, manifest: dict) -> None:
+    """Replace both tables in one transaction: the data by DBAPI executemany in chunks of IMPORT_CHUNK rows (a few
+    seconds for a million rows, where per-row inserts or pandas' dict-per-row path take several times longer), then
+    the metadata row last, so that a database holding a data_sha256 holds all of that data."""
+    names, chunks = _batches(folder)
+    metadata = sa.MetaData()
+    data = sa.Table(DATA_TABLE, metadata, sa.Column(ROW_ID, sa.Integer, primary_key=True, autoincrement=False),
+                    *[sa.Column(name, sa.Text) for name in names])
+    meta = sa.Table(META_TABLE, metadata, sa.Column("key", sa.String(64), primary_key=True),
+                    sa.Column("value", sa.Text, nullable=False))
+    preparer = engine.dialect.identifier_preparer
+    insert = (f"INSERT INTO {preparer.quote(DATA_TABLE)} ({', '.join(preparer.quote(c.name) for c in data.c)}) "
+              f"VALUES ({_placeholders(engine, len(data.c))})")
     with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {META_TABLE}"))
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {DATA_TABLE}"))
-        dtype = {name: sa.Text() for name in frame.columns}
-        frame.to_sql(DATA_TABLE, conn, index=True, index_label=ROW_ID, chunksize=IMPORT_CHUNK, dtype=dtype,
-                     method=None)
-        meta = sa.Table(META_TABLE, sa.MetaData(), sa.Column("key", sa.String(64), primary_key=True),
-                        sa.Column("value", sa.Text, nullable=False))
-        meta.create(conn)
+        metadata.drop_all(conn, checkfirst=True)
+        metadata.create_all(conn)
+        for chunk in chunks:
+            conn.exec_driver_sql(insert, chunk)
         conn.execute(meta.insert(), [
             {"key": "data_sha256", "value": manifest["data_sha256"]},
             {"key": "dataset", "value": str(manifest.get("dataset", ""))},
@@ -115,10 +157,9 @@ def _import(engine: sa.Engine, frame: pd.DataFrame, manifest: dict) -> None:
         ])
 
 
-def _read_parquet(folder: Path) -> pd.DataFrame:
-    frame = pd.read_parquet(folder / "data.parquet", engine="pyarrow")
-    # All released values are labels; the table is text in the database whatever parquet's types were.
-    return frame.astype(str)
+def _fast_sqlite(dbapi_connection, _record) -> None:
+    dbapi_connection.execute("PRAGMA journal_mode=OFF")
+    dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
 def load_release(folder: str | Path, db_url: str | None = None, state_dir: str | Path = ".") -> LoadedRelease:
@@ -152,10 +193,14 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                 staging = state / f".{SQLITE_NAME}.{os.getpid()}.tmp"
                 staging.unlink(missing_ok=True)
                 writer = sa.create_engine(sqlite_url(staging, read_only=False))
+                # No journal and no syncs while importing: the file is new and only renamed into place once whole.
+                sa.event.listen(writer, "connect", _fast_sqlite)
                 try:
-                    _import(writer, _read_parquet(folder), manifest)
+                    _import(writer, folder, manifest)
                 finally:
                     writer.dispose()
+                with open(staging, "rb") as handle:
+                    os.fsync(handle.fileno())
                 os.chmod(staging, 0o444)
                 os.replace(staging, sqlite_path)
             url = sqlite_url(sqlite_path, read_only=True)
@@ -169,7 +214,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
             try:
                 imported = _stored_sha(writer) != (manifest["data_sha256"], rows_expected)
                 if imported:
-                    _import(writer, _read_parquet(folder), manifest)
+                    _import(writer, folder, manifest)
             finally:
                 writer.dispose()
         engine = _read_only_engine(url, sqlite_path)
@@ -183,16 +228,72 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                          imported=imported, import_seconds=time.perf_counter() - started, columns=columns)
 
 
-def read_columns(release: LoadedRelease) -> dict[str, list[str]]:
-    """Read the released table from the database (the store of record), in row order, one list per column."""
+def _packed_groups(names: list[str], sizes: dict[str, int]) -> list[list[str]]:
+    """Columns grouped so that the product of their numbers of labels stays below 2**62 (one BIGINT per group)."""
+    groups: list[list[str]] = []
+    product = 1
+    for name in names:
+        size = max(sizes[name], 1)
+        if not groups or product * size >= 1 << 62:
+            groups.append([])
+            product = 1
+        groups[-1].append(name)
+        product *= size
+    return groups
+
+
+def read_coded_columns(release: LoadedRelease) -> list[Column]:
+    """Read the released table from the database (the store of record) as integer codes per column, in row order.
+
+    The database does the encoding: per column, its distinct labels (naturally sorted) give each label a code, and
+    one query returns, per record, the codes of several columns packed into one integer (a CASE per column, times a
+    stride). A million records then cross into Python as a million small integers instead of millions of strings,
+    which is what made reading them slow and large. Columns with very many distinct labels are read as text."""
     table = sa.Table(DATA_TABLE, sa.MetaData(), autoload_with=release.engine)
     names = [name for name in release.columns if name in table.c]
     missing = set(release.columns) - set(names)
     if missing:
         raise ReleaseError(f"{release.db_url}: table {DATA_TABLE} lacks columns {sorted(missing)}")
-    query = sa.select(*[table.c[name] for name in names]).order_by(table.c[ROW_ID])
+    order = table.c[ROW_ID]
     with release.engine.connect() as conn:
-        rows = conn.execute(query).all()
-    if not rows:
-        return {name: [] for name in names}
-    return {name: list(values) for name, values in zip(names, zip(*rows))}
+        n = int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+        labels: dict[str, list[str | None]] = {}
+        for name in names:
+            values = conn.execute(sa.select(table.c[name]).distinct()).scalars().all()
+            # Natural order, and a NULL (shown as MISSING) after everything else.
+            labels[name] = sorted(values, key=lambda v: (1, ()) if v is None else (0, label_key(str(v))))
+        small = [name for name in names if len(labels[name]) <= MAX_CASE_LABELS]
+        codes: dict[str, np.ndarray] = {}
+        groups = _packed_groups(small, {name: len(labels[name]) for name in small})
+        if groups and n:
+            expressions = []
+            for group in groups:
+                stride, terms = 1, []
+                for name in group:
+                    whens = {value: i for i, value in enumerate(labels[name]) if value is not None}
+                    fallback = labels[name].index(None) if None in labels[name] else 0
+                    case = sa.case(whens, value=table.c[name], else_=fallback) if whens else sa.literal(fallback)
+                    terms.append(sa.cast(case, sa.BigInteger) * sa.literal(stride, sa.BigInteger))
+                    stride *= max(len(labels[name]), 1)
+                expressions.append(functools.reduce(operator.add, terms))
+            result = conn.execute(sa.select(*expressions).order_by(order))
+            packed = np.fromiter((tuple(row) for row in result), dtype=np.dtype((np.int64, len(groups))), count=n)
+            for g, group in enumerate(groups):
+                rest = packed[:, g].copy()
+                for name in group:
+                    size = max(len(labels[name]), 1)
+                    codes[name] = rest % size
+                    rest //= size
+        for name in names:
+            if name in codes:
+                continue
+            values = conn.execute(sa.select(table.c[name]).order_by(order)).scalars().all()
+            known = [value for value in labels[name] if value is not None]
+            raw = np.asarray(pd.Categorical(values, categories=known).codes, dtype=np.int64)
+            if None in labels[name]:  # NULL last, as the code after the known labels
+                labels[name] = [*known, None]
+                raw = np.where(raw < 0, len(known), raw)
+            codes[name] = raw
+    return [Column(name, tuple(MISSING if v is None else str(v) for v in labels[name]), codes[name].astype(
+        np.int8 if len(labels[name]) < 127 else np.int16 if len(labels[name]) < 32767 else np.int32))
+        for name in names]

@@ -107,19 +107,26 @@ class CodedTable:
         except KeyError:
             raise FilterError(f"the release has no attribute {name!r}") from None
 
+    def _value_mask(self, name: str, values: Sequence[str]) -> np.ndarray | None:
+        """Records having one of `values` of attribute `name` (None when that selects every record)."""
+        column = self.column(name)
+        allowed = np.zeros(len(column.labels), dtype=bool)
+        for value in values:
+            allowed[column.index_of(str(value))] = True
+        if allowed.all():
+            return None
+        return np.take(allowed, column.codes)  # a lookup per record; take is about twice as fast as allowed[codes]
+
     def mask(self, filters: Filters | None, exclude_suppressed: bool = False, skip: str | None = None) -> np.ndarray:
         """Records in the cohort: for each filtered attribute one of its selected values (empty = no filter)."""
         result = ~self.suppressed if exclude_suppressed else np.ones(self.n, dtype=bool)
         for name, values in (filters or {}).items():
-            column = self.column(name)
+            self.column(name)
             if name == skip or not values:
                 continue
-            allowed = np.zeros(len(column.labels), dtype=bool)
-            for value in values:
-                allowed[column.index_of(str(value))] = True
-            if allowed.all():
-                continue
-            result &= allowed[column.codes]
+            selected = self._value_mask(name, values)
+            if selected is not None:
+                result &= selected
         return result
 
     def count(self, filters: Filters | None, exclude_suppressed: bool = False) -> int:
@@ -145,12 +152,32 @@ class CodedTable:
 
     def facets(self, filters: Filters | None, exclude_suppressed: bool = False) -> dict[str, list[int]]:
         """For each attribute, the count of each of its values under every *other* attribute's filter: what the
-        cohort would hold if that value were (also) selected. Makes the cohort builder show where records are."""
-        active = {name: values for name, values in (filters or {}).items() if values}
-        full = self.mask(active, exclude_suppressed)
-        return {name: self.frequencies(name, self.mask(active, exclude_suppressed, skip=name)
-                                       if name in active else full).tolist()
-                for name in self.names}
+        cohort would hold if that value were (also) selected. Makes the cohort builder show where records are.
+        Each filter's mask is computed once; attributes without a filter share the cohort's record indices."""
+        base = ~self.suppressed if exclude_suppressed else np.ones(self.n, dtype=bool)
+        masks: dict[str, np.ndarray] = {}
+        for name, values in (filters or {}).items():
+            self.column(name)
+            selected = self._value_mask(name, values) if values else None
+            if selected is not None:
+                masks[name] = selected
+        full = base.copy()
+        for selected in masks.values():
+            full &= selected
+        in_cohort = np.flatnonzero(full)
+        out: dict[str, list[int]] = {}
+        for name in self.names:
+            column = self.columns[name]
+            if name in masks:
+                others = base.copy()
+                for other, selected in masks.items():
+                    if other != name:
+                        others &= selected
+                codes = column.codes[others]
+            else:
+                codes = np.take(column.codes, in_cohort)
+            out[name] = np.bincount(codes, minlength=len(column.labels)).tolist()
+        return out
 
     def nbytes(self) -> int:
         return sum(column.codes.nbytes for column in self.columns.values()) + self.suppressed.nbytes

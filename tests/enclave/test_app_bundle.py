@@ -107,3 +107,41 @@ def test_database_is_reimported_only_for_another_bundle(tmp_path) -> None:
     app = create_app(second, state_dir=state)
     assert "west" in app.state.ctx.table.column("site").labels
     app.state.ctx.release.engine.dispose()
+
+
+@pytest.mark.parametrize("case_limit", [1000, 0])
+def test_reading_codes_from_the_database(tmp_path, monkeypatch, case_limit) -> None:
+    """Packed CASE codes and the text fallback give the same table; a NULL becomes a value of its own."""
+    import enclave.app.release as release_module
+    from enclave.app.release import LoadedRelease, read_coded_columns
+
+    monkeypatch.setattr(release_module, "MAX_CASE_LABELS", case_limit)
+    path = tmp_path / "db.sqlite"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    rows = [(i, ["b", "a", None, "10-19", "9-10"][i % 5], f"v{i % 7}") for i in range(50)]
+    with engine.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE release_data (row_id INTEGER PRIMARY KEY, "x y" TEXT, z TEXT)')
+        conn.exec_driver_sql("INSERT INTO release_data VALUES (?, ?, ?)", rows)
+    loaded = LoadedRelease(folder=tmp_path, manifest={"data_sha256": "0" * 64}, engine=engine, db_url=str(path),
+                           imported=False, import_seconds=0.0, columns=["x y", "z"])
+    columns = {column.name: column for column in read_coded_columns(loaded)}
+    engine.dispose()
+    x = columns["x y"]
+    assert x.labels[:4] == ("9-10", "10-19", "a", "b") and x.labels[4] == "(missing)"
+    assert [x.labels[c] for c in x.codes] == [r[1] if r[1] is not None else "(missing)" for r in rows]
+    assert [columns["z"].labels[c] for c in columns["z"].codes] == [r[2] for r in rows]
+
+
+def test_listening_socket_sends_without_delay() -> None:
+    """TCP_NODELAY on accepted sockets (asyncio sets it only for proto IPPROTO_TCP): otherwise every keep-alive
+    response waits ~40 ms for a delayed ACK."""
+    import socket
+
+    from enclave.app.cli import _listen
+
+    sock = _listen("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        sock.close()

@@ -1,0 +1,192 @@
+"""Analytics app benchmark on a million-row release: import, start-up, memory, and latency of the live queries.
+
+Builds the ADULT release with the example policy, resamples its rows to N records (numpy, fixed seed), writes
+data.parquet and a manifest with the right hashes (the gate verdict of the ADULT release), seals it with the engine's
+`seal_release`, then runs `safeshare app` as a separate process twice: first on an empty state folder (verify +
+bulk import into SQLite + read into memory), then again on the same folder (the database already holds the release).
+Against the running app it times REQUESTS requests each of a cohort count with two filters, the cohort builder's
+count with facets, a cross-tabulation of two attributes with a filter, and the rendered cross-tab page. Prints JSON.
+
+    .venv/bin/python benchmarks/app_bench.py [--rows 1000000] [--requests 50] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from engine.bundle import seal_release  # noqa: E402
+from engine.deid import deidentify, parquet_bytes, write_release  # noqa: E402
+
+POLICY = REPO / "policies" / "examples" / "adult-pu1.yaml"
+
+
+def build_bundle(root: Path, rows: int, seed: int = 7) -> Path:
+    """The ADULT release resampled to `rows` records and sealed (its gate verdict carried over)."""
+    base = root / "adult"
+    write_release(deidentify(POLICY), base)
+    frame = pd.read_parquet(base / "data.parquet")
+    picked = np.random.default_rng(seed).integers(0, len(frame), size=rows)
+    big = frame.iloc[picked].reset_index(drop=True)
+    out = root / "big"
+    out.mkdir()
+    data = parquet_bytes(big)
+    (out / "data.parquet").write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    manifest = json.loads((base / "manifest.json").read_text())
+    qis = list(manifest["transformation"])
+    manifest.update(records=rows, suppressed_records=int((big[qis] == "*").all(axis=1).sum()), data_sha256=sha,
+                    files={"data.parquet": sha}, dataset="adult-1m")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return seal_release(out, root / "releases")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss(pid: int) -> dict:
+    status = Path(f"/proc/{pid}/status").read_text()
+    values = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in status.splitlines()
+              if line.startswith(("VmRSS", "VmHWM"))}
+    return {"rss_mb": round(values["VmRSS"] / 2**20, 1), "peak_rss_mb": round(values["VmHWM"] / 2**20, 1)}
+
+
+def start_app(bundle: Path, state: Path) -> tuple[subprocess.Popen, str, float]:
+    port = free_port()
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())",
+                             "app", "--bundle", str(bundle), "--state", str(state), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=600)
+        except queue.Empty:
+            proc.kill()
+            raise SystemExit("app did not start within 600 s")
+        if line.startswith("app ready: "):
+            return proc, line.split(": ", 1)[1].strip(), time.perf_counter() - started
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def timed(client, requests: int, make) -> dict:
+    """Median and p95 in ms over `requests` calls; `make(i)` issues call i and returns the response."""
+    make(-1)  # warm-up (connection, first-touch of the code paths)
+    times = []
+    for i in range(requests):
+        started = time.perf_counter()
+        response = make(i)
+        times.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+    times.sort()
+    return {"median_ms": round(statistics.median(times), 2),
+            "p95_ms": round(times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)], 2),
+            "max_ms": round(times[-1], 2)}
+
+
+def measure(url: str, requests: int) -> dict:
+    import httpx
+
+    # Browsers send with TCP_NODELAY; without it a POST's body waits for the ACK of its headers (delayed ACK, ~40 ms).
+    transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    with httpx.Client(base_url=url, timeout=60, transport=transport) as client:
+        info = client.get("/api/release").json()
+        values = {a["name"]: [v["label"] for v in a["values"] if v["label"] != "*"] for a in info["attributes"]}
+        rng = np.random.default_rng(1)
+
+        def pick(name: str, k: int) -> list[str]:
+            return [str(v) for v in rng.choice(values[name], size=min(k, len(values[name])), replace=False)]
+
+        def count(i: int):
+            return client.post("/api/count", json={"filters": {"sex": pick("sex", 1), "age": pick("age", 3)}})
+
+        def facets(i: int):
+            return client.post("/api/count", json={"filters": {"sex": pick("sex", 1), "age": pick("age", 3)},
+                                                   "facets": True})
+
+        def crosstab(i: int):
+            return client.post("/api/crosstab", json={"row": "education", "col": "occupation",
+                                                      "filters": {"race": pick("race", 2)}})
+
+        def page(i: int):
+            return client.get("/crosstab", params={"row": "education", "col": "occupation",
+                                                   "where": f"race={pick('race', 1)[0]}"})
+
+        return {"app": info["app"], "records": info["records"],
+                "cohort_count_2_filters": timed(client, requests, count),
+                "cohort_count_with_facets": timed(client, requests, facets),
+                "crosstab_with_filter": timed(client, requests, crosstab),
+                "crosstab_page_html": timed(client, requests, page)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--keep", default=None, help="work in this folder and keep it (default: a temporary one)")
+    args = parser.parse_args()
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="safeshare-app-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        started = time.perf_counter()
+        bundle = build_bundle(root, args.rows)
+        result: dict = {"rows": args.rows, "requests": args.requests, "cpus": os.cpu_count(),
+                        "bundle_seconds": round(time.perf_counter() - started, 2),
+                        "parquet_mb": round((bundle / "data.parquet").stat().st_size / 2**20, 1)}
+        state = root / "state"
+        proc, url, cold = start_app(bundle, state)
+        try:
+            measured = measure(url, args.requests)
+            result["cold_start"] = {"ready_seconds": round(cold, 2), **measured.pop("app"), **rss(proc.pid)}
+            result.update(measured)
+            result["cold_start"].update({f"after_requests_{k}": v for k, v in rss(proc.pid).items()})
+        finally:
+            stop_app(proc)
+        result["sqlite_mb"] = round((state / "release.sqlite").stat().st_size / 2**20, 1)
+        proc, url, warm = start_app(bundle, state)
+        try:
+            import httpx
+
+            app_info = httpx.get(url + "api/release", timeout=60).json()["app"]
+            result["warm_start"] = {"ready_seconds": round(warm, 2), **app_info, **rss(proc.pid)}
+        finally:
+            stop_app(proc)
+        print(json.dumps(result, indent=2))
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
