@@ -3,14 +3,11 @@ from __future__ import annotations
 
 import os
 import pwd
-import queue
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -21,30 +18,9 @@ import sqlalchemy as sa
 from enclave.app import create_app
 from enclave.app.release import DATA_TABLE
 from enclave.app.security import CSP
-from tests.enclave.test_app_support import TestClient, free_port, small_frame, synthetic_bundle
+from tests.enclave.test_app_support import SAFESHARE, TestClient, free_port, read_ready, small_frame, synthetic_bundle
 
 REPO = Path(__file__).resolve().parents[2]
-SAFESHARE = [sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())"]
-
-
-def read_ready(proc: subprocess.Popen, timeout: float) -> str:
-    """The URL of the `app ready:` line, or fail with what the process said."""
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.1)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        seen.append(line)
-        if line.startswith("app ready: "):
-            return line.split("app ready: ", 1)[1].strip()
-    proc.kill()
-    raise AssertionError(f"no ready line: {seen!r} {proc.stderr.read()!r}")
 
 
 def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:

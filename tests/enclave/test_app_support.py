@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import socket
+import subprocess
+import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -98,3 +103,25 @@ PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses",
          "/crosstab?row=age&col=education&pct=total", "/crosstab?row=sex&col=race&pct=none",
          "/compare?attr=salary-class&a=sex%3DMale&b=sex%3DFemale", "/compare?attr=race&a=sex%3DMale&b=age%3D10-19"]
 ASSETS = ["/static/app.js", "/static/app.css", "/static/icon.svg"]
+
+SAFESHARE = [sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())"]
+
+
+def read_ready(proc: subprocess.Popen, timeout: float) -> str:
+    """The URL of the `app ready:` line of a `safeshare app` process, or fail with what the process said."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if line.startswith("app ready: "):
+            return line.split("app ready: ", 1)[1].strip()
+    proc.kill()
+    raise AssertionError(f"no ready line: {seen!r} {proc.stderr.read()!r}")
