@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,8 +109,9 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def adopted_children() -> list[int]:
-    """Processes whose parent is this process (after subreaping, orphans of the components are among them)."""
+def adopted_children(zombies: bool = False) -> list[int]:
+    """Processes whose parent is this process (after subreaping, orphans of the components are among them): the
+    living ones, or with `zombies` only the exited ones waiting to be collected."""
     me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
@@ -121,9 +123,47 @@ def adopted_children() -> list[int]:
             continue
         # the command name is in parentheses and may contain spaces: the fields after the last ')' are fixed
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[0] != "Z" and int(fields[1]) == me:
+        if len(fields) > 1 and (fields[0] == "Z") == zombies and int(fields[1]) == me:
             found.append(int(entry.name))
     return found
+
+
+class OrphanReaper:
+    """Collects exited orphans that were re-parented to this subreaper (Chromium's helpers, for instance), so they
+    do not linger as zombies: a zombie still counts as a member of its process group, and the kiosk waits for its
+    groups to empty before it reports itself stopped. Our own children (`keep`) are left to their Popen objects,
+    which need their exit codes."""
+
+    def __init__(self, keep: Callable[[], set[int]], interval: float = 0.2) -> None:
+        self.keep = keep
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orphan-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def reap_once(self) -> int:
+        keep = self.keep()
+        collected = 0
+        for pid in adopted_children(zombies=True):
+            if pid in keep:
+                continue
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    collected += 1
+            except ChildProcessError:
+                pass
+        return collected
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.reap_once()
 
 
 def reap_strays(timeout: float = 5.0) -> list[int]:

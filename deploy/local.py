@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from deploy.children import Child, ComponentFailed, become_subreaper, pid_alive, reap_strays, safeshare_argv
+from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
+                             safeshare_argv)
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
@@ -132,6 +133,7 @@ class LocalEnclave:
         self.ready: Ready | None = None
         self.failure: str | None = None
         self._stop = threading.Event()
+        self._reaper = OrphanReaper(lambda: {child.pid for child in self.children.values() if child.pid})
 
     # ---- start ------------------------------------------------------------------------------------------------
 
@@ -145,7 +147,8 @@ class LocalEnclave:
                                  f"`safeshare down --home {home}` stops it")
         for sub in ("logs", "releases", "sessions", "kiosk", "app"):
             (home / sub).mkdir(parents=True, exist_ok=True)
-        become_subreaper()
+        if become_subreaper():
+            self._reaper.start()
         from proxy.limits import load_recipient_policy
 
         recipient = load_recipient_policy(cfg.recipient_policy)  # bad input before anything starts
@@ -231,7 +234,9 @@ class LocalEnclave:
         for name in ("gateway", "kiosk", "app"):
             child = self.children.get(name)
             if child is not None:
-                child.stop()
+                began = time.monotonic()
+                code = child.stop()
+                self.say(f"stopped {name} (exit {code}, {time.monotonic() - began:.1f} s)")
         if self.token_id is not None:
             try:
                 from proxy.tokens import TokenStore
@@ -243,6 +248,7 @@ class LocalEnclave:
                     store.dispose()
             except Exception as exc:  # the database may be gone; the gateway is stopped anyway
                 self.say(f"could not revoke token {self.token_id}: {exc}")
+        self._reaper.stop()
         strays = reap_strays()
         state = read_state(self.config.home)
         if state is not None and state.get("pid") == os.getpid():

@@ -94,3 +94,25 @@ def test_orphaned_grandchildren_are_swept(tmp_path: Path) -> None:
     assert report["left"] == []
     assert not any(pid_alive(pid) for pid in report["orphans"])
     assert os.getpid() not in report["orphans"]
+
+
+def test_exited_orphans_are_collected_while_running(tmp_path: Path) -> None:
+    """Orphans that exit on their own must not stay zombies under `up` (a zombie keeps its process group alive, and
+    the kiosk then waits seconds for its groups to empty when stopping)."""
+    script = textwrap.dedent(f"""
+        import json, time, pathlib
+        from deploy.children import Child, OrphanReaper, adopted_children, become_subreaper
+        assert become_subreaper()
+        child = Child("kiosk", ["sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0"], pathlib.Path({str(tmp_path / 'k.log')!r}))
+        child.start()
+        child.proc.wait()
+        reaper = OrphanReaper(lambda: {{child.pid}}, interval=0.05)
+        reaper.start()
+        time.sleep(1.0)
+        reaper.stop()
+        print(json.dumps({{"zombies": adopted_children(zombies=True), "code": child.proc.returncode}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"zombies": [], "code": 0}
