@@ -1,0 +1,179 @@
+"""Charts as inline SVG strings, for report.html: no scripts, no fonts, no external references.
+
+Every drawn value also carries its exact number in a `data-value` attribute (and a `<title>` tooltip), so that the
+figures can be checked by a machine and read without hovering. All text that may come from users is HTML-escaped.
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FONT = "font-family:system-ui,sans-serif"
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage; tiny non-zero shares are not rounded to a misleading 0 %."""
+    if share == 0:
+        return "0%"
+    smallest = 10.0 ** -digits
+    if 0 < share * 100 < smallest:
+        return f"<{smallest:g}%"
+    return f"{share * 100:.{digits}f}%"
+
+
+def number(value: object) -> str:
+    """Exact text of a number for a data attribute (integers without a decimal point, floats by repr)."""
+    if isinstance(value, (int,)) or (hasattr(value, "dtype") and getattr(value, "dtype").kind in "iu"):
+        return str(int(value))
+    return repr(float(value))
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is >= value (value > 0)."""
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    exponent = math.floor(math.log10(value))
+    for step in (1.0, 2.0, 2.5, 5.0, 10.0):
+        candidate = step * 10.0 ** exponent
+        if candidate >= value * (1 - 1e-12):
+            return candidate
+    return 10.0 ** (exponent + 1)
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    values: Sequence[float]
+    color: str
+    dashed: bool = False
+
+
+def _axis_label(value: float, as_percent: bool) -> str:
+    return f"{value * 100:.4g}%" if as_percent else f"{value:.4g}"
+
+
+def grouped_bar_chart(categories: Sequence[str], bars: Sequence[Series], lines: Sequence[Series] = (), *,
+                      title: str, x_label: str, y_label: str, y2_label: str = "", chart_id: str = "",
+                      as_percent: bool = True, width: int = 780, height: int = 360,
+                      tooltips: Sequence[str] | None = None) -> str:
+    """Grouped vertical bars (one group per category, one bar per series) on the left axis, scaled to the data,
+    and optional line series on a right axis from 0 to 100 % (e.g. cumulative shares), with a legend."""
+    left, right, top, bottom = 62, 62 if lines else 16, 34, 96
+    plot_w, plot_h = width - left - right, height - top - bottom
+    peak = max((float(v) for s in bars for v in s.values), default=0.0)
+    y_max = nice_ceiling(peak) if peak > 0 else 1.0
+    n = max(len(categories), 1)
+    slot = plot_w / n
+    bar_w = slot * 0.8 / max(len(bars), 1)
+    base_y = top + plot_h
+    labels = tooltips if tooltips is not None else categories
+    out = [f'<svg class="chart" id="{esc(chart_id)}" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" role="img" aria-label="{esc(title)}" style="{FONT}">',
+           f'<title>{esc(title)}</title>',
+           f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="600">'
+           f'{esc(title)}</text>']
+    # Grid and left axis.
+    for i in range(5):
+        fraction = i / 4
+        y = base_y - plot_h * fraction
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#e3e6ea"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 3.5:.1f}" text-anchor="end" font-size="10">'
+                   f'{esc(_axis_label(y_max * fraction, as_percent))}</text>')
+        if lines:
+            out.append(f'<text x="{left + plot_w + 6}" y="{y + 3.5:.1f}" text-anchor="start" font-size="10" '
+                       f'fill="#555">{fraction * 100:.0f}%</text>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base_y}" stroke="#444"/>')
+    out.append(f'<line x1="{left}" y1="{base_y}" x2="{left + plot_w}" y2="{base_y}" stroke="#444"/>')
+    if lines:
+        out.append(f'<line x1="{left + plot_w}" y1="{top}" x2="{left + plot_w}" y2="{base_y}" stroke="#888"/>')
+    out.append(f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" text-anchor="middle" '
+               f'font-size="11">{esc(y_label)}</text>')
+    if lines and y2_label:
+        out.append(f'<text transform="translate({width - 12} {top + plot_h / 2:.1f}) rotate(90)" '
+                   f'text-anchor="middle" font-size="11" fill="#555">{esc(y2_label)}</text>')
+    # Bars with their value above them (rotated, only where there is room to read it).
+    for j, series in enumerate(bars):
+        for i, (category, value) in enumerate(zip(categories, series.values)):
+            value = float(value)
+            h = plot_h * min(value / y_max, 1.0) if y_max else 0.0
+            x = left + i * slot + slot * 0.1 + j * bar_w
+            shown = percent(value, 2) if as_percent else f"{value:.6g}"
+            out.append(f'<rect class="bar" data-series="{esc(series.name)}" data-category="{esc(category)}" '
+                       f'data-value="{number(value)}" x="{x:.2f}" y="{base_y - h:.2f}" width="{bar_w:.2f}" '
+                       f'height="{h:.2f}" fill="{series.color}"><title>{esc(series.name)}, {esc(labels[i])}: '
+                       f'{esc(shown)}</title></rect>')
+            if value > 0 and value >= y_max * 0.02:
+                cx, cy = x + bar_w / 2 + 3, base_y - h - 3
+                out.append(f'<text class="value" transform="translate({cx:.2f} {cy:.2f}) rotate(-90)" '
+                           f'font-size="8.5" fill="#333">{esc(percent(value) if as_percent else f"{value:.3g}")}'
+                           f'</text>')
+    # Lines on the right axis (0..1).
+    for series in lines:
+        points = []
+        for i, value in enumerate(series.values):
+            x = left + i * slot + slot / 2
+            y = base_y - plot_h * min(max(float(value), 0.0), 1.0)
+            points.append((x, y, float(value)))
+        dash = ' stroke-dasharray="5 3"' if series.dashed else ""
+        out.append(f'<polyline class="line" data-series="{esc(series.name)}" fill="none" stroke="{series.color}" '
+                   f'stroke-width="1.6"{dash} points="{" ".join(f"{x:.2f},{y:.2f}" for x, y, _ in points)}"/>')
+        for i, (x, y, value) in enumerate(points):
+            out.append(f'<circle class="point" data-series="{esc(series.name)}" data-category="{esc(categories[i])}" '
+                       f'data-value="{number(value)}" cx="{x:.2f}" cy="{y:.2f}" r="2.2" fill="{series.color}">'
+                       f'<title>{esc(series.name)}, {esc(labels[i])}: {esc(percent(value, 2))}</title></circle>')
+    # Category labels, rotated.
+    for i, category in enumerate(categories):
+        x = left + i * slot + slot / 2
+        out.append(f'<text transform="translate({x + 3:.2f} {base_y + 8}) rotate(-50)" text-anchor="end" '
+                   f'font-size="9.5">{esc(category)}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 26}" text-anchor="middle" font-size="11">'
+               f'{esc(x_label)}</text>')
+    # Legend.
+    x = left
+    legend_y = height - 10
+    for series in bars:
+        out.append(f'<rect x="{x}" y="{legend_y - 9}" width="12" height="10" fill="{series.color}"/>'
+                   f'<text class="legend" x="{x + 16}" y="{legend_y}" font-size="11">{esc(series.name)}</text>')
+        x += 24 + 7 * len(series.name)
+    for series in lines:
+        dash = ' stroke-dasharray="5 3"' if series.dashed else ""
+        out.append(f'<line x1="{x}" y1="{legend_y - 4}" x2="{x + 18}" y2="{legend_y - 4}" stroke="{series.color}" '
+                   f'stroke-width="1.6"{dash}/><text class="legend" x="{x + 22}" y="{legend_y}" font-size="11">'
+                   f'{esc(series.name)}</text>')
+        x += 30 + 6.5 * len(series.name)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, value_label: str,
+              width: int = 640, height: int = 260, color: str = "#3b6ea5") -> str:
+    """A plain vertical bar chart (one series, absolute values)."""
+    left, bottom, top = 56, 48, 28
+    plot_w, plot_h = width - left - 12, height - bottom - top
+    peak = max(max(values, default=0), 1e-12)
+    slot = plot_w / max(len(values), 1)
+    parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+             f'aria-label="{esc(title)}" style="{FONT}">',
+             f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{esc(title)}</text>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>']
+    for fraction in (0.0, 0.5, 1.0):
+        y = top + plot_h * (1 - fraction)
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="10">'
+                     f'{esc(f"{peak * fraction:.3g}")}</text>')
+    for i, (label, value) in enumerate(zip(labels, values)):
+        h = plot_h * (value / peak)
+        x = left + i * slot + slot * 0.15
+        parts.append(f'<rect class="bar" data-category="{esc(label)}" data-value="{number(value)}" x="{x:.1f}" '
+                     f'y="{top + plot_h - h:.1f}" width="{slot * 0.7:.1f}" height="{h:.1f}" fill="{color}">'
+                     f'<title>{esc(label)}: {esc(f"{value:.6g}")}</title></rect>')
+        parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{top + plot_h + 14}" text-anchor="middle" '
+                     f'font-size="10">{esc(label)}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle" font-size="11">'
+                 f'{esc(value_label)}</text></svg>')
+    return "".join(parts)
