@@ -46,7 +46,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 def _same_origin(scope: Scope) -> bool:
-    """A POST without an Origin header (same-origin GET navigations, non-browser clients) or with this host's."""
+    """Whether a POST comes from the app's own pages. Browsers say so in Sec-Fetch-Site; this is what counts when
+    present, because under `Referrer-Policy: no-referrer` a form submission carries `Origin: null`. Otherwise the
+    Origin header must name this host; a request with neither (a non-browser client) is let through."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None:
+        return site == "same-origin"
     origin = _header(scope, b"origin")
     if origin is None:
         return True

@@ -313,6 +313,13 @@ def test_cross_origin_posts_are_refused(client) -> None:
     response = client.post("/api/count", json={}, headers={"origin": "http://evil.example"})
     assert response.status_code == 403
     assert client.post("/api/count", json={}, headers={"origin": "http://testserver"}).status_code == 200
+    # A browser's own word wins: a form posted from another site, and one from the app (Origin null under the
+    # no-referrer policy, but Sec-Fetch-Site same-origin).
+    assert client.post("/analyses", data={"kind": "cohort", "name": "x"},
+                       headers={"sec-fetch-site": "cross-site", "origin": "null"}).status_code == 403
+    assert client.post("/api/count", json={}, headers={"sec-fetch-site": "same-site"}).status_code == 403
+    assert client.post("/api/count", json={},
+                       headers={"sec-fetch-site": "same-origin", "origin": "null"}).status_code == 200
     assert client.post("/api/count", content=b"{}" * (1 << 20),
                        headers={"content-type": "application/json"}).status_code == 413
 

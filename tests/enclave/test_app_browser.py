@@ -95,6 +95,12 @@ async def drive(devtools_port: int, app_url: str) -> dict:
                 "save_params": await page.eval("document.getElementById('save-params').value"),
                 "facet_male": await page.eval("document.getElementById('c-sex-1').textContent"),
             })
+            # Save the cohort through the page's form (a same-origin POST from the browser), then it re-opens.
+            await page.eval("document.getElementById('save-name').value = 'women in the east'")
+            await page.eval("document.querySelector('form.save').requestSubmit()")
+            await page.wait_for("location.search.includes('saved=') && document.readyState === 'complete'")
+            out["saved_page"] = await page.eval("[document.querySelector('.notice').textContent, "
+                                                "document.getElementById('cohort-count').textContent]")
             # Every other page too: no violation anywhere, and the title the kiosk watchdog expects.
             titles = []
             for path in ["", "frequencies?attr=age", "crosstab?row=sex&col=site", "compare?attr=site&a=sex%3Df&b=sex%3Dm",
@@ -139,6 +145,7 @@ def test_live_cohort_count_in_chromium_without_csp_violations(tmp_path) -> None:
     assert "where=sex%3Df" in out["url"] and "where=site%3Deast" in out["url"]
     assert "where=sex%3Df" in out["save_params"]
     assert out["facet_male"] == "6"  # men in the east: the count beside "m" ignores the sex filter
+    assert "women in the east" in out["saved_page"][0] and out["saved_page"][1] == "6"
     assert all(title.startswith("safeshare") for title in out["titles"]), out["titles"]
     assert out["csp"] == [], out["csp"]
     assert out["control"] and out["control"][0].startswith("img-src")
