@@ -10,6 +10,7 @@ database is reopened read-only: SQLite through a `mode=ro` URI on a file that is
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import operator
 import os
@@ -114,11 +115,10 @@ def _placeholders(engine: sa.Engine, count: int) -> str:
     raise ReleaseError(f"unsupported DBAPI parameter style {style!r}")
 
 
-def _batches(folder: Path) -> tuple[list[str], Iterator[list[tuple]]]:
+def _batches(parquet: pq.ParquetFile) -> tuple[list[str], Iterator[list[tuple]]]:
     """The column names and the rows of data.parquet as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a
     time: memory stays bounded by one chunk instead of the whole table as Python strings. Every value becomes text
     (released values are labels); a null stays NULL."""
-    parquet = pq.ParquetFile(folder / "data.parquet")
     names = [str(name) for name in parquet.schema_arrow.names]
 
     def rows() -> Iterator[list[tuple]]:
@@ -131,11 +131,11 @@ def _batches(folder: Path) -> tuple[list[str], Iterator[list[tuple]]]:
     return names, rows()
 
 
-def _import(engine: sa.Engine, folder: Path, manifest: dict) -> None:
+def _import(engine: sa.Engine, parquet: pq.ParquetFile, manifest: dict) -> None:
     """Replace both tables in one transaction: the data by DBAPI executemany in chunks of IMPORT_CHUNK rows (a few
     seconds for a million rows, where per-row inserts or pandas' dict-per-row path take several times longer), then
     the metadata row last, so that a database holding a data_sha256 holds all of that data."""
-    names, chunks = _batches(folder)
+    names, chunks = _batches(parquet)
     metadata = sa.MetaData()
     data = sa.Table(DATA_TABLE, metadata, sa.Column(ROW_ID, sa.Integer, primary_key=True, autoincrement=False),
                     *[sa.Column(name, sa.Text) for name in names])
@@ -167,7 +167,12 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     folder = Path(folder)
     manifest = verify(folder)
     started = time.perf_counter()
-    rows_expected = pq.ParquetFile(folder / "data.parquet").metadata.num_rows
+    # Import from the very bytes that are hashed here, not by reopening the file: what is imported is what verified.
+    raw = (folder / "data.parquet").read_bytes()
+    if hashlib.sha256(raw).hexdigest() != manifest["data_sha256"]:
+        raise ReleaseError(f"refused bundle {folder}: {folder / 'data.parquet'} changed after verification")
+    parquet = pq.ParquetFile(pa.BufferReader(raw))
+    rows_expected = parquet.metadata.num_rows
     state = Path(state_dir)
     sqlite_path: Path | None = None
     try:
@@ -196,7 +201,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                 # No journal and no syncs while importing: the file is new and only renamed into place once whole.
                 sa.event.listen(writer, "connect", _fast_sqlite)
                 try:
-                    _import(writer, folder, manifest)
+                    _import(writer, parquet, manifest)
                 finally:
                     writer.dispose()
                 with open(staging, "rb") as handle:
@@ -214,7 +219,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
             try:
                 imported = _stored_sha(writer) != (manifest["data_sha256"], rows_expected)
                 if imported:
-                    _import(writer, folder, manifest)
+                    _import(writer, parquet, manifest)
             finally:
                 writer.dispose()
         engine = _read_only_engine(url, sqlite_path)
@@ -223,7 +228,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     except (sa.exc.SQLAlchemyError, OSError, ImportError) as exc:
         raise ReleaseError(f"database {db_url and sa.make_url(db_url).render_as_string(hide_password=True) or state}:"
                            f" {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    columns = [str(c) for c in pq.ParquetFile(folder / "data.parquet").schema_arrow.names]
+    columns = [str(c) for c in parquet.schema_arrow.names]
     return LoadedRelease(folder=folder, manifest=manifest, engine=engine, db_url=url_for_display,
                          imported=imported, import_seconds=time.perf_counter() - started, columns=columns)
 

@@ -145,3 +145,23 @@ def test_listening_socket_sends_without_delay() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:
         sock.close()
+
+
+def test_data_changed_between_verification_and_import_is_refused(sealed, tmp_path, monkeypatch) -> None:
+    """The import reads the bytes it hashes itself: a swap right after verify_bundle does not get in."""
+    import enclave.app.release as release_module
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sealed, copy)
+    real_verify = release_module.verify
+
+    def verify_then_swap(folder):
+        manifest = real_verify(folder)
+        write_output(tmp_path / "other", small_frame().iloc[:10])
+        shutil.copy(tmp_path / "other" / "data.parquet", copy / "data.parquet")
+        return manifest
+
+    monkeypatch.setattr(release_module, "verify", verify_then_swap)
+    with pytest.raises(ReleaseError, match="changed after verification"):
+        load_release(copy, state_dir=tmp_path / "state")
+    assert not (tmp_path / "state" / SQLITE_NAME).exists()
