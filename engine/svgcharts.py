@@ -35,11 +35,11 @@ def number(value: object) -> str:
 
 
 def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten that is >= value (value > 0)."""
+    """The smallest round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten) >= value (value > 0)."""
     if value <= 0 or not math.isfinite(value):
         return 1.0
     exponent = math.floor(math.log10(value))
-    for step in (1.0, 2.0, 2.5, 5.0, 10.0):
+    for step in (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
         candidate = step * 10.0 ** exponent
         if candidate >= value * (1 - 1e-12):
             return candidate
