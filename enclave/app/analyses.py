@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import chi2_contingency
 
-from .table import CodedTable, FilterError, Filters, percent
+from .table import CodedTable, FilterError, percent
 
 KINDS = ("cohort", "frequencies", "crosstab", "compare")
 

@@ -8,7 +8,6 @@ loop runs over records, which keeps a million-row release well under the 300 ms 
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -186,7 +185,3 @@ class CodedTable:
 def percent(part: float, whole: float) -> float:
     """part / whole in percent; 0 for an empty whole (an empty cohort has no distribution, not NaN)."""
     return 0.0 if not whole else 100.0 * part / whole
-
-
-def is_finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)

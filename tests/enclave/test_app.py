@@ -372,7 +372,7 @@ def test_release_database_is_read_only_at_run_time(app, state, bundle) -> None:
             conn.execute(sa.text(f"DELETE FROM {DATA_TABLE}"))
     with pytest.raises(sa.exc.OperationalError, match="readonly"):
         with release.engine.begin() as conn:
-            conn.execute(sa.text(f"CREATE TABLE sneaky (x INTEGER)"))
+            conn.execute(sa.text("CREATE TABLE sneaky (x INTEGER)"))
     assert (state / SQLITE_NAME).stat().st_mode & 0o222 == 0
     with release.engine.connect() as conn:
         meta = dict(conn.execute(sa.text(f"SELECT key, value FROM {META_TABLE}")).all())

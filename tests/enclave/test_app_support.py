@@ -24,7 +24,9 @@ EXAMPLES = REPO / "policies" / "examples"
 
 with warnings.catch_warnings():  # starlette warns that its TestClient will move to another httpx package
     warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient  # noqa: F401  (re-exported for the tests)
+    from fastapi.testclient import TestClient
+
+__all__ = ["TestClient"]  # re-exported for the tests
 
 
 def adult_bundle(root: Path) -> Path:
