@@ -201,7 +201,7 @@ def populations_section(manifest: dict, result: "DeidResult", before: np.ndarray
                      f"{_fmt_float(estimate.get('population_uniqueness'), 'uniqueness')} "
                      f"({estimate.get('model_used')}, N = {float(estimate.get('population_size', 0)):,.0f}).")
     head = ('<thead><tr><th rowspan="2">population</th><th rowspan="2">size N</th><th rowspan="2">sampling '
-            'fraction</th><th colspan="4">before (input)</th><th colspan="4">after (released)</th></tr><tr>'
+            'fraction (released / N)</th><th colspan="4">before (input)</th><th colspan="4">after (released)</th></tr><tr>'
             + "<th>model</th><th>est. population uniques |PU|</th><th>population uniqueness</th>"
               "<th>|PU|/|SU|</th>" * 2 + "</tr></thead>")
     return (f'<h2 id="populations">Population uniqueness per population</h2>'

@@ -67,7 +67,8 @@ def grouped_bar_chart(categories: Sequence[str], bars: Sequence[Series], lines: 
     left, right, top, bottom = 62, 62 if lines else 16, 34, 96
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max((float(v) for s in bars for v in s.values), default=0.0)
-    y_max = nice_ceiling(peak) if peak > 0 else 1.0
+    # Headroom above the highest bar for its (rotated) value label.
+    y_max = nice_ceiling(peak * 1.15) if peak > 0 else 1.0
     n = max(len(categories), 1)
     slot = plot_w / n
     bar_w = slot * 0.8 / max(len(bars), 1)
