@@ -69,6 +69,8 @@ def grouped_bar_chart(categories: Sequence[str], bars: Sequence[Series], lines: 
     peak = max((float(v) for s in bars for v in s.values), default=0.0)
     # Headroom above the highest bar for its (rotated) value label.
     y_max = nice_ceiling(peak * 1.15) if peak > 0 else 1.0
+    if as_percent and peak <= 1.0:
+        y_max = min(y_max, 1.0)
     n = max(len(categories), 1)
     slot = plot_w / n
     bar_w = slot * 0.8 / max(len(bars), 1)
@@ -110,10 +112,14 @@ def grouped_bar_chart(categories: Sequence[str], bars: Sequence[Series], lines: 
                        f'height="{h:.2f}" fill="{series.color}"><title>{esc(series.name)}, {esc(labels[i])}: '
                        f'{esc(shown)}</title></rect>')
             if value > 0 and value >= y_max * 0.02:
-                cx, cy = x + bar_w / 2 + 3, base_y - h - 3
-                out.append(f'<text class="value" transform="translate({cx:.2f} {cy:.2f}) rotate(-90)" '
-                           f'font-size="8.5" fill="#333">{esc(percent(value) if as_percent else f"{value:.3g}")}'
-                           f'</text>')
+                text = esc(percent(value) if as_percent else f"{value:.3g}")
+                cx = x + bar_w / 2 + 3
+                if h > plot_h - 30:  # no room above: write the value inside the bar, from its top down
+                    out.append(f'<text class="value" transform="translate({cx:.2f} {base_y - h + 3:.2f}) '
+                               f'rotate(-90)" text-anchor="end" font-size="8.5" fill="#fff">{text}</text>')
+                else:
+                    out.append(f'<text class="value" transform="translate({cx:.2f} {base_y - h - 3:.2f}) '
+                               f'rotate(-90)" font-size="8.5" fill="#333">{text}</text>')
     # Lines on the right axis (0..1).
     for series in lines:
         points = []
