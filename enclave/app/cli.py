@@ -63,12 +63,53 @@ async def _serve(app, sock: socket.socket) -> None:  # app: FastAPI
     await task
 
 
+def _import_release(bundle: str, db_url: str | None, state: str, report) -> None:
+    """Child process: verify and import the bundle into the release database (a no-op when it already holds it);
+    sends None on success, else the message, to the parent (which prints it: one place for the CLI's errors)."""
+    from .release import ReleaseError, load_release
+
+    try:
+        load_release(bundle, db_url=db_url, state_dir=state).engine.dispose()
+    except ReleaseError as exc:
+        report.send(str(exc))
+    except Exception as exc:  # anything else is still a release that cannot be served
+        report.send(f"importing the release failed: {type(exc).__name__}: {exc}")
+    else:
+        report.send(None)
+
+
+def import_in_child(bundle: Path, db_url: str | None, state: Path) -> str | None:
+    """Run the import in a fresh interpreter; returns None or the reason it failed. Parsing parquet needs pyarrow
+    and much transient memory, and a process keeps both after they are freed; the serving process then finds the
+    database holding the bundle and never loads pyarrow, so a running enclave's app stays near 100 MB, not 200."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_import_release, args=(str(bundle), db_url, str(state), send),
+                            name="safeshare-app-import")
+    child.start()
+    send.close()
+    try:
+        message = receive.recv()
+    except EOFError:
+        message = "the import process ended without a result"
+    child.join()
+    if message is None and child.exitcode != 0:
+        message = f"the import process exited with {child.exitcode}"
+    return message
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     from . import create_app
     from .release import ReleaseError
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser())
+    if failure is not None:
+        print(f"safeshare app: {failure}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser())
     except ReleaseError as exc:

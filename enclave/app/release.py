@@ -21,15 +21,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from engine.bundle import BundleError, verify_bundle
 
-from .table import MISSING, Column, label_key
+from .table import MISSING, Column, code_dtype, encode_labels, label_key
 
 DATA_TABLE = "release_data"
 META_TABLE = "release_meta"
@@ -115,11 +111,34 @@ def _placeholders(engine: sa.Engine, count: int) -> str:
     raise ReleaseError(f"unsupported DBAPI parameter style {style!r}")
 
 
-def _batches(parquet: pq.ParquetFile) -> tuple[list[str], Iterator[list[tuple]]]:
+def _open_parquet(raw: bytes, folder: Path, manifest: dict):  # -> pyarrow.parquet.ParquetFile
+    """Parse the verified bytes. pyarrow is imported only here: `safeshare app` imports in a child process, so the
+    serving process never loads it (it would add ~80 MB to every running enclave)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(pa.BufferReader(raw))
+    if parquet.metadata.num_rows != _expected_rows(manifest, folder):
+        raise ReleaseError(f"refused bundle {folder}: data.parquet has {parquet.metadata.num_rows} rows, the manifest "
+                           f"says {manifest.get('records')}")
+    return parquet
+
+
+def _expected_rows(manifest: dict, folder: Path) -> int:
+    records = manifest.get("records")
+    if not isinstance(records, int) or records < 0:
+        raise ReleaseError(f"refused bundle {folder}: the manifest's field 'records' is not a row count")
+    return records
+
+
+def _batches(parquet) -> tuple[list[str], Iterator[list[tuple]]]:
     """The column names and the rows of data.parquet as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a
     time: memory stays bounded by one chunk instead of the whole table as Python strings. Every value becomes text
     (released values are labels); a null stays NULL."""
     names = [str(name) for name in parquet.schema_arrow.names]
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     def rows() -> Iterator[list[tuple]]:
         start = 0
@@ -131,7 +150,7 @@ def _batches(parquet: pq.ParquetFile) -> tuple[list[str], Iterator[list[tuple]]]
     return names, rows()
 
 
-def _import(engine: sa.Engine, parquet: pq.ParquetFile, manifest: dict) -> None:
+def _import(engine: sa.Engine, parquet, manifest: dict) -> None:
     """Replace both tables in one transaction: the data by DBAPI executemany in chunks of IMPORT_CHUNK rows (a few
     seconds for a million rows, where per-row inserts or pandas' dict-per-row path take several times longer), then
     the metadata row last, so that a database holding a data_sha256 holds all of that data."""
@@ -171,8 +190,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     raw = (folder / "data.parquet").read_bytes()
     if hashlib.sha256(raw).hexdigest() != manifest["data_sha256"]:
         raise ReleaseError(f"refused bundle {folder}: {folder / 'data.parquet'} changed after verification")
-    parquet = pq.ParquetFile(pa.BufferReader(raw))
-    rows_expected = parquet.metadata.num_rows
+    rows_expected = _expected_rows(manifest, folder)
     state = Path(state_dir)
     sqlite_path: Path | None = None
     try:
@@ -201,7 +219,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                 # No journal and no syncs while importing: the file is new and only renamed into place once whole.
                 sa.event.listen(writer, "connect", _fast_sqlite)
                 try:
-                    _import(writer, parquet, manifest)
+                    _import(writer, _open_parquet(raw, folder, manifest), manifest)
                 finally:
                     writer.dispose()
                 with open(staging, "rb") as handle:
@@ -219,7 +237,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
             try:
                 imported = _stored_sha(writer) != (manifest["data_sha256"], rows_expected)
                 if imported:
-                    _import(writer, parquet, manifest)
+                    _import(writer, _open_parquet(raw, folder, manifest), manifest)
             finally:
                 writer.dispose()
         engine = _read_only_engine(url, sqlite_path)
@@ -228,7 +246,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     except (sa.exc.SQLAlchemyError, OSError, ImportError) as exc:
         raise ReleaseError(f"database {db_url and sa.make_url(db_url).render_as_string(hide_password=True) or state}:"
                            f" {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    columns = [str(c) for c in parquet.schema_arrow.names]
+    columns = [str(c["name"]) for c in sa.inspect(engine).get_columns(DATA_TABLE) if c["name"] != ROW_ID]
     return LoadedRelease(folder=folder, manifest=manifest, engine=engine, db_url=url_for_display,
                          imported=imported, import_seconds=time.perf_counter() - started, columns=columns)
 
@@ -293,12 +311,7 @@ def read_coded_columns(release: LoadedRelease) -> list[Column]:
             if name in codes:
                 continue
             values = conn.execute(sa.select(table.c[name]).order_by(order)).scalars().all()
-            known = [value for value in labels[name] if value is not None]
-            raw = np.asarray(pd.Categorical(values, categories=known).codes, dtype=np.int64)
-            if None in labels[name]:  # NULL last, as the code after the known labels
-                labels[name] = [*known, None]
-                raw = np.where(raw < 0, len(known), raw)
-            codes[name] = raw
-    return [Column(name, tuple(MISSING if v is None else str(v) for v in labels[name]), codes[name].astype(
-        np.int8 if len(labels[name]) < 127 else np.int16 if len(labels[name]) < 32767 else np.int32))
-        for name in names]
+            text_labels, codes[name] = encode_labels(values)
+            labels[name] = list(text_labels)
+    return [Column(name, tuple(MISSING if v is None else str(v) for v in labels[name]),
+                   codes[name].astype(code_dtype(len(labels[name])))) for name in names]

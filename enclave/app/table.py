@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SUPPRESSED = "*"
 MISSING = "(missing)"
@@ -59,6 +62,32 @@ class Column:
 Filters = Mapping[str, Sequence[str]]
 
 
+def code_dtype(labels: int) -> type:
+    return np.int8 if labels < 127 else np.int16 if labels < 32767 else np.int32
+
+
+def encode_labels(values: Sequence[object]) -> tuple[tuple[str, ...], np.ndarray]:
+    """Naturally ordered labels and one code per value. A NULL (None) is shown as its own value, MISSING, rather
+    than dropping the record. np.unique does the per-record work; Python only sorts the distinct labels."""
+    array = np.asarray(values, dtype=object)
+    if array.size == 0:
+        return (), np.zeros(0, dtype=np.int8)
+    null = array == None  # noqa: E711 (elementwise comparison)
+    text = np.where(null, MISSING, array).astype(str)
+    distinct, inverse = np.unique(text, return_inverse=True)
+    nulls_last = bool(null.any())
+
+    def key(i: int) -> tuple:
+        label = str(distinct[i])
+        return (1, ()) if nulls_last and label == MISSING else (0, label_key(label))
+
+    order = sorted(range(len(distinct)), key=key)
+    remap = np.empty(len(distinct), dtype=np.int64)
+    remap[order] = np.arange(len(distinct))
+    codes = remap[inverse.reshape(-1)]
+    return tuple(str(distinct[i]) for i in order), np.ascontiguousarray(codes, dtype=code_dtype(len(distinct)))
+
+
 class CodedTable:
     """Per-column integer codes of the release, with the counting primitives every analysis is built from."""
 
@@ -84,20 +113,12 @@ class CodedTable:
         """Encode lists (or arrays) of labels, one per column, into codes with naturally ordered labels."""
         columns = []
         for name, values in data.items():
-            # A NULL in the database is shown as its own value rather than dropping the record.
-            series = pd.Series(np.asarray(values, dtype=object), dtype=object).fillna(MISSING)
-            categorical = pd.Categorical(series)
-            labels = [str(c) for c in categorical.categories]
-            order = sorted(range(len(labels)), key=lambda i: label_key(labels[i]))
-            remap = np.empty(len(labels), dtype=np.int64)
-            remap[order] = np.arange(len(labels))
-            codes = remap[np.asarray(categorical.codes, dtype=np.int64)] if labels else np.zeros(0, np.int64)
-            dtype = np.int8 if len(labels) < 127 else np.int16 if len(labels) < 32767 else np.int32
-            columns.append(Column(name, tuple(labels[i] for i in order), np.ascontiguousarray(codes, dtype=dtype)))
+            labels, codes = encode_labels(values)
+            columns.append(Column(name, labels, codes))
         return cls(columns, quasi_identifiers)
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, quasi_identifiers: Iterable[str] = ()) -> CodedTable:
+    def from_frame(cls, frame: "pd.DataFrame", quasi_identifiers: Iterable[str] = ()) -> CodedTable:
         return cls.from_columns({str(c): frame[c].astype(str).to_numpy() for c in frame.columns}, quasi_identifiers)
 
     def column(self, name: str) -> Column:
