@@ -30,7 +30,10 @@ def _config(args: argparse.Namespace):  # -> KioskConfig
         size = size_from_policy(Path(args.policy))
     width, height = size or DEFAULT_SIZE
     return KioskConfig(app_url=args.url, state_dir=Path(args.state), width=width, height=height,
-                       network=args.network, vnc_port=args.vnc_port, log_dir=Path(args.logs) if args.logs else None,
+                       network=args.network, vnc_port=args.vnc_port,
+                       vnc_listen=args.vnc_listen,
+                       vnc_password_file=Path(args.vnc_password_file) if args.vnc_password_file else None,
+                       log_dir=Path(args.logs) if args.logs else None,
                        chromium=args.chromium, app_title=args.app_title)
 
 
@@ -100,6 +103,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="how the browser is kept to the app: its own network namespace (needs root; auto uses it "
                         "when possible) or a refusing proxy for every other request")
     p.add_argument("--vnc-port", type=int, help="serve VNC on 127.0.0.1:PORT instead of a Unix socket")
+    p.add_argument("--vnc-listen", default="127.0.0.1",
+                   help="with --vnc-port: address to listen on (in a container, where only the gateway can reach "
+                        "the enclave network; default 127.0.0.1)")
+    p.add_argument("--vnc-password-file", help="use this VNC password instead of a fresh one (shared with the "
+                                               "gateway when they run in separate containers)")
     p.add_argument("--app-title", help="title prefix of the app's pages; another title makes the browser restart")
     p.add_argument("--logs", help="log folder (default STATE/logs)")
     p.add_argument("--chromium", help="path of the Chromium binary (default /usr/lib/chromium/chromium)")

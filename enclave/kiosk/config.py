@@ -75,6 +75,8 @@ class KioskConfig:
     height: int = DEFAULT_SIZE[1]
     network: str = "auto"
     vnc_port: int | None = None  # None: a Unix socket in state_dir/vnc/ (preferred)
+    vnc_listen: str = "127.0.0.1"  # with vnc_port: the address x11vnc listens on (a container's network address)
+    vnc_password_file: Path | None = None  # a given VNC password (shared with a gateway in another container)
     log_dir: Path | None = None
     chromium: str | None = None
     policy_dir: Path | None = None  # where the managed policy is written when not in a namespace

@@ -198,7 +198,8 @@ class Kiosk:
         self.display = await asyncio.to_thread(start_xvfb, cfg.width, cfg.height, cfg.state_dir / "xauthority",
                                                cfg.log_dir / "xvfb.log")
         self.vnc = await asyncio.to_thread(start_x11vnc, self.display, cfg.state_dir, cfg.log_dir / "x11vnc.log",
-                                           port=cfg.vnc_port)
+                                           port=cfg.vnc_port, listen=cfg.vnc_listen,
+                                           password_from=cfg.vnc_password_file)
         await asyncio.to_thread(self._install_policy)
         self._prepare_home()
         self._record()
@@ -361,7 +362,8 @@ class Kiosk:
                 try:
                     self.vnc = await asyncio.to_thread(start_x11vnc, self.display, self.config.state_dir,
                                                        self.config.log_dir / "x11vnc.log",
-                                                       port=self.config.vnc_port, keep_password=True)
+                                                       port=self.config.vnc_port, keep_password=True,
+                                                       listen=self.config.vnc_listen)
                     self._record()
                 except RuntimeError as exc:
                     self.failure = f"x11vnc cannot be restarted: {exc}"

@@ -57,7 +57,7 @@ def new_password(path: Path) -> None:
 
 
 def x11vnc_command(display: XDisplay, password_file: Path, *, unix_socket: Path | None = None,
-                   port: int | None = None) -> list[str]:
+                   port: int | None = None, listen: str = "127.0.0.1") -> list[str]:
     cmd = ["x11vnc", "-display", display.name, "-auth", str(display.xauthority), "-passwdfile", str(password_file),
            *HARDENING_FLAGS, *CLIPBOARD_OFF_FLAGS]
     if unix_socket is not None:
@@ -65,7 +65,10 @@ def x11vnc_command(display: XDisplay, password_file: Path, *, unix_socket: Path 
         # "-rfbportv6 -1". (-localhost would refuse every Unix-socket client: "localhost" != 127.0.0.1.)
         cmd += ["-unixsock", str(unix_socket), "-rfbport", "0", "-rfbportv6", "-1", "-noipv6"]
     elif port is not None:
-        cmd += ["-rfbport", str(port), "-localhost", "-rfbportv6", "-1", "-noipv6"]
+        # In a container the gateway reaches the VNC server over the enclave's internal network (`listen` is then
+        # the container's address or 0.0.0.0; the network, not the listener, keeps everyone else out).
+        where = ["-localhost"] if listen in ("127.0.0.1", "localhost") else ["-listen", listen]
+        cmd += ["-rfbport", str(port), *where, "-rfbportv6", "-1", "-noipv6"]
     else:
         raise ValueError("x11vnc needs a Unix socket or a port")
     return cmd
@@ -98,19 +101,28 @@ class VncServer:
 
 
 def start_x11vnc(display: XDisplay, state: Path, log_path: Path, *, port: int | None = None,
-                 timeout: float = 15.0, keep_password: bool = False) -> VncServer:
+                 timeout: float = 15.0, keep_password: bool = False, listen: str = "127.0.0.1",
+                 password_from: Path | None = None) -> VncServer:
     """Start x11vnc with a fresh password (or the current one, when restarting it under a running proxy that read
-    the password file already); returns once it answers with an RFB greeting."""
+    the password file already, or the one in `password_from`, which a custodian shares with the gateway when kiosk
+    and gateway run in separate containers); returns once it answers with an RFB greeting."""
     vnc_dir = state / "vnc"
     vnc_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(vnc_dir, 0o700)
     password_file = vnc_dir / "password"
-    if not (keep_password and password_file.is_file()):
+    if password_from is not None:
+        text = Path(password_from).read_text().strip()
+        if len(text) < 8:
+            raise RuntimeError(f"{password_from}: a VNC password of at least 8 characters is required")
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text + "\n")
+    elif not (keep_password and password_file.is_file()):
         new_password(password_file)
     unix_socket = None if port is not None else vnc_dir / "rfb.sock"
     if unix_socket is not None:
         unix_socket.unlink(missing_ok=True)
-    cmd = x11vnc_command(display, password_file, unix_socket=unix_socket, port=port)
+    cmd = x11vnc_command(display, password_file, unix_socket=unix_socket, port=port, listen=listen)
     proc = spawn(cmd, log_path, env={**display.env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                                      "HOME": str(vnc_dir)})
     deadline = time.monotonic() + timeout
@@ -118,7 +130,8 @@ def start_x11vnc(display: XDisplay, state: Path, log_path: Path, *, port: int | 
         if proc.poll() is not None:
             raise RuntimeError(f"x11vnc exited with {proc.returncode} (see {log_path})")
         if (unix_socket is None or unix_socket.exists()) and _answers(unix_socket, port):
-            upstream = f"unix:{unix_socket}" if unix_socket is not None else f"127.0.0.1:{port}"
+            host = "127.0.0.1" if listen in ("127.0.0.1", "localhost", "0.0.0.0") else listen
+            upstream = f"unix:{unix_socket}" if unix_socket is not None else f"{host}:{port}"
             return VncServer(proc, VncEndpoint(upstream, password_file), cmd)
         time.sleep(0.05)
     stop_group(proc)

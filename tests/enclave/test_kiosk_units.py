@@ -108,7 +108,11 @@ def test_vnc_server_flags_match_the_proxys_safe_set(tmp_path: Path) -> None:
     assert "-passwdfile" in cmd and "-nopw" not in cmd
     assert "-ultrafilexfer" not in cmd and "-tightfilexfer" not in cmd
     tcp = x11vnc_command(FakeDisplay(), tmp_path / "pw", port=5999)  # type: ignore[arg-type]
-    assert "-localhost" in tcp
+    assert "-localhost" in tcp and "-listen" not in tcp
+    # in a container: on the enclave network's address, still password-protected with the clipboard off
+    container = x11vnc_command(FakeDisplay(), tmp_path / "pw", port=5900, listen="0.0.0.0")  # type: ignore[arg-type]
+    assert container[container.index("-listen") + 1] == "0.0.0.0" and "-localhost" not in container
+    assert "-passwdfile" in container and all(flag in container for flag in SAFE_X11VNC_FLAGS)
 
 
 def test_chromium_flags(tmp_path: Path) -> None:
