@@ -9,7 +9,21 @@ policy JSON), `browser` (Chromium command and user), `netns` and `forward` (the 
 `watchdog` (one fullscreen window), `xlib` (the X calls the watchdog needs), `kiosk` (start and stop in order),
 `cli` (`safeshare kiosk`).
 """
+from __future__ import annotations
+
+from typing import Any
+
 from enclave.kiosk.config import KioskConfig, KioskConfigError
-from enclave.kiosk.kiosk import Kiosk, KioskEndpoint
+
+
+def __getattr__(name: str) -> Any:
+    """Kiosk and KioskEndpoint load libX11 (ctypes): imported on first use, so that `safeshare` runs in images
+    without X (the app's and the gateway's) where the kiosk's command is registered but never used."""
+    if name in ("Kiosk", "KioskEndpoint"):
+        from enclave.kiosk import kiosk
+
+        return getattr(kiosk, name)
+    raise AttributeError(name)
+
 
 __all__ = ["Kiosk", "KioskConfig", "KioskConfigError", "KioskEndpoint"]
