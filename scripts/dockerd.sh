@@ -3,7 +3,14 @@
 # Logs to ${SAFESHARE_DOCKERD_LOG:-/var/log/safeshare-dockerd.log}. Exit 1 if no engine can be started here.
 set -uo pipefail
 log="${SAFESHARE_DOCKERD_LOG:-/var/log/safeshare-dockerd.log}"
+# Containers on the enclaves' internal networks (bridges named ss-*) must not reach the host's own services either:
+# an internal network only stops forwarding, packets to the host's addresses still arrive through INPUT.
+host_firewall() {
+  command -v iptables >/dev/null || { echo "dockerd.sh: iptables missing: enclave networks could reach the host" >&2; return 1; }
+  iptables -C INPUT -i ss-+ -j DROP 2>/dev/null || iptables -I INPUT -i ss-+ -j DROP
+}
 if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
+  host_firewall || exit 1
   docker info --format '{{.ServerVersion}}'; exit 0
 fi
 if ! command -v dockerd >/dev/null; then
@@ -15,6 +22,7 @@ mkdir -p "$(dirname "$log")"
 setsid dockerd >>"$log" 2>&1 < /dev/null &
 for _ in $(seq 1 100); do
   if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
+    host_firewall || exit 1
     docker info --format '{{.ServerVersion}}'; exit 0
   fi
   sleep 0.2

@@ -13,6 +13,6 @@ ENV PATH=/opt/safeshare/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 USER safeshare
 EXPOSE 6080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6080/healthz', timeout=2)"]
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('SAFESHARE_HEALTH_URL', 'http://127.0.0.1:6080/healthz'), timeout=2)"]
 ENTRYPOINT ["tini", "--", "safeshare", "gateway"]
 CMD ["--listen", "0.0.0.0:6080", "--sessions", "/sessions"]

@@ -78,6 +78,15 @@ def sandbox_unavailable_reason() -> str | None:
                 return reason
         except OSError:
             continue
+    # A container's seccomp profile refuses new user namespaces whatever the sysctls say: try one.
+    unshare = shutil.which("unshare")
+    if unshare is not None:
+        try:
+            probe = subprocess.run([unshare, "--user", "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"no user namespace could be created ({exc})"
+        if probe.returncode != 0:
+            return f"no user namespace could be created ({probe.stderr.decode(errors='replace').strip()})"
     return None
 
 
@@ -131,8 +140,12 @@ def chromium_flags(app_url: str, width: int, height: int, profile_dir: Path, *, 
     if not sandbox:
         flags.append("--no-sandbox")
     if proxy_fallback:
+        # No name resolves but the app's own host (by name in a container network, e.g. "app"); everything else
+        # goes to the refusing proxy anyway.
+        app_host = bypass.rsplit(":", 1)[0] if bypass else "127.0.0.1"
+        excluded = "EXCLUDE 127.0.0.1" + (f", EXCLUDE {app_host}" if app_host not in ("127.0.0.1", "") else "")
         flags += [f"--proxy-server={proxy_fallback}", f"--proxy-bypass-list=<-loopback>;{bypass}",
-                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+                  f"--host-resolver-rules=MAP * ~NOTFOUND, {excluded}"]
     return flags + [app_url]
 
 
