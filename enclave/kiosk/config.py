@@ -6,10 +6,12 @@ strictly). A bad size is an error, never a silent default.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -63,6 +65,25 @@ def check_app_url(url: str) -> str:
     except ValueError as exc:
         raise KioskConfigError(f"bad port in {url!r}") from exc
     return url
+
+
+def resolve_app_url(url: str) -> str:
+    """The app URL with its host name replaced by the IPv4 address it resolves to now. The browser then needs no
+    name resolution at all (every name maps to NOTFOUND), and the managed policy's allowlist names exactly that
+    origin: Chromium's URL filter refused a single-label container name such as "app" even when allowlisted."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        ipaddress.ip_address(host)
+        return url
+    except ValueError:
+        pass
+    try:
+        address = socket.getaddrinfo(host, parts.port or 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except (OSError, IndexError) as exc:
+        raise KioskConfigError(f"the app host {host!r} does not resolve: {exc}") from None
+    netloc = f"{address}:{parts.port}" if parts.port else address
+    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, parts.fragment))
 
 
 @dataclass

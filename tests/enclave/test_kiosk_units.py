@@ -198,3 +198,14 @@ def test_a_lost_connection_does_not_mark_the_next_one_dead(tmp_path: Path) -> No
     address = conn._dpy
     conn.close()
     assert address not in xlib._dead
+
+
+def test_app_url_is_pinned_to_an_address() -> None:
+    """The browser gets the app's address, not its name (a container name like "app" is refused by Chromium's URL
+    filter, and with an address the browser needs no name resolution at all)."""
+    from enclave.kiosk.config import resolve_app_url
+
+    assert resolve_app_url("http://localhost:8050/cohort?x=1") == "http://127.0.0.1:8050/cohort?x=1"
+    assert resolve_app_url("http://10.1.2.3:8050/") == "http://10.1.2.3:8050/"
+    with pytest.raises(KioskConfigError):
+        resolve_app_url("http://no-such-host.invalid:8050/")
