@@ -1,14 +1,8 @@
 """The real thing: `safeshare app` as a process on a free port, fetched over HTTP; and the release in PostgreSQL."""
 from __future__ import annotations
 
-import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +12,7 @@ import sqlalchemy as sa
 from enclave.app import create_app
 from enclave.app.release import DATA_TABLE
 from enclave.app.security import CSP
+from tests.pg import postgres_url  # noqa: F401 (a fixture)
 from tests.enclave.test_app_support import SAFESHARE, TestClient, free_port, read_ready, small_frame, synthetic_bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,58 +54,6 @@ def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:
     assert code == 0
 
 
-def wait_port(port: int, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"postgres exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"port {port} not open")
-
-
-@pytest.fixture
-def postgres_url():
-    """A throwaway PostgreSQL server (initdb into a temporary folder, trust auth, 127.0.0.1 and a free port)."""
-    pytest.importorskip("psycopg")
-    bindir = Path("/usr/lib/postgresql")
-    candidates = sorted(bindir.glob("*/bin/initdb")) if bindir.is_dir() else []
-    initdb = shutil.which("initdb") or (str(candidates[-1]) if candidates else None)
-    if initdb is None:
-        pytest.skip("PostgreSQL server binaries not installed")
-    postgres = str(Path(initdb).with_name("postgres"))
-    as_user: dict = {}
-    root = tempfile.mkdtemp(prefix="safeshare-app-pg-")
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a postgres user")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-    proc = None
-    try:
-        data = Path(root) / "data"
-        subprocess.run([initdb, "-D", str(data), "-A", "trust", "-U", "safeshare", "--no-sync"],
-                       check=True, capture_output=True, timeout=60, **as_user)
-        port = free_port()
-        proc = subprocess.Popen([postgres, "-D", str(data), "-k", root, "-p", str(port), "-h", "127.0.0.1", "-F",
-                                 "-c", "full_page_writes=off"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
-        wait_port(port, 30, proc)
-        yield f"postgresql+psycopg://safeshare@127.0.0.1:{port}/postgres"
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_release_in_postgresql_is_read_only(postgres_url, tmp_path) -> None:

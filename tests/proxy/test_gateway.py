@@ -14,7 +14,6 @@ import sqlite3
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,7 +28,8 @@ from proxy.gateway import COOKIE, Gateway, openapi_document
 from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, TokenRefused, TokenStore, parse_expiry, parse_ttl
 from safeshare.cli import main as safeshare_main
 from tests.cdp import chromium, wait_for, wait_for_js
-from tests.proxy.rfbtools import (PF_32, FakeVncServer, RfbClient, free_port, stop_process, wait_port, x11vnc_start,
+from tests.pg import postgres_url  # noqa: F401 (a fixture)
+from tests.proxy.rfbtools import (PF_32, FakeVncServer, RfbClient, free_port, stop_process, x11vnc_start,
                                   xvfb_start)
 
 HAVE_X = all(shutil.which(tool) for tool in ("Xvfb", "x11vnc", "xsetroot"))
@@ -172,46 +172,6 @@ def test_token_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                            "127.0.0.1:1", *db]) == 2
 
 
-@pytest.fixture
-def postgres_url():
-    """A throwaway PostgreSQL server (initdb into a temporary folder, trust auth, 127.0.0.1 and a free port)."""
-    pytest.importorskip("psycopg")
-    bindir = Path("/usr/lib/postgresql")
-    candidates = sorted(bindir.glob("*/bin/initdb")) if bindir.is_dir() else []
-    initdb = shutil.which("initdb") or (str(candidates[-1]) if candidates else None)
-    if initdb is None:
-        pytest.skip("PostgreSQL server binaries not installed")
-    postgres = str(Path(initdb).with_name("postgres"))
-    as_user: dict = {}
-    root = tempfile.mkdtemp(prefix="safeshare-pg-")
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        import pwd
-
-        try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a postgres user")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-    proc = None
-    try:
-        data = Path(root) / "data"
-        subprocess.run([initdb, "-D", str(data), "-A", "trust", "-U", "safeshare", "--no-sync"],
-                       check=True, capture_output=True, timeout=60, **as_user)
-        port = free_port()
-        proc = subprocess.Popen([postgres, "-D", str(data), "-k", root, "-p", str(port), "-h", "127.0.0.1", "-F",
-                                 "-c", "full_page_writes=off"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
-        wait_port(port, 30, proc)
-        yield f"postgresql+psycopg://safeshare@127.0.0.1:{port}/postgres"
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                stop_process(proc)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_token_store_on_postgresql(postgres_url: str) -> None:
