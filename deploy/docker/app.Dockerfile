@@ -1,15 +1,13 @@
-# The analytics app: serves exactly one sealed release, mounted read-only at /release.
-# BASE: safeshare/base (built offline by `safeshare images build`) or any Debian bookworm image with the packages of
-# deploy/images/rootfs.py's BASE layer (a site with a registry: see base.Dockerfile).
+# The analytics app: serves exactly one sealed release, mounted read-only (compose and provisioning choose where).
+# BASE: the runtime image (runtime.Dockerfile: /opt/safeshare with the dependencies). No secret is baked in.
 ARG BASE
 FROM ${BASE}
-COPY wheels /tmp/wheels
-RUN python3 -m venv /opt/safeshare \
- && /opt/safeshare/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels safeshare \
- && rm -rf /tmp/wheels \
- && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin safeshare \
+# The same two steps in every service image (layers shared by the build cache): the project, then a dependency check.
+COPY project /wheels
+RUN /opt/safeshare/bin/pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check /wheels/*.whl \
+ && /opt/safeshare/bin/pip check --disable-pip-version-check && rm -rf /wheels
+RUN useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin safeshare \
  && mkdir -p /state && chown safeshare:safeshare /state
-ENV PATH=/opt/safeshare/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONDONTWRITEBYTECODE=1
 USER safeshare
 EXPOSE 8050
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \

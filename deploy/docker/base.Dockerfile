@@ -1,8 +1,12 @@
-# For sites WITH a registry: the same base as the offline build (deploy/images/rootfs.py), from debian:bookworm-slim.
-#   docker build -f deploy/docker/base.Dockerfile --build-arg PACKAGES="..." -t safeshare/base:site .
-# The offline path (`safeshare images build`) needs no registry and is what tests and the README use.
+# For sites WITH a registry and package mirror: a layer like the offline ones (deploy/images/rootfs.py), made with
+# apt-get in a RUN step. `safeshare images build --base registry` uses it twice:
+#   base  = FROM debian:bookworm-slim, PACKAGES = the base layer's packages (+ novnc for its static files)
+#   kiosk = FROM the runtime image,    PACKAGES = the kiosk layer's packages
+# The offline path (`safeshare images build`, the default) needs neither registry nor network in any build step.
 ARG FROM=debian:bookworm-slim
 FROM ${FROM}
-ARG PACKAGES="python3 python3-venv ca-certificates tini novnc iproute2"
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${PACKAGES} \
- && rm -rf /var/lib/apt/lists/*
+ARG PACKAGES
+USER root
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${PACKAGES} \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
