@@ -2,10 +2,13 @@
 `docker-compose up` to a researcher URL, the memory of one idle enclave (kiosk + app containers), and how many such
 enclaves one host of this size holds.
 
-    .venv/bin/python benchmarks/images_bench.py [--cold] [--settle 10]
+    .venv/bin/python benchmarks/images_bench.py [--cold] [--no-compose] [--settle 10]
 
---cold builds into an empty cache folder (debootstrap and all packages again: minutes) with new image tags; without
-it, the normal cache is used. Needs a running Docker engine (scripts/dockerd.sh) and docker-compose.
+--cold also builds as on a fresh machine: an empty cache folder, no pip cache, images under another repository name
+(so nothing of the normal build is reused or replaced: debootstrap, Debian packages, wheels, every docker build),
+removed afterwards. Then the normal cached build, each step's seconds, the image sizes and the disk the three images
+take together (their big layers are shared). Needs a running Docker engine (scripts/dockerd.sh); the compose round
+also needs docker-compose (--no-compose skips it).
 """
 from __future__ import annotations
 
@@ -23,13 +26,47 @@ REPO = Path(__file__).resolve().parent.parent
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "kB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3}
 
 
-def build(cache: str | None) -> tuple[float, dict]:
-    argv = [sys.executable, "-m", "safeshare.cli", "images", "build", "--json"]
-    if cache:
-        argv += ["--cache", cache, "--force"]
+def build(cache: str | None, repository: str | None = None) -> tuple[float, dict]:
+    """Seconds and the result of `safeshare images build`; `cache` and `repository` make it a cold build."""
+    argv = [sys.executable, "-c", "import json, sys; from pathlib import Path; "
+            "from deploy.images.build import build_all, DEFAULT_CACHE, image_sizes; "
+            "r = build_all(Path(sys.argv[1]) if sys.argv[1] else DEFAULT_CACHE, say=lambda t: print(t, file=sys.stderr)); "
+            "sizes = image_sizes(r.images); d = r.as_dict(); "
+            "[d['images'][k].update(size_bytes=v) for k, v in sizes.items()]; print(json.dumps(d))", cache or ""]
+    env = dict(os.environ)
+    if repository:
+        env.update(SAFESHARE_IMAGE_REPOSITORY=repository, PIP_NO_CACHE_DIR="1")
     started = time.perf_counter()
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True)
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"image build failed:\n{result.stderr[-3000:]}")
     return time.perf_counter() - started, json.loads(result.stdout)
+
+
+def steps(result: dict) -> dict:
+    return {step["service"]: step["seconds"] for step in result["steps"]}
+
+
+def disk_mb(result: dict) -> int:
+    """What the three images take on disk together: the kiosk's layers plus the app's and gateway's own ones on top
+    of the shared runtime."""
+    def size(ref: str) -> int:
+        out = subprocess.run(["docker", "image", "inspect", ref, "--format", "{{.Size}}"], capture_output=True,
+                             text=True).stdout.strip()
+        return int(out or 0)
+
+    runtime = next(step["tag"] for step in result["steps"] if step["service"] == "runtime")
+    images = result["images"]
+    total = images["kiosk"]["size_bytes"] + sum(images[s]["size_bytes"] - size(runtime) for s in ("app", "gateway"))
+    return round(total / 1e6)
+
+
+def remove_repository(repository: str) -> None:
+    refs = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                          text=True).stdout.split()
+    mine = [ref for ref in refs if ref.startswith(repository + "/")]
+    if mine:
+        subprocess.run(["docker", "image", "rm", *mine], capture_output=True)
 
 
 def memory_bytes(text: str) -> int:
@@ -77,22 +114,26 @@ def compose_round(settle: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cold", action="store_true", help="also build from an empty cache (minutes)")
+    parser.add_argument("--no-compose", action="store_true", help="only the images (no docker-compose round)")
     parser.add_argument("--settle", type=float, default=10.0)
     args = parser.parse_args()
     figures: dict = {}
     if args.cold:
+        repository = f"ssbench-cold-{os.getpid()}"
         with tempfile.TemporaryDirectory(prefix="images-cold-", dir="/var/tmp") as cache:
-            seconds, _ = build(cache)
-            figures["cold_build_s"] = round(seconds, 1)
-    seconds, images = build(None)
+            try:
+                seconds, cold = build(cache, repository)
+            finally:
+                remove_repository(repository)
+        figures["cold_build_s"] = round(seconds, 1)
+        figures["cold_steps_s"] = steps(cold)
+    seconds, result = build(None)
     figures["cached_build_s"] = round(seconds, 1)
-    sizes = {}
-    for service, image in images.items():
-        out = subprocess.run(["docker", "image", "inspect", image["tag"], "--format", "{{.Size}}"],
-                             capture_output=True, text=True).stdout.strip()
-        sizes[service] = round(int(out or 0) / 1e6)
-    figures["image_mb"] = sizes
-    figures.update(compose_round(args.settle))
+    figures["cached_steps_s"] = steps(result)
+    figures["image_mb"] = {service: round(image["size_bytes"] / 1e6) for service, image in result["images"].items()}
+    figures["all_three_on_disk_mb"] = disk_mb(result)
+    if not args.no_compose:
+        figures.update(compose_round(args.settle))
     print(json.dumps(figures, indent=2))
     return 0
 
