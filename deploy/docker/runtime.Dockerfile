@@ -13,6 +13,8 @@ RUN python3 -m venv /opt/safeshare \
  && for package in numpy pandas pyarrow scipy; do \
       find /opt/safeshare/lib/python3*/site-packages/$package -depth -type d -name tests -exec rm -rf {} +; \
     done
+# Marks this stage's image, which nothing references after the build: `safeshare images build` prunes it.
+LABEL org.safeshare.stage=venv
 
 # A second stage, so that the wheels never become a layer of the image.
 FROM ${BASE}

@@ -188,6 +188,9 @@ def build_all(cache: Path = DEFAULT_CACHE, force: bool = False, base: str = "deb
         if built:
             _docker_build("runtime", runtime_file, base_ref, {"deps": deps},
                           [runtime_ref, f"{REPOSITORY}/runtime:latest"], cache, force, docker)
+            # The first stage (base + wheels + venv, hundreds of MB) stays behind untagged: drop it.
+            dockercli.run_docker(["image", "prune", "--force", "--filter", "label=org.safeshare.stage=venv"], docker,
+                                 check=False)
         steps.record("runtime", runtime_ref, base_ref, built, started, docker)
 
         # 3. the kiosk layer on the runtime
@@ -224,7 +227,9 @@ def build_all(cache: Path = DEFAULT_CACHE, force: bool = False, base: str = "deb
             steps.record(service, ref, parent, built, started, docker)
             images[service] = steps.done[-1]
 
-        (cache / MANIFEST).write_text(json.dumps({name: image.as_dict() for name, image in images.items()},
+        (cache / MANIFEST).write_text(json.dumps({"images": {name: image.as_dict() for name, image in images.items()},
+                                                  "steps": [step.as_dict() for step in steps.done
+                                                            if step.service not in ("wheels", *SERVICES)]},
                                                  indent=2))
         if base == "debootstrap" and not given:
             rootfs.prune(cache, keep)
@@ -236,9 +241,36 @@ def image_refs(cache: Path = DEFAULT_CACHE) -> dict[str, str]:
     """service -> content tag of the last complete build (what provisioning should run); falls back to :latest."""
     try:
         manifest = json.loads((cache / MANIFEST).read_text())
-        return {service: manifest[service]["tag"] for service in SERVICES}
+        return {service: manifest["images"][service]["tag"] for service in SERVICES}
     except (OSError, KeyError, json.JSONDecodeError):
         return {service: f"{REPOSITORY}/{service}:latest" for service in SERVICES}
+
+
+def prune_images(cache: Path = DEFAULT_CACHE, docker: str = dockercli.DOCKER) -> tuple[list[str], list[str]]:
+    """Remove this repository's image tags that the last complete build did not produce (or use as layers), and
+    :latest tags that point elsewhere; (removed, kept because a container uses them). Docker removes the untagged
+    layers below them that nothing else needs. Explicit (`safeshare images prune`): a shared engine may run enclaves
+    on older tags, and those are refused here by the engine itself, never forced."""
+    try:
+        manifest = json.loads((cache / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        raise ImageBuildError(f"no complete build recorded in {cache / MANIFEST}; build first") from None
+    current = {entry["tag"] for entry in manifest.get("steps", [])} | {entry["tag"] for entry in
+                                                                         manifest["images"].values()}
+    current_ids = {dockercli.image_id(ref, docker) for ref in current}
+    listing = dockercli.run_docker(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                                    f"reference={REPOSITORY}/*"], docker)
+    removed, in_use = [], []
+    for ref in listing.split():
+        if ref in current or ref.endswith(":<none>"):
+            continue
+        if ref.endswith(":latest") and dockercli.image_id(ref, docker) in current_ids:
+            continue
+        if dockercli.run_docker(["image", "rm", ref], docker, check=False) is None:
+            in_use.append(ref)
+        else:
+            removed.append(ref)
+    return removed, in_use
 
 
 def image_sizes(images: dict[str, BuiltImage], docker: str = dockercli.DOCKER) -> dict[str, int]:
@@ -246,4 +278,5 @@ def image_sizes(images: dict[str, BuiltImage], docker: str = dockercli.DOCKER) -
     return {service: int(dockercli.inspect(image.tag, docker).get("Size", 0)) for service, image in images.items()}
 
 
-__all__ = ["BuildResult", "BuiltImage", "ImageBuildError", "build_all", "image_refs", "image_sizes", "SERVICES"]
+__all__ = ["BuildResult", "BuiltImage", "ImageBuildError", "build_all", "image_refs", "image_sizes", "prune_images",
+           "SERVICES"]

@@ -52,6 +52,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from deploy.images.build import prune_images
+    from deploy.images.rootfs import DEFAULT_CACHE, ImageBuildError
+
+    try:
+        removed, in_use = prune_images(Path(args.cache) if args.cache else DEFAULT_CACHE)
+    except ImageBuildError as exc:
+        print(f"safeshare images prune: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    for ref in removed:
+        print(f"removed {ref}")
+    for ref in in_use:
+        print(f"kept    {ref} (in use by a container)")
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     images = subparsers.add_parser("images", help="build the container images offline (debootstrap + docker import)")
     sub = images.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
@@ -78,3 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--cache", help=cache_help)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_list)
+    prune = sub.add_parser("prune", help="remove older safeshare image tags (not those of the last build, not those "
+                                         "a container uses)")
+    prune.add_argument("--cache", help=cache_help)
+    prune.set_defaults(func=cmd_prune)

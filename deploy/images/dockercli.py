@@ -23,6 +23,16 @@ def check_engine(docker: str = DOCKER) -> str:
     return result.stdout.strip()
 
 
+def run_docker(args: Sequence[str], docker: str = DOCKER, check: bool = True) -> str | None:
+    """stdout of `docker ARGS`; on failure None (check=False) or ImageBuildError."""
+    result = subprocess.run([docker, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        if check:
+            raise ImageBuildError(f"docker {' '.join(args)}: {result.stderr.strip()[-500:]}")
+        return None
+    return result.stdout
+
+
 def image_id(ref: str, docker: str = DOCKER) -> str | None:
     """The image ID of `ref` (a tag or ID), or None if the engine has no such image."""
     result = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
