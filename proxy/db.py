@@ -85,6 +85,24 @@ class Token(Base):
     target: Mapped[Target] = relationship(lazy="joined")
 
 
+class GatewaySession(Base):
+    """One proxied session as the gateway saw it: a row at start, closed at its end. A gateway that stops without
+    closing its rows (killed, host crash) closes them at its next start, so that "live" here means live."""
+
+    __tablename__ = "gateway_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the session folder's id
+    gateway: Mapped[str] = mapped_column(String(200), index=True)
+    token_id: Mapped[int] = mapped_column(Integer, index=True)
+    recipient: Mapped[str] = mapped_column(String(200), index=True)
+    target_name: Mapped[str] = mapped_column(String(200))
+    release: Mapped[str | None] = mapped_column(String(200), default=None)
+    folder: Mapped[str] = mapped_column(String(1000))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None, index=True)
+    end_reason: Mapped[str | None] = mapped_column(String(500), default=None)
+
+
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     # WAL: the gateway polls for revocations while the `safeshare token` command writes, without blocking each other.

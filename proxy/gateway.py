@@ -37,7 +37,7 @@ from aiohttp.abc import AbstractAccessLogger
 from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget
-from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, TokenRefused, TokenStore, end_of_day
+from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore, end_of_day
 
 log = logging.getLogger("safeshare.gateway")
 
@@ -259,8 +259,11 @@ class Gateway:
         secure_cookies: bool | None = None,
         on_session: Callable[[LiveSession], None] | None = None,
         on_session_end: Callable[[LiveSession, str], None] | None = None,
+        name: str = "gateway",
     ) -> None:
         self.store = store
+        self.name = name
+        self.book = SessionBook(store)
         self.sessions_dir = Path(sessions_dir)
         self.novnc_dir = Path(novnc_dir) if novnc_dir is not None else None
         self.default_limits = default_limits or SessionLimits()
@@ -303,6 +306,11 @@ class Gateway:
 
     async def start(self, host: str, port: int) -> int:
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        # Sessions a previous run of this gateway left open ended with it (their folders stay unsealed: evidence).
+        interrupted = await asyncio.to_thread(self.book.close_interrupted, self.name)
+        if interrupted:
+            log.warning("closed %d session(s) left open by a previous run: %s", len(interrupted),
+                        ", ".join(interrupted))
         self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -450,10 +458,16 @@ class Gateway:
         try:
             try:
                 await asyncio.to_thread(self.store.mark_used, grant.token_id)
+                await asyncio.to_thread(self.book.started, session.session_id, self.name, grant, str(session.dir),
+                                        release)
             except Exception as exc:  # bookkeeping only
-                log.warning("could not record token use: %s", exc)
+                log.warning("could not record the session in the database: %s", exc)
             reason = await session.run()
         finally:
+            try:
+                await asyncio.to_thread(self.book.ended, session.session_id, session.end_reason or reason)
+            except Exception as exc:
+                log.warning("could not record the end of session %s: %s", session.session_id, exc)
             group = self.live.get(grant.token_id)
             if group is not None:
                 group.discard(live)

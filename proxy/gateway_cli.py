@@ -68,7 +68,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     gateway = Gateway(store, Path(args.sessions), novnc_dir=Path(args.novnc), default_limits=limits,
                       poll_interval=args.poll_interval, record=not args.no_record,
                       allowed_origins=tuple(args.allowed_origin or ()),
-                      secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended)
+                      secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended,
+                      name=args.name)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -201,6 +202,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="extra browser Origin allowed to open the WebSocket (e.g. behind a TLS proxy)")
     g.add_argument("--secure-cookies", action="store_true",
                    help="mark the token cookie Secure (set this when TLS is terminated in front of the gateway)")
+    g.add_argument("--name", default="gateway",
+                   help="this gateway's name in the session table (distinct per gateway sharing one database; "
+                        "at start it closes the sessions its previous run left open)")
     g.add_argument("-v", "--verbose", action="store_true", help="log requests and sessions")
     g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
     g.set_defaults(func=cmd_gateway)

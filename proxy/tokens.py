@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 
-from proxy.db import Target, Token, make_engine, make_sessionmaker, utcnow
+from proxy.db import GatewaySession, Target, Token, make_engine, make_sessionmaker, utcnow
 
 TOKEN_BYTES = 32
 MAX_TOKEN_LENGTH = 200  # anything longer is not one of ours; refuse before hashing an attacker's megabyte
@@ -243,6 +243,76 @@ class TokenStore:
                     expires_at=row.expires_at, revoked_at=row.revoked_at, revoke_reason=row.revoke_reason,
                     last_used_at=row.last_used_at, status=status, hash_prefix=row.token_hash[:12]))
         return out
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    gateway: str
+    token_id: int
+    recipient: str
+    target_name: str
+    release: str | None
+    folder: str
+    started_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+
+    @property
+    def live(self) -> bool:
+        return self.ended_at is None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, datetime):
+                out[key] = value.isoformat()
+        out["live"] = self.live
+        return out
+
+
+class SessionBook:
+    """The gateways' record of sessions in the same database as the tokens: who is connected now, through which
+    gateway. Bookkeeping for custodians (`safeshare recipients`); the session folders remain the evidence."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self._session = store._session
+        self.clock = store.clock
+
+    def started(self, session_id: str, gateway: str, grant: Grant, folder: str, release: str | None) -> None:
+        with self._session.begin() as db:
+            db.add(GatewaySession(id=session_id, gateway=gateway, token_id=grant.token_id, recipient=grant.recipient,
+                                  target_name=grant.target_name, release=release, folder=folder,
+                                  started_at=self.clock()))
+
+    def ended(self, session_id: str, reason: str) -> None:
+        with self._session.begin() as db:
+            db.execute(update(GatewaySession).where(GatewaySession.id == session_id,
+                                                    GatewaySession.ended_at.is_(None))
+                       .values(ended_at=self.clock(), end_reason=reason[:500]))
+
+    def close_interrupted(self, gateway: str, reason: str = "interrupted: the gateway stopped without ending it") \
+            -> list[str]:
+        """Close the rows a previous run of `gateway` left open; returns their session ids."""
+        with self._session.begin() as db:
+            ids = list(db.scalars(select(GatewaySession.id).where(GatewaySession.gateway == gateway,
+                                                                   GatewaySession.ended_at.is_(None))))
+            if ids:
+                db.execute(update(GatewaySession).where(GatewaySession.id.in_(ids))
+                           .values(ended_at=self.clock(), end_reason=reason))
+        return ids
+
+    def list(self, recipient: str | None = None, *, live_only: bool = False) -> list[SessionInfo]:
+        stmt = select(GatewaySession).order_by(GatewaySession.started_at)
+        if recipient is not None:
+            stmt = stmt.where(GatewaySession.recipient == recipient)
+        if live_only:
+            stmt = stmt.where(GatewaySession.ended_at.is_(None))
+        with self._session() as db:
+            return [SessionInfo(session_id=row.id, gateway=row.gateway, token_id=row.token_id,
+                                recipient=row.recipient, target_name=row.target_name, release=row.release,
+                                folder=row.folder, started_at=row.started_at, ended_at=row.ended_at,
+                                end_reason=row.end_reason) for row in db.scalars(stmt)]
 
 
 _TTL_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

@@ -34,7 +34,7 @@ def _config(args: argparse.Namespace):  # -> KioskConfig
                        vnc_listen=args.vnc_listen,
                        vnc_password_file=Path(args.vnc_password_file) if args.vnc_password_file else None,
                        log_dir=Path(args.logs) if args.logs else None,
-                       chromium=args.chromium, app_title=args.app_title)
+                       chromium=args.chromium, app_title=args.app_title, app_wait=args.app_wait)
 
 
 async def _serve(config) -> int:  # config: KioskConfig
@@ -108,6 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the enclave network; default 127.0.0.1)")
     p.add_argument("--vnc-password-file", help="use this VNC password instead of a fresh one (shared with the "
                                                "gateway when they run in separate containers)")
+    p.add_argument("--app-wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for the app to answer before opening the browser (containers that start "
+                        "together; default 0: it must answer now)")
     p.add_argument("--app-title", help="title prefix of the app's pages; another title makes the browser restart")
     p.add_argument("--logs", help="log folder (default STATE/logs)")
     p.add_argument("--chromium", help="path of the Chromium binary (default /usr/lib/chromium/chromium)")

@@ -9,6 +9,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -86,6 +89,29 @@ def resolve_app_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, parts.fragment))
 
 
+def wait_for_app(url: str, timeout: float, interval: float = 0.25) -> str:
+    """`resolve_app_url(url)` once the app answers HTTP there (any status), retrying for up to `timeout` seconds.
+
+    Containers of one enclave start together; waiting here lets the display and VNC server come up while the app
+    imports its release, instead of the browser opening an error page (which its title watchdog would restart)."""
+    deadline = time.monotonic() + timeout
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an environment proxy
+    while True:
+        try:
+            resolved = resolve_app_url(url)
+            try:
+                opener.open(resolved, timeout=2).close()
+            except urllib.error.HTTPError:
+                pass  # an answer is an answer: the app is up
+            return resolved
+        except (KioskConfigError, OSError) as exc:
+            if time.monotonic() + interval > deadline:
+                if isinstance(exc, KioskConfigError):
+                    raise
+                raise KioskConfigError(f"the app at {url} did not answer within {timeout:.0f} s: {exc}") from None
+            time.sleep(interval)
+
+
 @dataclass
 class KioskConfig:
     """Everything `Kiosk` needs. `state_dir` holds the VNC socket and password and, by default, the logs."""
@@ -101,6 +127,7 @@ class KioskConfig:
     log_dir: Path | None = None
     chromium: str | None = None
     policy_dir: Path | None = None  # where the managed policy is written when not in a namespace
+    app_wait: float = 0.0  # seconds to wait for the app to answer before starting the browser (0: resolve once)
     app_title: str | None = None  # restart the browser if the window title stops starting with this
     user: str | None = None  # browser user when root (default: safeshare-kiosk)
     extra_flags: list[str] = field(default_factory=list)

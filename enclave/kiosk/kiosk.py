@@ -25,7 +25,7 @@ from pathlib import Path
 from enclave.kiosk.browser import (BrowserUser, browser_env, chromium_flags, ensure_kiosk_user, find_chromium)
 from enclave.kiosk.browser_policy import (POLICY_FILE_NAME, SYSTEM_POLICY_DIR, build_policy, write_policy)
 from enclave.kiosk.config import KioskConfig, KioskConfigError
-from enclave.kiosk.config import resolve_app_url
+from enclave.kiosk.config import resolve_app_url, wait_for_app
 from enclave.kiosk.display import XDisplay, start_xvfb, write_xauthority
 from enclave.kiosk.forward import PortForward
 from enclave.kiosk.leftovers import clean_previous, remove_record, write_record
@@ -191,7 +191,10 @@ class Kiosk:
         assert cfg.log_dir is not None
         cfg.log_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(clean_previous, cfg.state_dir)
-        cfg.app_url = await asyncio.to_thread(resolve_app_url, cfg.app_url)
+        if cfg.app_wait > 0:
+            cfg.app_url = await asyncio.to_thread(wait_for_app, cfg.app_url, cfg.app_wait)
+        else:
+            cfg.app_url = await asyncio.to_thread(resolve_app_url, cfg.app_url)
         self._chromium = find_chromium(cfg.chromium)
         self.user = await asyncio.to_thread(ensure_kiosk_user, cfg.user or "safeshare-kiosk")
         log.info("kiosk browser user: %s", self.user.describe())

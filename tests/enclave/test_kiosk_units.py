@@ -209,3 +209,46 @@ def test_app_url_is_pinned_to_an_address() -> None:
     assert resolve_app_url("http://10.1.2.3:8050/") == "http://10.1.2.3:8050/"
     with pytest.raises(KioskConfigError):
         resolve_app_url("http://no-such-host.invalid:8050/")
+
+
+def test_kiosk_waits_for_an_app_that_starts_late() -> None:
+    """Provisioning starts app and kiosk together: the kiosk waits until the app answers (any HTTP status), then pins
+    its address; an app that never answers is an error that names it, after the timeout and not long after."""
+    import socket
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from enclave.kiosk.config import wait_for_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    class Forbidden(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_error(403)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    servers: list[HTTPServer] = []
+
+    def serve_later() -> None:
+        time.sleep(0.6)
+        server = HTTPServer(("127.0.0.1", port), Forbidden)
+        servers.append(server)
+        server.serve_forever()
+
+    threading.Thread(target=serve_later, daemon=True).start()
+    started = time.monotonic()
+    try:
+        assert wait_for_app(f"http://localhost:{port}/", timeout=10) == f"http://127.0.0.1:{port}/"
+        assert 0.5 < time.monotonic() - started < 5
+    finally:
+        for server in servers:
+            server.shutdown()
+    started = time.monotonic()
+    with pytest.raises(KioskConfigError, match=f"127.0.0.1:{port}.*did not answer within 1 s"):
+        wait_for_app(f"http://127.0.0.1:{port}/", timeout=1)
+    assert time.monotonic() - started < 2.5

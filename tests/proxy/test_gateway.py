@@ -470,6 +470,55 @@ def test_revoking_the_recipient_ends_live_sessions_within_a_second(tmp_path: Pat
     assert reasons == {"gina": ["token revoked", "token revoked"], "hugo": ["token revoked"]}
 
 
+def test_session_book_tracks_live_sessions_across_gateway_restarts(tmp_path: Path) -> None:
+    """The database shows a session live while it runs and ended (with its reason) after; a gateway that died with
+    sessions open closes their rows at its next start (and only its own rows), so `live` stays true to fact."""
+    from proxy.tokens import SessionBook
+
+    store = TokenStore(db_url(tmp_path))
+    book = SessionBook(store)
+    fake = FakeVncServer()
+    issued = store.issue("ines", "127.0.0.1:1", release="adult/abc")
+    seen: dict[str, list] = {}
+
+    async def run() -> None:
+        port = await fake.start()
+        store.ensure_target(f"127.0.0.1:{port}", name="127.0.0.1:1")
+        try:
+            async with running_gateway(tmp_path, store, name="gw-a") as (gateway, base), \
+                    aiohttp.ClientSession() as http:
+                client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={issued.token}")
+                await wait_for(lambda: len(book.list(live_only=True)) == 1, 2)
+                seen["live"] = book.list(live_only=True)
+                await stream.wait_closed()
+                await wait_for(lambda: not book.list(live_only=True), 2)
+        finally:
+            await fake.close()
+
+    asyncio.run(run())
+    (live,) = seen["live"]
+    assert (live.recipient, live.gateway, live.token_id, live.release) == ("ines", "gw-a", issued.token_id,
+                                                                          "adult/abc")
+    assert Path(live.folder).parent == tmp_path / "sessions" and live.ended_at is None
+    (ended,) = book.list("ines")
+    assert ended.ended_at is not None and ended.end_reason and ended.session_id == live.session_id
+
+    # a crashed gateway's open rows: only gw-a's are closed when gw-a starts again
+    grant = store.verify(issued.token)
+    book.started("s-crashed", "gw-a", grant, str(tmp_path / "sessions" / "s-crashed"), None)
+    book.started("s-other", "gw-b", grant, str(tmp_path / "sessions" / "s-other"), None)
+
+    async def restart() -> None:
+        async with running_gateway(tmp_path, store, name="gw-a"):
+            pass
+
+    asyncio.run(restart())
+    state = {info.session_id: info for info in book.list()}
+    assert state["s-crashed"].ended_at is not None and state["s-crashed"].end_reason.startswith("interrupted")
+    assert state["s-other"].live
+    store.dispose()
+
+
 def test_expiry_and_database_loss_end_live_sessions(tmp_path: Path) -> None:
     store = TokenStore(db_url(tmp_path))
     fake = FakeVncServer()
