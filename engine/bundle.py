@@ -122,3 +122,56 @@ def seal_release(output: str | Path, releases: str | Path) -> Path:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def name_release(releases: str | Path, name: str, bundle: str | Path) -> Path:
+    """Point RELEASES/<name> (a relative symlink) at a sealed bundle, replacing an older one atomically.
+
+    Recipient policies name releases (`release: adult-k5`); the name moves to a new bundle when the custodian seals
+    a new one, while sessions keep recording the bundle id they actually saw."""
+    releases, bundle = Path(releases), Path(bundle)
+    if not name or set(name) - _NAME_CHARS or name.startswith(".") or len(name) > 100:
+        raise BundleError(f"release name {name!r}: use letters, digits, '-', '_' and '.' (not first), at most 100")
+    link = releases / name
+    if link.exists() and not link.is_symlink():
+        raise BundleError(f"{link}: exists and is not a release name (a dataset folder has that name)")
+    verify_bundle(bundle)
+    try:
+        relative = bundle.resolve().relative_to(releases.resolve())
+    except ValueError:
+        raise BundleError(f"{bundle}: not inside the releases store {releases}") from None
+    temporary = releases / f".{name}.{os.getpid()}.link"
+    temporary.unlink(missing_ok=True)
+    os.symlink(relative, temporary)
+    os.replace(temporary, link)
+    return link
+
+
+def resolve_release(releases: str | Path, reference: str) -> Path:
+    """The sealed bundle a policy's `release` names: `<dataset>/<id>`, a name made by `name_release`, or a dataset
+    that holds exactly one bundle. Raises BundleError naming what exists when the reference fits nothing."""
+    releases = Path(releases)
+    if not reference or reference.startswith(("/", ".")) or ".." in Path(reference).parts:
+        raise BundleError(f"release {reference!r}: not a release reference")
+    candidate = releases / reference
+    if candidate.is_symlink() or (candidate / SEAL).is_file():
+        target = candidate.resolve()
+        if releases.resolve() not in target.parents:
+            raise BundleError(f"release {reference!r}: {candidate} points outside {releases}")
+        verify_bundle(target)
+        return target
+    if candidate.is_dir():
+        bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())
+        if len(bundles) == 1:
+            verify_bundle(bundles[0])
+            return bundles[0].resolve()
+        if len(bundles) > 1:
+            choices = ", ".join(f"{reference}/{p.name}" for p in bundles)
+            raise BundleError(f"release {reference!r} is ambiguous: {choices} (name one with safeshare release "
+                              f"--name, or give dataset/id)")
+    known = sorted(p.name for p in releases.iterdir()) if releases.is_dir() else []
+    raise BundleError(f"release {reference!r}: no such sealed release in {releases} "
+                      f"(there: {', '.join(known) or 'nothing'})")

@@ -88,10 +88,12 @@ def run_risk(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from .bundle import BundleError, seal_release
+    from .bundle import BundleError, name_release, seal_release
 
     try:
         target = seal_release(args.folder, args.to)
+        if args.name:
+            name_release(args.to, args.name, target)
     except BundleError as exc:
         print(f"safeshare release: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -150,6 +152,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "anything does not verify.")
     release.add_argument("folder", help="output folder of safeshare deid")
     release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases")
+    release.add_argument("--name", help="also name the release (RELEASES/NAME, what recipient policies' `release:` "
+                                        "refers to); moves an existing name to this bundle")
     release.set_defaults(func=run_release)
 
     verify = subparsers.add_parser(

@@ -104,3 +104,34 @@ def test_failed_gate_refuses_release(tmp_path, capsys):
     assert main(["release", str(tmp_path / "out"), "--to", str(tmp_path / "releases")]) == 1
     assert "gate did not pass" in capsys.readouterr().err
     assert not (tmp_path / "releases" / "risky").exists()
+
+
+def test_release_names_and_references(adult_release, tmp_path, capsys):
+    """Recipient policies refer to releases by name, by dataset/id, or by a dataset with one bundle; a name moves
+    atomically, and anything that fits no sealed bundle (or escapes the store) is refused with what exists."""
+    from engine.bundle import name_release, resolve_release
+
+    releases = tmp_path / "releases"
+    assert main(["release", str(adult_release), "--to", str(releases), "--name", "adult-k5"]) == 0
+    sealed = Path(capsys.readouterr().out.strip())
+    assert (releases / "adult-k5").is_symlink() and not Path(str((releases / "adult-k5").readlink())).is_absolute()
+    assert resolve_release(releases, "adult-k5") == sealed.resolve()
+    assert resolve_release(releases, f"adult/{sealed.name}") == sealed.resolve()
+    assert resolve_release(releases, "adult") == sealed.resolve()  # the only bundle of that dataset
+    for bad, match in (("nothing", "no such sealed release.*adult, adult-k5"), ("../x", "not a release reference"),
+                       ("/etc", "not a release reference")):
+        with pytest.raises(BundleError, match=match):
+            resolve_release(releases, bad)
+    # a second bundle of the dataset makes the bare dataset ambiguous; names stay exact
+    other = releases / "adult" / "0000000000000000"
+    shutil.copytree(sealed, other)
+    with pytest.raises(BundleError, match="ambiguous"):
+        resolve_release(releases, "adult")
+    with pytest.raises(BundleError, match="release name"):
+        name_release(releases, "bad/name", sealed)
+    with pytest.raises(BundleError, match="not a release name"):
+        name_release(releases, "adult", sealed)
+    # a name pointing at a bundle that no longer verifies is refused when resolved
+    (sealed / "seal.json").write_text("{}")
+    with pytest.raises(BundleError, match="seal"):
+        resolve_release(releases, "adult-k5")
