@@ -448,7 +448,7 @@ class Gateway:
         live = LiveSession(grant, session, client)
         for older in list(self.live.get(grant.token_id, ())):
             older.end("replaced by a new connection with the same token")
-        self.live.setdefault(grant.token_id, set()).add(live)
+        self.live[grant.token_id] = {live}  # the replaced sessions are ending: no longer live
         if self.on_session is not None:
             self.on_session(live)
         log.info("session %s: recipient %s, token %d, target %s", session.session_id, grant.recipient,
@@ -464,15 +464,17 @@ class Gateway:
                 log.warning("could not record the session in the database: %s", exc)
             reason = await session.run()
         finally:
-            try:
-                await asyncio.to_thread(self.book.ended, session.session_id, session.end_reason or reason)
-            except Exception as exc:
-                log.warning("could not record the end of session %s: %s", session.session_id, exc)
+            # Out of the live set before any await: the session is over the moment its proxy stops, and a
+            # replacement must not be counted next to the session it replaced.
             group = self.live.get(grant.token_id)
             if group is not None:
                 group.discard(live)
                 if not group:
                     del self.live[grant.token_id]
+            try:
+                await asyncio.to_thread(self.book.ended, session.session_id, session.end_reason or reason)
+            except Exception as exc:
+                log.warning("could not record the end of session %s: %s", session.session_id, exc)
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
             await client.close()
