@@ -74,14 +74,14 @@ def x11vnc_command(display: XDisplay, password_file: Path, *, unix_socket: Path 
     return cmd
 
 
-def _answers(unix_socket: Path | None, port: int | None) -> bool:
+def _answers(unix_socket: Path | None, port: int | None, host: str = "127.0.0.1") -> bool:
     try:
         if unix_socket is not None:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.settimeout(0.5)
                 sock.connect(str(unix_socket))
                 return sock.recv(12).startswith(b"RFB ")
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        with socket.create_connection((host, port), timeout=0.5) as sock:
             return sock.recv(12).startswith(b"RFB ")
     except OSError:
         return False
@@ -129,8 +129,8 @@ def start_x11vnc(display: XDisplay, state: Path, log_path: Path, *, port: int | 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"x11vnc exited with {proc.returncode} (see {log_path})")
-        if (unix_socket is None or unix_socket.exists()) and _answers(unix_socket, port):
-            host = "127.0.0.1" if listen in ("127.0.0.1", "localhost", "0.0.0.0") else listen
+        host = "127.0.0.1" if listen in ("127.0.0.1", "localhost", "0.0.0.0") else listen
+        if (unix_socket is None or unix_socket.exists()) and _answers(unix_socket, port, host):
             upstream = f"unix:{unix_socket}" if unix_socket is not None else f"{host}:{port}"
             return VncServer(proc, VncEndpoint(upstream, password_file), cmd)
         time.sleep(0.05)

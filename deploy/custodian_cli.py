@@ -1,0 +1,278 @@
+"""`safeshare provision|revoke|recipients|custodian`: the custodian's commands for per-recipient enclaves.
+
+Exit codes: 0 done (or nothing to change), 1 refused or failed (no engine, kiosk not ready, no such recipient),
+2 bad input (a policy or setting that cannot be used, named with its file and field).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _site(args: argparse.Namespace):
+    from deploy.site import Site, default_site
+
+    site = Site(Path(args.site) if args.site else default_site(), db_url=args.db)
+    changed = site.configure(gateway_port=getattr(args, "gateway_port", None),
+                             gateway_host=getattr(args, "gateway_host", None),
+                             public_url=getattr(args, "public_url", None))
+    if changed and (site.root / "site.json").exists():
+        site.save_settings()
+    return site
+
+
+def _provisioner(args: argparse.Namespace, say=None):
+    from deploy.provision import Provisioner
+
+    return Provisioner(_site(args), say=say or (lambda text: print(text, file=sys.stderr, flush=True)))
+
+
+def _fail(command: str, exc: Exception) -> int:
+    from deploy.provision import ProvisionError
+
+    print(f"safeshare {command}: {exc}", file=sys.stderr)
+    return EXIT_BAD_INPUT if isinstance(exc, ProvisionError) and exc.bad_input else \
+        EXIT_BAD_INPUT if not isinstance(exc, ProvisionError) else EXIT_REFUSED
+
+
+def cmd_provision(args: argparse.Namespace) -> int:
+    from deploy.provision import ProvisionError, cli_actor
+    from deploy.site import SiteError
+    from proxy.tokens import parse_ttl
+
+    try:
+        ttl = parse_ttl(args.ttl) if args.ttl else None
+        provisioner = _provisioner(args)
+    except (ValueError, SiteError) as exc:
+        return _fail("provision", exc)
+    try:
+        result = provisioner.provision(args.policy, cli_actor(), new_token=args.new_token, ttl=ttl)
+    except ProvisionError as exc:
+        return _fail("provision", exc)
+    finally:
+        provisioner.close()
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return EXIT_OK
+    print(f"{result.recipient}: {result.status} in {result.seconds:.1f} s (release {result.release}, "
+          f"access until {result.expires_at:%Y-%m-%d %H:%M} UTC)")
+    for note in result.notes:
+        print(f"  note: {note}")
+    if result.url:
+        print(result.url)
+    else:
+        print(f"  token {result.token_id} stays valid (its URL was shown when it was issued; --new-token for a new "
+              f"one)")
+    return EXIT_OK
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    from deploy.provision import ProvisionError, cli_actor
+    from deploy.site import SiteError
+
+    if bool(args.recipient) == bool(args.expired):
+        print("safeshare revoke: give a RECIPIENT or --expired", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        provisioner = _provisioner(args)
+    except SiteError as exc:
+        return _fail("revoke", exc)
+    try:
+        if args.expired:
+            results = provisioner.enforce_expiry(actor=cli_actor())
+        else:
+            results = [provisioner.revoke(args.recipient, cli_actor(), args.reason)]
+    except ProvisionError as exc:
+        return _fail("revoke", exc)
+    finally:
+        provisioner.close()
+    if args.json:
+        print(json.dumps([result.as_dict() for result in results], indent=2))
+    else:
+        for result in results:
+            print(f"{result.recipient}: {result.status} in {result.seconds:.1f} s: {result.tokens_revoked} token(s) "
+                  f"revoked, {len(result.sessions_ended)} live session(s) ended, "
+                  f"{len(result.containers_removed)} container(s) and {len(result.networks_removed)} network(s) "
+                  f"removed; session recordings kept")
+        if not results:
+            print("no expired recipients")
+    return EXIT_OK
+
+
+def cmd_recipients(args: argparse.Namespace) -> int:
+    from deploy.site import SiteError
+
+    try:
+        provisioner = _provisioner(args)
+    except SiteError as exc:
+        return _fail("recipients", exc)
+    try:
+        rows = provisioner.recipients(include_ended=args.all, with_containers=not args.no_engine)
+    finally:
+        provisioner.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no recipients")
+        return EXIT_OK
+    print(f"{'RECIPIENT':<24} {'STATUS':<8} {'RELEASE':<28} {'UNTIL':<11} {'TOKENS':>6} {'LIVE':>4}  CONTAINERS")
+    for row in rows:
+        until = (row["expires_at"] or "-")[:10]
+        states = ", ".join(f"{k} {v}" for k, v in sorted(row["containers"].items())) or "-"
+        print(f"{row['name']:<24} {row['status']:<8} {row['release']:<28} {until:<11} {len(row['tokens']):>6} "
+              f"{len(row['live_sessions']):>4}  {states}")
+    return EXIT_OK
+
+
+def cmd_key_add(args: argparse.Namespace) -> int:
+    from deploy.provision import cli_actor
+    from deploy.records import Records
+
+    records = Records(_site(args).db_url)
+    try:
+        key = records.add_key(args.name, args.role)
+    except ValueError as exc:
+        return _fail("custodian key add", exc)
+    records.audit(cli_actor(), "api-key-add", "ok", None, key=args.name, role=args.role)
+    print(json.dumps({"name": args.name, "role": args.role, "key": key}) if args.json else key)
+    return EXIT_OK
+
+
+def cmd_key_list(args: argparse.Namespace) -> int:
+    from deploy.records import Records
+
+    keys = Records(_site(args).db_url).keys()
+    if args.json:
+        print(json.dumps([key.as_dict() for key in keys], indent=2))
+    else:
+        for key in keys:
+            print(f"{key.name:<30} {key.role:<10} {key.created_at:%Y-%m-%d} "
+                  f"{'revoked ' + key.revoked_at.strftime('%Y-%m-%d') if key.revoked_at else 'active'}")
+    return EXIT_OK
+
+
+def cmd_key_revoke(args: argparse.Namespace) -> int:
+    from deploy.provision import cli_actor
+    from deploy.records import Records
+
+    records = Records(_site(args).db_url)
+    if not records.revoke_key(args.name):
+        print(f"safeshare custodian key revoke: no active key named {args.name!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    records.audit(cli_actor(), "api-key-revoke", "ok", None, key=args.name)
+    print(f"revoked {args.name}")
+    return EXIT_OK
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from deploy.records import Records
+
+    events = Records(_site(args).db_url).events(recipient=args.recipient, action=args.action, limit=args.limit)
+    if args.json:
+        print(json.dumps([event.as_dict() for event in events], indent=2))
+    else:
+        for event in events:
+            detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k not in ("containers",))
+            print(f"{event.at:%Y-%m-%d %H:%M:%S} {event.actor:<20} {event.action:<14} {event.outcome:<9} "
+                  f"{event.recipient or '-':<20} {detail}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from deploy.custodian_api import serve
+
+    host, _, port = args.listen.rpartition(":")
+    try:
+        return serve(_site(args), host or "127.0.0.1", int(port), expiry_interval=args.expiry_interval)
+    except ValueError as exc:
+        return _fail("custodian serve", exc)
+
+
+def _site_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--site", help="site folder: database, releases, policies, secrets, sessions "
+                                       "(default $SAFESHARE_SITE or /var/lib/safeshare)")
+    parser.add_argument("--db", help="SQLAlchemy URL of the site database (default: SQLite in SITE/db)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    pr = subparsers.add_parser(
+        "provision", help="create (or check) a recipient's enclave from a recipient policy; prints the researcher URL",
+        description="Create the recipient's app and kiosk containers on their own internal networks through the "
+                    "Docker API, mount the sealed release the policy names (SITE/releases) read-only into the app, "
+                    "join the site's gateway to the kiosk's VNC network and issue a session token. Running it "
+                    "again with the same policy changes nothing; a changed policy or release replaces the enclave "
+                    "and the token. Needs the images (`safeshare images build`) and a Docker engine.")
+    pr.add_argument("policy", help="recipient policy YAML (recipient, release, expires, screen, limits)")
+    _site_args(pr)
+    pr.add_argument("--new-token", action="store_true", help="issue a new token (and URL) even if one is active")
+    pr.add_argument("--ttl", help="token lifetime, e.g. 8h, 14d (default: until the policy's expiry, else 30d)")
+    pr.add_argument("--gateway-port", type=int, help="host port of the site's gateway (default 6080)")
+    pr.add_argument("--gateway-host", help="host address the gateway is published on (default 127.0.0.1)")
+    pr.add_argument("--public-url", help="the URL researchers open when a TLS proxy is in front of the gateway")
+    pr.add_argument("--json", action="store_true", help="print the result as JSON (stable fields)")
+    pr.set_defaults(func=cmd_provision)
+
+    rv = subparsers.add_parser(
+        "revoke", help="end a recipient's access: live sessions, tokens, containers and networks (recordings kept)",
+        description="Invalidate the recipient's tokens (the gateway ends live sessions within a second), remove "
+                    "the kiosk and app containers, the networks and the VNC secret. Session recordings and the "
+                    "policy as provisioned stay for the auditors. --expired does this for every recipient whose "
+                    "policy expired (the custodian service does it every minute).")
+    rv.add_argument("recipient", nargs="?", help="the recipient's name (as in the policy)")
+    rv.add_argument("--expired", action="store_true", help="revoke every recipient whose `expires` day has ended")
+    rv.add_argument("--reason", default="revoked by the custodian", help="recorded with the tokens and the event")
+    _site_args(rv)
+    rv.add_argument("--json", action="store_true")
+    rv.set_defaults(func=cmd_revoke)
+
+    rc = subparsers.add_parser("recipients", help="who has access to what, until when, with live sessions")
+    _site_args(rc)
+    rc.add_argument("--all", action="store_true", help="include revoked and expired recipients")
+    rc.add_argument("--no-engine", action="store_true", help="do not ask the Docker engine for container states")
+    rc.add_argument("--json", action="store_true")
+    rc.set_defaults(func=cmd_recipients)
+
+    cu = subparsers.add_parser("custodian", help="the custodian service (HTTP API) and its API keys and audit log")
+    sub = cu.add_subparsers(dest="custodian_command", metavar="SUBCOMMAND")
+    sub.required = True
+    sv = sub.add_parser("serve", help="serve the custodian HTTP API (OpenAPI at /docs); enforces expiry every minute",
+                        description="FastAPI service with the provisioning commands as endpoints. Every request "
+                                    "needs `Authorization: Bearer <key>` (`safeshare custodian key add`); "
+                                    "custodian keys may change things, auditor keys only read.")
+    _site_args(sv)
+    sv.add_argument("--listen", default="127.0.0.1:8070", help="HOST:PORT (default 127.0.0.1:8070)")
+    sv.add_argument("--expiry-interval", type=float, default=60.0, help="seconds between expiry checks (default 60)")
+    sv.set_defaults(func=cmd_serve)
+
+    key = sub.add_parser("key", help="API keys for the custodian service")
+    keys = key.add_subparsers(dest="key_command", metavar="ACTION")
+    keys.required = True
+    ka = keys.add_parser("add", help="create a key (printed once; only its hash is stored)")
+    ka.add_argument("name")
+    ka.add_argument("--role", choices=("custodian", "auditor"), default="custodian")
+    ka.add_argument("--json", action="store_true")
+    _site_args(ka)
+    ka.set_defaults(func=cmd_key_add)
+    kl = keys.add_parser("list", help="list keys (names and roles, never the keys)")
+    kl.add_argument("--json", action="store_true")
+    _site_args(kl)
+    kl.set_defaults(func=cmd_key_list)
+    kr = keys.add_parser("revoke", help="revoke a key")
+    kr.add_argument("name")
+    _site_args(kr)
+    kr.set_defaults(func=cmd_key_revoke)
+
+    ev = sub.add_parser("events", help="the custodian audit log: who did what, when")
+    ev.add_argument("--recipient")
+    ev.add_argument("--action")
+    ev.add_argument("--limit", type=int, default=1000)
+    ev.add_argument("--json", action="store_true")
+    _site_args(ev)
+    ev.set_defaults(func=cmd_events)
