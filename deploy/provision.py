@@ -245,6 +245,7 @@ class Provisioner:
             raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
         release = f"{bundle.parent.name}/{bundle.name}"
         self.site.prepare()
+        self.site.db_files_to_gateway()  # before the gateway opens it: a root-owned file would be read-only there
         rid = self.site.recipient_id(name)
         names = self._names(rid)
         notes: list[str] = []
