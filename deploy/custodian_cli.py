@@ -195,6 +195,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _fail("custodian serve", exc)
 
 
+def _guarded(command: str, func):
+    """A site folder whose settings cannot be used is bad input (exit 2) for every command."""
+    def run(args: argparse.Namespace) -> int:
+        from deploy.site import SiteError
+
+        try:
+            return func(args)
+        except SiteError as exc:
+            return _fail(command, exc)
+    return run
+
+
 def _site_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", help="site folder: database, releases, policies, secrets, sessions "
                                        "(default $SAFESHARE_SITE or /var/lib/safeshare)")
@@ -217,7 +229,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--gateway-host", help="host address the gateway is published on (default 127.0.0.1)")
     pr.add_argument("--public-url", help="the URL researchers open when a TLS proxy is in front of the gateway")
     pr.add_argument("--json", action="store_true", help="print the result as JSON (stable fields)")
-    pr.set_defaults(func=cmd_provision)
+    pr.set_defaults(func=_guarded('provision', cmd_provision))
 
     rv = subparsers.add_parser(
         "revoke", help="end a recipient's access: live sessions, tokens, containers and networks (recordings kept)",
@@ -230,14 +242,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rv.add_argument("--reason", default="revoked by the custodian", help="recorded with the tokens and the event")
     _site_args(rv)
     rv.add_argument("--json", action="store_true")
-    rv.set_defaults(func=cmd_revoke)
+    rv.set_defaults(func=_guarded('revoke', cmd_revoke))
 
     rc = subparsers.add_parser("recipients", help="who has access to what, until when, with live sessions")
     _site_args(rc)
     rc.add_argument("--all", action="store_true", help="include revoked and expired recipients")
     rc.add_argument("--no-engine", action="store_true", help="do not ask the Docker engine for container states")
     rc.add_argument("--json", action="store_true")
-    rc.set_defaults(func=cmd_recipients)
+    rc.set_defaults(func=_guarded('recipients', cmd_recipients))
 
     cu = subparsers.add_parser("custodian", help="the custodian service (HTTP API) and its API keys and audit log")
     sub = cu.add_subparsers(dest="custodian_command", metavar="SUBCOMMAND")
@@ -249,7 +261,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(sv)
     sv.add_argument("--listen", default="127.0.0.1:8070", help="HOST:PORT (default 127.0.0.1:8070)")
     sv.add_argument("--expiry-interval", type=float, default=60.0, help="seconds between expiry checks (default 60)")
-    sv.set_defaults(func=cmd_serve)
+    sv.set_defaults(func=_guarded('serve', cmd_serve))
 
     key = sub.add_parser("key", help="API keys for the custodian service")
     keys = key.add_subparsers(dest="key_command", metavar="ACTION")
@@ -259,15 +271,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ka.add_argument("--role", choices=("custodian", "auditor"), default="custodian")
     ka.add_argument("--json", action="store_true")
     _site_args(ka)
-    ka.set_defaults(func=cmd_key_add)
+    ka.set_defaults(func=_guarded('key add', cmd_key_add))
     kl = keys.add_parser("list", help="list keys (names and roles, never the keys)")
     kl.add_argument("--json", action="store_true")
     _site_args(kl)
-    kl.set_defaults(func=cmd_key_list)
+    kl.set_defaults(func=_guarded('key list', cmd_key_list))
     kr = keys.add_parser("revoke", help="revoke a key")
     kr.add_argument("name")
     _site_args(kr)
-    kr.set_defaults(func=cmd_key_revoke)
+    kr.set_defaults(func=_guarded('key revoke', cmd_key_revoke))
 
     ev = sub.add_parser("events", help="the custodian audit log: who did what, when")
     ev.add_argument("--recipient")
@@ -275,4 +287,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--limit", type=int, default=1000)
     ev.add_argument("--json", action="store_true")
     _site_args(ev)
-    ev.set_defaults(func=cmd_events)
+    ev.set_defaults(func=_guarded('events', cmd_events))

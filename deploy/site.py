@@ -70,7 +70,14 @@ class SiteSettings:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[0-9a-f]{6}", self.site_id):
             raise SiteError(f"{SETTINGS}: field 'site_id' must be 6 hex digits, got {self.site_id!r}")
-        if not 0 < int(self.gateway_port) < 65536:
+        for name in ("gateway_host", "enclave_pool"):
+            if not isinstance(getattr(self, name), str):
+                raise SiteError(f"{SETTINGS}: field '{name}' must be a string, got {getattr(self, name)!r}")
+        for name in ("public_url", "front_subnet"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise SiteError(f"{SETTINGS}: field '{name}' must be a string, got {getattr(self, name)!r}")
+        if isinstance(self.gateway_port, bool) or not isinstance(self.gateway_port, int) \
+                or not 0 < self.gateway_port < 65536:
             raise SiteError(f"{SETTINGS}: field 'gateway_port' must be a TCP port, got {self.gateway_port!r}")
         if self.front_subnet is None:
             self.front_subnet = f"10.213.{int(self.site_id[:2], 16)}.0/24"
