@@ -17,6 +17,7 @@ with kinds:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import queue
 import struct
@@ -57,6 +58,11 @@ class Recorder:
         self._file: BinaryIO = open(path, "xb", buffering=64 << 10)
         self._start = time.monotonic() if start is None else start
         self._file.write(MAGIC)
+        # SHA-256 and size of the whole file, kept by the writer thread: the session seals them into its event log,
+        # so an auditor can tell an altered or truncated recording from the one the proxy wrote.
+        self._digest = hashlib.sha256(MAGIC)
+        self.file_bytes = len(MAGIC)
+        self.sha256: str | None = None  # set by close()
         self.bytes_recorded = 0
         self.closed = False
         self.max_backlog = max_backlog
@@ -83,6 +89,9 @@ class Recorder:
                 header, payload = item
                 self._file.write(header)
                 self._file.write(payload)
+                self._digest.update(header)
+                self._digest.update(payload)
+                self.file_bytes += len(header) + len(payload)
                 with self._lock:
                     self._backlog -= len(payload)
                     drained = self._backlog <= self.max_backlog // 2
@@ -172,6 +181,7 @@ class Recorder:
         self.closed = True
         self._queue.put(_STOP)
         self._thread.join()
+        self.sha256 = self._digest.hexdigest()
         self._check()
 
 

@@ -307,6 +307,13 @@ class ProxySession:
         if self.end_reason is None:
             self.end_reason = reason
 
+    def _recording_seal(self) -> dict[str, Any]:
+        """What the seal line says about the screen recording: its file's SHA-256 and size."""
+        if self.recorder is None or self.recorder.sha256 is None:
+            return {}
+        return {"recording": {"file": "screen.rfbrec", "sha256": self.recorder.sha256,
+                              "bytes": self.recorder.file_bytes}}
+
     async def _close_all(self) -> None:
         if self._motion_timer is not None:
             self._motion_timer.cancel()
@@ -337,7 +344,7 @@ class ProxySession:
         if self.log is not None and not self.log.closed:
             self.log.write("disconnect", reason=reason, duration=round(time.monotonic() - self._start, 3),
                            **self.counters)
-            head = self.log.close()
+            head = self.log.close(**self._recording_seal())
         else:
             head = None
         meta = self._meta()
@@ -345,6 +352,7 @@ class ProxySession:
         meta["end_reason"] = reason
         meta["log_head"] = head
         meta["counters"] = self.counters
+        meta.update(self._recording_seal())
         _write_json_atomic(self.dir / "meta.json", meta)
 
     # --- handshakes ------------------------------------------------------------------------------------------------

@@ -260,6 +260,10 @@ def test_safeshare_up_end_to_end(tmp_path: Path) -> None:
     assert len(sessions) == 1
     log = sessions[0] / "events.jsonl"
     assert verify_log(log).ok
+    from proxy.audit.verify import verify_session
+
+    check = verify_session(sessions[0])  # what an auditor runs: chain, seal, sealed recording hash, meta head
+    assert check.ok, check.findings
     events = [json.loads(line) for line in log.read_text().splitlines()]
     presses = [(e["x"], e["y"]) for e in events if e.get("event") == "pointer" and e.get("mask") == 1]
     for x, y in (seen["link_click"], seen["checkbox_click"]):
