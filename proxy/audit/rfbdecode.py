@@ -1,0 +1,404 @@
+"""Decode a recorded server-to-client RFB stream into framebuffer images, for the player and the video export.
+
+The recording holds exactly what the researcher's noVNC received after the proxy's filtering, so decoding it with
+the same rules noVNC uses gives the screen the researcher saw. The proxy only lets through encodings it can frame
+(Raw, CopyRect, RRE, Zlib, Tight, ZRLE and the Cursor / DesktopSize / LastRect pseudo-encodings); those are the ones
+decoded here. Zlib-based encodings keep their compression state for the whole connection, which is why decoding
+always runs forward from the start: the player's keyframes are made by one such pass (see `player.py`).
+
+Pixels are converted with numpy a rectangle at a time; only run-length and subrectangle lists, whose items are
+rectangles themselves, are walked in Python.
+"""
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from proxy.recording import read_recording
+
+ENC_RAW, ENC_COPYRECT, ENC_RRE, ENC_ZLIB, ENC_TIGHT, ENC_ZRLE = 0, 1, 2, 6, 7, 16
+ENC_CURSOR, ENC_DESKTOP_SIZE, ENC_LAST_RECT, ENC_EXT_DESKTOP_SIZE = -239, -223, -224, -308
+
+
+class DecodeError(ValueError):
+    """The stream holds something this decoder cannot follow (the recording is damaged or not ours)."""
+
+
+class _NeedMore(Exception):
+    """The stream ends inside a message (a session cut off mid-update): decoding stops there."""
+
+
+@dataclass
+class PixelFormat:
+    bits_per_pixel: int
+    depth: int
+    big_endian: int
+    true_colour: int
+    red_max: int
+    green_max: int
+    blue_max: int
+    red_shift: int
+    green_shift: int
+    blue_shift: int
+
+    @property
+    def bpp(self) -> int:
+        return self.bits_per_pixel // 8
+
+    @property
+    def tpixel(self) -> int:
+        if (self.true_colour and self.bits_per_pixel == 32 and self.depth == 24
+                and self.red_max == self.green_max == self.blue_max == 255):
+            return 3
+        return self.bpp
+
+    @property
+    def cpixel(self) -> tuple[int, str | None]:
+        """ZRLE's CPIXEL size and, when 3 bytes, which end of the 4-byte pixel they are ('low' or 'high')."""
+        if self.true_colour and self.bits_per_pixel == 32 and self.depth <= 24:
+            top = max((m << s) for m, s in ((self.red_max, self.red_shift), (self.green_max, self.green_shift),
+                                             (self.blue_max, self.blue_shift)))
+            if top < (1 << 24):
+                return 3, "low"
+            lowest = min(s for s in (self.red_shift, self.green_shift, self.blue_shift))
+            if lowest >= 8:
+                return 3, "high"
+        return self.bpp, None
+
+
+class Stream:
+    """A cursor over the concatenated server bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise _NeedMore
+        out = self.data[self.pos:end]
+        self.pos = end
+        return out
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def unpack(self, fmt: str) -> tuple:
+        size = struct.calcsize(fmt)
+        return struct.unpack(fmt, self.take(size))
+
+    def compact_length(self) -> int:
+        """Tight's 1-3 byte length."""
+        value = 0
+        for shift in (0, 7, 14):
+            byte = self.u8()
+            value |= (byte & (0x7F if shift < 14 else 0xFF)) << shift
+            if not byte & 0x80 or shift == 14:
+                break
+        return value
+
+
+class Framebuffer:
+    """The screen as the client has it: an (height, width, 3) uint8 RGB array, updated message by message."""
+
+    def __init__(self, width: int, height: int, pixel_format: dict[str, int]) -> None:
+        self.image = np.zeros((height, width, 3), np.uint8)
+        self.pf = PixelFormat(**pixel_format)
+        self._tight = [zlib.decompressobj() for _ in range(4)]
+        self._zrle = zlib.decompressobj()
+        self._zlib = zlib.decompressobj()
+        self.colour_map = np.zeros((256, 3), np.uint8)
+        self.resized = False
+
+    @property
+    def width(self) -> int:
+        return self.image.shape[1]
+
+    @property
+    def height(self) -> int:
+        return self.image.shape[0]
+
+    def set_pixel_format(self, pixel_format: dict[str, int]) -> None:
+        self.pf = PixelFormat(**pixel_format)
+
+    # --- pixels ----------------------------------------------------------------------------------------------------
+
+    def pixels(self, data: bytes, count: int) -> np.ndarray:
+        """`count` PIXELs in the current format as (count, 3) RGB."""
+        pf = self.pf
+        if pf.bpp == 1:
+            values = np.frombuffer(data, np.uint8, count).astype(np.uint32)
+        else:
+            dtype = (">" if pf.big_endian else "<") + ("u2" if pf.bpp == 2 else "u4")
+            values = np.frombuffer(data, dtype, count).astype(np.uint32)
+        if not pf.true_colour:
+            return self.colour_map[values & 0xFF]
+        out = np.empty((count, 3), np.uint8)
+        for channel, (shift, top) in enumerate(((pf.red_shift, pf.red_max), (pf.green_shift, pf.green_max),
+                                                (pf.blue_shift, pf.blue_max))):
+            component = (values >> shift) & top
+            out[:, channel] = component if top == 255 else (component * 255 + top // 2) // max(top, 1)
+        return out
+
+    def tpixels(self, data: bytes, count: int) -> np.ndarray:
+        if self.pf.tpixel == 3:
+            return np.frombuffer(data, np.uint8, count * 3).reshape(count, 3)
+        return self.pixels(data, count)
+
+    def cpixels(self, data: bytes, count: int) -> np.ndarray:
+        size, end = self.pf.cpixel
+        if size != 3:
+            return self.pixels(data, count)
+        three = np.frombuffer(data, np.uint8, count * 3).reshape(count, 3)
+        four = np.zeros((count, 4), np.uint8)
+        # the 3 bytes are the pixel's low (or high) bytes in the pixel format's byte order
+        if (end == "low") != bool(self.pf.big_endian):
+            four[:, :3] = three
+        else:
+            four[:, 1:] = three
+        return self.pixels(four.tobytes(), count)
+
+    # --- messages --------------------------------------------------------------------------------------------------
+
+    def message(self, s: Stream) -> tuple[str, tuple[int, int, int, int] | None]:
+        """Apply one server message; returns its kind and, for updates, the bounding box it changed."""
+        kind = s.u8()
+        if kind == 0:
+            return "update", self._update(s)
+        if kind == 1:
+            _, first, count = s.unpack(">xHH")
+            entries = np.frombuffer(s.take(6 * count), ">u2").reshape(count, 3)
+            self.colour_map[first:first + count] = (entries >> 8).astype(np.uint8)
+            return "colour_map", None
+        if kind == 2:
+            return "bell", None
+        if kind == 3:
+            (length,) = s.unpack(">3xI")
+            s.take(length)
+            return "cut_text", None
+        raise DecodeError(f"unknown server message type {kind} at byte {s.pos - 1}")
+
+    def _update(self, s: Stream) -> tuple[int, int, int, int] | None:
+        (count,) = s.unpack(">xH")
+        box: list[int] | None = None
+        for _ in range(count):
+            x, y, w, h, encoding = s.unpack(">HHHHi")
+            if encoding == ENC_LAST_RECT:
+                break
+            if encoding in (ENC_DESKTOP_SIZE, ENC_EXT_DESKTOP_SIZE):
+                if encoding == ENC_EXT_DESKTOP_SIZE:
+                    (screens,) = s.unpack(">B3x")
+                    s.take(16 * screens)
+                if w and h and (w, h) != (self.width, self.height):
+                    grown = np.zeros((h, w, 3), np.uint8)
+                    keep_h, keep_w = min(h, self.height), min(w, self.width)
+                    grown[:keep_h, :keep_w] = self.image[:keep_h, :keep_w]
+                    self.image = grown
+                    self.resized = True
+                box = [0, 0, self.width, self.height]
+                continue
+            if encoding == ENC_CURSOR:
+                s.take(w * h * self.pf.bpp + ((w + 7) // 8) * h)
+                continue
+            if x + w > self.width or y + h > self.height:
+                raise DecodeError(f"rectangle {w}x{h}+{x}+{y} outside the {self.width}x{self.height} screen")
+            self._rect(s, x, y, w, h, encoding)
+            if w and h:
+                box = [x, y, x + w, y + h] if box is None else [min(box[0], x), min(box[1], y),
+                                                                max(box[2], x + w), max(box[3], y + h)]
+        return (box[0], box[1], box[2] - box[0], box[3] - box[1]) if box else None
+
+    def _rect(self, s: Stream, x: int, y: int, w: int, h: int, encoding: int) -> None:
+        target = self.image[y:y + h, x:x + w]
+        if encoding == ENC_RAW:
+            target[:] = self.pixels(s.take(w * h * self.pf.bpp), w * h).reshape(h, w, 3)
+        elif encoding == ENC_COPYRECT:
+            sx, sy = s.unpack(">HH")
+            target[:] = self.image[sy:sy + h, sx:sx + w].copy()
+        elif encoding == ENC_RRE:
+            (subrects,) = s.unpack(">I")
+            bpp = self.pf.bpp
+            target[:] = self.pixels(s.take(bpp), 1)[0]
+            if subrects:
+                raw = np.frombuffer(s.take(subrects * (bpp + 8)), np.uint8).reshape(subrects, bpp + 8)
+                colours = self.pixels(raw[:, :bpp].tobytes(), subrects)
+                geometry = raw[:, bpp:].copy().view(">u2").reshape(subrects, 4)
+                for (sx, sy, sw, sh), colour in zip(geometry.tolist(), colours):
+                    target[sy:sy + sh, sx:sx + sw] = colour
+        elif encoding == ENC_ZLIB:
+            (length,) = s.unpack(">I")
+            data = self._zlib.decompress(s.take(length))
+            target[:] = self.pixels(data, w * h).reshape(h, w, 3)
+        elif encoding == ENC_TIGHT:
+            self._tight_rect(s, target, w, h)
+        elif encoding == ENC_ZRLE:
+            (length,) = s.unpack(">I")
+            self._zrle_rect(Stream(self._zrle.decompress(s.take(length))), target, w, h)
+        else:
+            raise DecodeError(f"encoding {encoding} was not allowed by the proxy and cannot be decoded")
+
+    # --- Tight -----------------------------------------------------------------------------------------------------
+
+    def _tight_rect(self, s: Stream, target: np.ndarray, w: int, h: int) -> None:
+        control = s.u8()
+        for stream_id in range(4):
+            if control & (1 << stream_id):
+                self._tight[stream_id] = zlib.decompressobj()
+        method = control >> 4
+        tp = self.pf.tpixel
+        if method == 0x8:  # fill
+            target[:] = self.tpixels(s.take(tp), 1)[0]
+            return
+        if method == 0x9:  # JPEG
+            from PIL import Image
+
+            data = s.take(s.compact_length())
+            with Image.open(io.BytesIO(data)) as picture:
+                target[:] = np.asarray(picture.convert("RGB"))[:h, :w]
+            return
+        if method > 0x7:
+            raise DecodeError(f"Tight compression type {method:#x} is not supported")
+        stream_id = method & 0x3
+        filter_id = s.u8() if method & 0x4 else 0
+        if filter_id == 1:  # palette
+            colours = s.u8() + 1
+            palette = self.tpixels(s.take(colours * tp), colours)
+            size = ((w + 7) // 8) * h if colours == 2 else w * h
+            data = self._tight_data(s, stream_id, size)
+            if colours == 2:
+                bits = np.unpackbits(np.frombuffer(data, np.uint8).reshape(h, (w + 7) // 8), axis=1)[:, :w]
+                target[:] = palette[bits]
+            else:
+                target[:] = palette[np.frombuffer(data, np.uint8, w * h).reshape(h, w)]
+        elif filter_id == 2:  # gradient: each pixel predicted from its left, upper and upper-left neighbours
+            data = self._tight_data(s, stream_id, w * h * tp)
+            residual = self.tpixels(data, w * h).reshape(h, w, 3).astype(np.int32)
+            out = np.zeros((h + 1, w + 1, 3), np.int32)
+            for row in range(h):
+                above, here = out[row], out[row + 1]
+                for col in range(w):
+                    predicted = np.clip(here[col] + above[col + 1] - above[col], 0, 255)
+                    here[col + 1] = (predicted + residual[row, col]) & 0xFF
+            target[:] = out[1:, 1:].astype(np.uint8)
+        elif filter_id == 0:
+            data = self._tight_data(s, stream_id, w * h * tp)
+            target[:] = self.tpixels(data, w * h).reshape(h, w, 3)
+        else:
+            raise DecodeError(f"Tight filter {filter_id} is not defined")
+
+    def _tight_data(self, s: Stream, stream_id: int, size: int) -> bytes:
+        if size < 12:
+            return s.take(size)
+        data = self._tight[stream_id].decompress(s.take(s.compact_length()))
+        if len(data) < size:
+            raise DecodeError(f"Tight data: {len(data)} bytes where {size} were expected")
+        return data[:size]
+
+    # --- ZRLE ------------------------------------------------------------------------------------------------------
+
+    def _zrle_rect(self, z: Stream, target: np.ndarray, w: int, h: int) -> None:
+        cp = self.pf.cpixel[0]
+        for ty in range(0, h, 64):
+            for tx in range(0, w, 64):
+                th, tw = min(64, h - ty), min(64, w - tx)
+                tile = target[ty:ty + th, tx:tx + tw]
+                sub = z.u8()
+                if sub == 0:
+                    tile[:] = self.cpixels(z.take(tw * th * cp), tw * th).reshape(th, tw, 3)
+                elif sub == 1:
+                    tile[:] = self.cpixels(z.take(cp), 1)[0]
+                elif 2 <= sub <= 16:
+                    palette = self.cpixels(z.take(sub * cp), sub)
+                    bits = 1 if sub == 2 else 2 if sub <= 4 else 4
+                    row_bytes = (tw * bits + 7) // 8
+                    packed = np.frombuffer(z.take(row_bytes * th), np.uint8).reshape(th, row_bytes)
+                    unpacked = np.unpackbits(packed, axis=1).reshape(th, row_bytes * 8 // bits, bits)
+                    weights = (1 << np.arange(bits - 1, -1, -1)).astype(np.uint8)
+                    indices = (unpacked * weights).sum(axis=2)[:, :tw]
+                    tile[:] = palette[np.minimum(indices, sub - 1)]
+                elif sub == 128 or sub >= 130:
+                    palette = self.cpixels(z.take((sub - 128) * cp), sub - 128) if sub >= 130 else None
+                    flat = np.empty((tw * th, 3), np.uint8)
+                    filled = 0
+                    while filled < tw * th:
+                        if palette is None:
+                            colour = self.cpixels(z.take(cp), 1)[0]
+                            run = 1
+                            while (byte := z.u8()) == 255:
+                                run += 255
+                            run += byte
+                        else:
+                            index = z.u8()
+                            colour = palette[index & 0x7F]
+                            run = 1
+                            if index & 0x80:
+                                while (byte := z.u8()) == 255:
+                                    run += 255
+                                run += byte
+                        flat[filled:filled + run] = colour
+                        filled += run
+                    tile[:] = flat[:tw * th].reshape(th, tw, 3)
+                else:
+                    raise DecodeError(f"ZRLE subencoding {sub} is not defined")
+
+
+@dataclass
+class Message:
+    seconds: float  # session time at which the message's last byte was forwarded
+    kind: str
+    box: tuple[int, int, int, int] | None
+
+
+class Replay:
+    """One forward pass over a recording: `messages()` applies each server message to `framebuffer` and yields it.
+    Pixel-format changes take effect at the message after the record that announced them, as in the proxy."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        records = list(read_recording(self.path))
+        if not records or records[0][0] != "I":
+            raise DecodeError(f"{self.path}: the recording does not start with its init record")
+        import json
+
+        init = json.loads(records[0][2])
+        self.init = init
+        self.framebuffer = Framebuffer(init["width"], init["height"], init["pixel_format"])
+        self.end_seconds = records[-1][1]
+        self.end_reason = json.loads(records[-1][2]).get("reason") if records[-1][0] == "X" else None
+        chunks, ends, times = [], [], []
+        formats: list[tuple[int, dict]] = []  # (stream offset from which it applies, pixel format)
+        offset = 0
+        for kind, seconds, payload in records[1:]:
+            if kind == "S":
+                chunks.append(payload)
+                offset += len(payload)
+                ends.append(offset)
+                times.append(seconds)
+            elif kind == "P":
+                formats.append((offset, json.loads(payload)))
+        self._data = b"".join(chunks)
+        self._ends, self._times, self._formats = ends, times, formats
+
+    def _time_at(self, position: int) -> float:
+        index = bisect_left(self._ends, position)
+        return self._times[min(index, len(self._times) - 1)] if self._times else 0.0
+
+    def messages(self) -> Iterator[Message]:
+        stream = Stream(self._data)
+        formats = list(self._formats)
+        while stream.pos < len(self._data):
+            while formats and formats[0][0] <= stream.pos:
+                self.framebuffer.set_pixel_format(formats.pop(0)[1])
+            try:
+                kind, box = self.framebuffer.message(stream)
+            except _NeedMore:
+                return
+            yield Message(self._time_at(stream.pos), kind, box)
