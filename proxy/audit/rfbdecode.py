@@ -386,13 +386,22 @@ class Replay:
                 formats.append((offset, json.loads(payload)))
         self._data = b"".join(chunks)
         self._ends, self._times, self._formats = ends, times, formats
+        self._stream: Stream | None = None
 
     def _time_at(self, position: int) -> float:
         index = bisect_left(self._ends, position)
         return self._times[min(index, len(self._times) - 1)] if self._times else 0.0
 
+    def next_start(self) -> float | None:
+        """Session time at which the next message began to arrive (None at the end): lets a caller that samples
+        the screen know whether the screen it has now stays as it is for a while."""
+        stream = self._stream
+        if stream is None or stream.pos >= len(self._data):
+            return None
+        return self._time_at(stream.pos + 1)
+
     def messages(self) -> Iterator[Message]:
-        stream = Stream(self._data)
+        stream = self._stream = Stream(self._data)
         formats = list(self._formats)
         while stream.pos < len(self._data):
             while formats and formats[0][0] <= stream.pos:

@@ -1,0 +1,320 @@
+"""Everything the session player and the video export need, made by one forward pass over a recording.
+
+Why a prepared form: zlib-based RFB encodings cannot be decoded from the middle, so seeking in the raw recording
+means decoding from the start. One pass writes, per session, into a cache folder:
+
+    index.json   size, duration, wall-clock start, the frame table, markers and the key log
+    frames.bin   PNG images back to back: a full keyframe at least every KEYFRAME_INTERVAL seconds of screen
+                 activity (and after a resize), between them the changed region of each frame
+
+A frame is the screen after one or more updates that arrived within FRAME_INTERVAL of each other (at most 10
+frames a second), stamped with the time of its last update. The screen at time t is the last keyframe at or before
+t with the deltas after it up to t: at most KEYFRAME_INTERVAL / FRAME_INTERVAL images, whatever the session's
+length. The player fetches exactly that byte range of frames.bin.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proxy.audit.rfbdecode import Replay
+from proxy.audit.verify import EVENTS, META, SCREEN
+from proxy.rfb import keysym_name, modifier_of
+
+FORMAT = 1
+FRAME_INTERVAL = 0.1
+KEYFRAME_INTERVAL = 10.0
+MARKER_EVENTS = {"key_blocked": "blocked", "key_dropped": "dropped", "click_dropped": "dropped",
+                 "cut_text_dropped": "cut-text", "limit_hit": "limit"}
+# frame table columns
+T, KEY, X, Y, W, H, OFFSET, LENGTH = range(8)
+
+
+def _png(image: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _unpng(data: bytes) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as picture:
+        return np.asarray(picture.convert("RGB"))
+
+
+def _meta(folder: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((folder / META).read_text())
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _start_epoch(meta: dict[str, Any], events: list[dict[str, Any]]) -> float:
+    try:
+        return datetime.fromisoformat(meta["start"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return float(events[0]["t"]) if events else 0.0
+
+
+def _events(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        lines = (folder / EVENTS).read_bytes().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("t"), (int, float)):
+            out.append(event)
+    return out
+
+
+def key_label(name: str, keysym: int, held: set[str]) -> str:
+    """Printable keys as typed; anything else, or anything with Ctrl/Alt/Super held, as <Mods+name>."""
+    others = held - {"shift"}
+    if not others and 0x20 <= keysym <= 0x7E:
+        return chr(keysym)
+    order = [("ctrl", "Ctrl"), ("alt", "Alt"), ("super", "Super"), ("shift", "Shift")]
+    return "<" + "+".join([*(label for group, label in order if group in held), name]) + ">"
+
+
+def key_log(events: list[dict[str, Any]], start: float) -> list[dict[str, Any]]:
+    """Key presses in order with their session time; modifiers alone are not entries but shape the next ones."""
+    held: set[str] = set()
+    out = []
+    for event in events:
+        kind = event.get("event")
+        if kind not in ("key", "key_blocked", "key_dropped"):
+            continue
+        keysym = int(event.get("keysym") or 0)
+        modifier = modifier_of(keysym)
+        down = bool(event.get("down"))
+        if modifier is not None:
+            if kind == "key":
+                (held.add if down else held.discard)(modifier)
+            continue
+        if not down:
+            continue
+        name = event.get("name") or keysym_name(keysym)
+        out.append({"t": round(event["t"] - start, 3), "wall": event["t"], "label": key_label(name, keysym, held),
+                    "status": {"key": "forwarded", "key_blocked": "blocked", "key_dropped": "dropped"}[kind]})
+    return out
+
+
+def markers(events: list[dict[str, Any]], start: float) -> list[dict[str, Any]]:
+    out = []
+    for event in events:
+        kind = MARKER_EVENTS.get(event.get("event", ""))
+        if kind is None:
+            continue
+        detail = event.get("shortcut") or event.get("limit") or event.get("direction") or event.get("name") or ""
+        out.append({"t": round(event["t"] - start, 3), "wall": event["t"], "kind": kind, "event": event["event"],
+                    "detail": str(detail)})
+    return out
+
+
+@dataclass
+class Player:
+    """A prepared session: its index and frames file."""
+
+    folder: Path
+    index: dict[str, Any]
+
+    @property
+    def frames(self) -> list[list]:
+        return self.index["frames"]
+
+    def keyframe_before(self, seconds: float) -> int | None:
+        """Index of the last keyframe at or before `seconds` (None before the first frame)."""
+        times = self.index["frame_times"]
+        last = bisect_right(times, seconds) - 1
+        while last >= 0 and not self.frames[last][KEY]:
+            last -= 1
+        return last if last >= 0 else None
+
+    def frame_at(self, seconds: float) -> np.ndarray:
+        """The screen at `seconds` of session time: one keyframe and the deltas after it."""
+        width, height = self.index["width"], self.index["height"]
+        first = self.keyframe_before(seconds)
+        if first is None:
+            return np.zeros((height, width, 3), np.uint8)
+        last = bisect_right(self.index["frame_times"], seconds) - 1
+        with open(self.folder / "frames.bin", "rb") as handle:
+            start = self.frames[first][OFFSET]
+            handle.seek(start)
+            blob = handle.read(self.frames[last][OFFSET] + self.frames[last][LENGTH] - start)
+        image: np.ndarray | None = None
+        for frame in self.frames[first:last + 1]:
+            data = blob[frame[OFFSET] - start:frame[OFFSET] - start + frame[LENGTH]]
+            tile = _unpng(data)
+            if frame[KEY]:
+                image = tile.copy()
+            else:
+                assert image is not None
+                image[frame[Y]:frame[Y] + frame[H], frame[X]:frame[X] + frame[W]] = tile
+        assert image is not None
+        return image
+
+    def iter_images(self, fps: float) -> Iterator[np.ndarray]:
+        """The screen sampled at `fps` from 0 to the session's end, decoding each stored image once."""
+        width, height = self.index["width"], self.index["height"]
+        image = np.zeros((height, width, 3), np.uint8)
+        count = max(1, int(round(self.index["duration"] * fps)))
+        position = 0
+        frames = self.frames
+        with open(self.folder / "frames.bin", "rb") as handle:
+            for number in range(count):
+                moment = number / fps
+                while position < len(frames) and frames[position][T] <= moment:
+                    frame = frames[position]
+                    handle.seek(frame[OFFSET])
+                    tile = _unpng(handle.read(frame[LENGTH]))
+                    if frame[KEY]:
+                        image = tile.copy()
+                    else:
+                        image[frame[Y]:frame[Y] + frame[H], frame[X]:frame[X] + frame[W]] = tile
+                    position += 1
+                yield image
+
+
+def _source_stamp(folder: Path) -> dict[str, Any]:
+    stat = (folder / SCREEN).stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def prepare(folder: str | Path, cache: str | Path, progress: Callable[[float], None] | None = None) -> Player:
+    """The prepared player for a session folder, made once per recording (cached in `cache/<session>`)."""
+    folder = Path(folder)
+    target = Path(cache) / folder.name
+    if not (folder / SCREEN).is_file():
+        raise FileNotFoundError(f"{folder / SCREEN}: the session has no screen recording")
+    stamp = _source_stamp(folder)
+    try:
+        index = json.loads((target / "index.json").read_text())
+        if index.get("format") == FORMAT and index.get("source") == stamp:
+            return Player(target, index)
+    except (OSError, ValueError):
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=target.parent))
+    try:
+        index = _build(folder, work, stamp, progress)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Player(target, index)
+
+
+def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[float], None] | None) -> dict:
+    replay = Replay(folder / SCREEN)
+    fb = replay.framebuffer
+    frames: list[list] = []
+    offset = 0
+    last_key = -1e9
+    pending: list[int] | None = None  # union box of updates not yet written
+    pending_since = 0.0
+    with open(out / "frames.bin", "wb") as blob:
+        def emit(seconds: float) -> None:
+            nonlocal offset, last_key, pending
+            key = fb.resized or not frames or seconds - last_key >= KEYFRAME_INTERVAL or \
+                (frames and (fb.width, fb.height) != tuple(frames[-1][8:10]))
+            if key:
+                x, y, w, h = 0, 0, fb.width, fb.height
+                last_key = seconds
+                fb.resized = False
+            else:
+                x, y, w, h = pending[0], pending[1], pending[2] - pending[0], pending[3] - pending[1]
+            data = _png(fb.image[y:y + h, x:x + w])
+            blob.write(data)
+            frames.append([round(seconds, 4), int(bool(key)), x, y, w, h, offset, len(data), fb.width, fb.height])
+            offset += len(data)
+            pending = None
+
+        messages = replay.messages()
+        for message in messages:
+            if message.kind != "update" or message.box is None:
+                continue
+            x, y, w, h = message.box
+            if pending is None:
+                pending, pending_since = [x, y, x + w, y + h], message.seconds
+            else:
+                pending = [min(pending[0], x), min(pending[1], y), max(pending[2], x + w), max(pending[3], y + h)]
+            following = replay.next_start()
+            if following is None or following - pending_since >= FRAME_INTERVAL or fb.resized:
+                emit(message.seconds)
+                if progress is not None and replay.end_seconds:
+                    progress(min(1.0, message.seconds / replay.end_seconds))
+        if pending is not None:
+            emit(replay.end_seconds)
+    meta = _meta(folder)
+    events = _events(folder)
+    start = _start_epoch(meta, events)
+    index = {
+        "format": FORMAT, "session": folder.name, "source": stamp,
+        "width": replay.init["width"], "height": replay.init["height"],
+        "duration": round(replay.end_seconds, 3), "start": start,
+        "start_iso": datetime.fromtimestamp(start, timezone.utc).isoformat(),
+        "recipient": meta.get("recipient"), "release": meta.get("release"), "end_reason": replay.end_reason,
+        "frame_interval": FRAME_INTERVAL, "keyframe_interval": KEYFRAME_INTERVAL,
+        "columns": ["t", "key", "x", "y", "w", "h", "offset", "length", "screen_w", "screen_h"],
+        "frames": frames, "frame_times": [frame[T] for frame in frames],
+        "markers": markers(events, start), "keys": key_log(events, start),
+    }
+    (out / "index.json").write_text(json.dumps(index, separators=(",", ":")))
+    return index
+
+
+def export_video(player: Player, path: str | Path, fps: float = 10.0, ffmpeg: str = "ffmpeg") -> Path:
+    """The session as an H.264 MP4 of its full duration at its screen size (written to a temporary name first)."""
+    if shutil.which(ffmpeg) is None:
+        raise FileNotFoundError("ffmpeg is not installed (scripts/setup.sh installs Debian's ffmpeg)")
+    path = Path(path)
+    width, height = player.index["width"], player.index["height"]
+    temporary = path.with_name(f".{path.name}.part.mp4")
+    command = [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-s", f"{width}x{height}", "-r", f"{fps:g}", "-i", "-",
+               "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-preset", "veryfast", "-crf", "23",
+               "-pix_fmt", "yuv420p", "-movflags", "+faststart",
+               "-metadata", f"title=safeshare session {player.index['session']}",
+               "-metadata", f"creation_time={player.index['start_iso']}", str(temporary)]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        for image in player.iter_images(fps):
+            if image.shape[:2] != (height, width):  # a resized screen: fit it into the video's size
+                fitted = np.zeros((height, width, 3), np.uint8)
+                h, w = min(height, image.shape[0]), min(width, image.shape[1])
+                fitted[:h, :w] = image[:h, :w]
+                image = fitted
+            proc.stdin.write(np.ascontiguousarray(image).tobytes())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.wait() != 0:
+        temporary.unlink(missing_ok=True)
+        raise RuntimeError(f"ffmpeg failed: {stderr.strip()[-500:]}")
+    os.replace(temporary, path)
+    return path
