@@ -14,19 +14,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
+from proxy.audit.player import prepare
+from proxy.audit.sessions import find_sessions
+from proxy.audit.verify import verify_session
 from proxy.tokens import parse_ttl
+
+STATIC = Path(__file__).resolve().parent / "static"
+SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,127}")
+PLAYER_CSP = ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; "
+              "img-src 'self' blob: data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 log = logging.getLogger("safeshare.custodian")
 bearer = HTTPBearer(auto_error=False, description="an API key from `safeshare custodian key add`")
@@ -52,13 +63,23 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
             if key is None:
                 raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)",
                                     headers={"WWW-Authenticate": "Bearer"})
-            if role == "custodian" and key.role != "custodian":
+            if role in ("custodian", "auditor") and key.role != role:
                 records.audit(f"api:{key.name}", "api-denied", "refused", None, needed=role, role=key.role)
                 raise HTTPException(403, f"the key {key.name!r} has the role {key.role!r}; this needs {role!r}")
             return key
         return check
 
-    custodian, reader = holder("custodian"), holder("any")
+    custodian, reader, auditor = holder("custodian"), holder("any"), holder("auditor")
+    sessions_root = provisioner.site.sessions
+    player_cache = provisioner.site.player_cache
+
+    def session_folder(session: str) -> Path:
+        if not SESSION_ID.fullmatch(session):
+            raise HTTPException(404, f"no session {session!r}")
+        folder = sessions_root / session
+        if not folder.is_dir():
+            raise HTTPException(404, f"no session {session!r}")
+        return folder
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -125,10 +146,68 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
                      key: ApiKey = Depends(reader)) -> list[dict[str, Any]]:
         return [event.as_dict() for event in records.events(recipient=recipient, action=action, limit=limit)]
 
+    # --- auditors -----------------------------------------------------------------------------------------------
+
+    @app.get("/player", include_in_schema=False)
+    def player_page() -> FileResponse:
+        """The web player (static: it holds no data; everything it shows comes from the endpoints below, with the
+        auditor's key)."""
+        return FileResponse(STATIC / "player.html", media_type="text/html",
+                            headers={"Cache-Control": "no-store", "Content-Security-Policy": PLAYER_CSP})
+
+    @app.get("/static/player.js", include_in_schema=False)
+    def player_script() -> FileResponse:
+        return FileResponse(STATIC / "player.js", media_type="text/javascript", headers={"Cache-Control": "no-store"})
+
+    @app.get("/audit/sessions", summary="recorded sessions with summaries (auditors)")
+    def audit_sessions(recipient: str | None = None, release: str | None = None,
+                       since: datetime | None = None, until: datetime | None = None, flagged: bool = False,
+                       key: ApiKey = Depends(auditor)) -> list[dict[str, Any]]:
+        if not sessions_root.is_dir():
+            return []
+        return [summary.as_dict() for summary in find_sessions(
+            sessions_root, recipient=recipient, release=release, since=_aware(since), until=_aware(until),
+            flagged=flagged)]
+
+    @app.get("/audit/sessions/{session}/verify", summary="integrity of one session: chain, seal, recording hash")
+    def audit_verify(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
+        return verify_session(session_folder(session)).as_dict()
+
+    @app.get("/audit/sessions/{session}/player", summary="the prepared player's index: frames, markers, key log")
+    def audit_player(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
+        folder = session_folder(session)
+        try:
+            player = prepare(folder, player_cache)
+        except (FileNotFoundError, ValueError) as exc:
+            raise HTTPException(409, f"session {session}: {exc}") from None
+        records.audit(f"api:{key.name}", "session-viewed", "ok", player.index.get("recipient"), session=session)
+        return {**player.index, "frames_url": f"/audit/sessions/{session}/frames", "verified":
+                verify_session(folder).ok}
+
+    @app.get("/audit/sessions/{session}/frames", summary="the prepared frames (PNG images; HTTP Range supported)")
+    def audit_frames(session: str, key: ApiKey = Depends(auditor)) -> FileResponse:
+        folder = session_folder(session)
+        path = player_cache / folder.name / "frames.bin"
+        if not path.is_file():
+            raise HTTPException(409, "prepare the player first (GET .../player)")
+        return FileResponse(path, media_type="application/octet-stream", headers={"Cache-Control": "no-store"})
+
     return app
 
 
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
 async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
+    """Expiry every `interval` seconds, session retention every hour."""
+    from deploy.retention import apply_retention
+    from proxy.db import utcnow
+
+    last_retention = -1e18
+    loop = asyncio.get_running_loop()
     while True:
         try:
             results = await asyncio.to_thread(provisioner.enforce_expiry)
@@ -136,6 +215,15 @@ async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
                 log.warning("recipient %s expired: access revoked", result.recipient)
         except Exception as exc:  # keep checking: a failed round is retried at the next
             log.error("expiry check failed: %s", exc)
+        if loop.time() - last_retention >= 3600:
+            last_retention = loop.time()
+            try:
+                deleted = await asyncio.to_thread(apply_retention, provisioner.site, provisioner.records, utcnow())
+                for item in deleted:
+                    log.warning("session %s deleted: past its %d-day retention", item["session"],
+                                item["retention_days"])
+            except Exception as exc:
+                log.error("retention run failed: %s", exc)
         await asyncio.sleep(interval)
 
 

@@ -66,6 +66,8 @@ class SiteSettings:
     # Each recipient's two internal networks get /27s from this pool, chosen by provisioning. Docker's own default
     # pools hold about 30 networks (one /16 each), far fewer than the enclaves a host runs.
     enclave_pool: str = "10.214.0.0/16"
+    # Recorded sessions are kept this many days after they end unless the recipient's policy says otherwise.
+    session_retention_days: int = 365
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[0-9a-f]{6}", self.site_id):
@@ -76,6 +78,10 @@ class SiteSettings:
         for name in ("public_url", "front_subnet"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise SiteError(f"{SETTINGS}: field '{name}' must be a string, got {getattr(self, name)!r}")
+        if isinstance(self.session_retention_days, bool) or not isinstance(self.session_retention_days, int) \
+                or self.session_retention_days < 1:
+            raise SiteError(f"{SETTINGS}: field 'session_retention_days' must be a whole number of days >= 1, got "
+                            f"{self.session_retention_days!r}")
         if isinstance(self.gateway_port, bool) or not isinstance(self.gateway_port, int) \
                 or not 0 < self.gateway_port < 65536:
             raise SiteError(f"{SETTINGS}: field 'gateway_port' must be a TCP port, got {self.gateway_port!r}")
@@ -136,6 +142,11 @@ class Site:
     @property
     def sessions(self) -> Path:
         return self.root / "sessions"
+
+    @property
+    def player_cache(self) -> Path:
+        """Prepared players (keyframes) of recorded sessions: derived data, safe to delete."""
+        return self.root / "player-cache"
 
     @property
     def lock_file(self) -> Path:

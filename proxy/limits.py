@@ -69,6 +69,9 @@ class RecipientPolicy(_Strict):
     limits: SessionLimits = SessionLimits()
     # The kiosk's screen ("1280x800" or {width, height}); validated by the kiosk, which owns its meaning.
     screen: str | dict[str, int] | None = None
+    # Days the recorded sessions of this recipient are kept after they end (then deleted, the deletion logged);
+    # None: the site's default (site.json `session_retention_days`).
+    retention_days: int | None = Field(None, ge=1, le=36500)
 
 
 class PolicyError(ValueError):

@@ -99,6 +99,63 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _session_folder(text: str, site_text: str | None) -> Path:
+    """A session folder given as a path, or as a session id under the site's sessions root."""
+    path = Path(text)
+    if path.is_dir():
+        return path
+    from deploy.site import default_site
+
+    return (Path(site_text) if site_text else default_site()) / "sessions" / text
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from proxy.audit.player import export_video, prepare
+
+    folder = _session_folder(args.session, args.site)
+    out = Path(args.out or f"{folder.name}.mp4")
+    cache = Path(args.cache) if args.cache else folder.parent.parent / "player-cache"
+    try:
+        player = prepare(folder, cache)
+        export_video(player, out, fps=args.fps)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"safeshare audit export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT if isinstance(exc, (FileNotFoundError, ValueError)) else EXIT_FINDINGS
+    summary = {"session": folder.name, "video": str(out), "duration": player.index["duration"],
+               "width": player.index["width"], "height": player.index["height"], "fps": args.fps}
+    print(json.dumps(summary, indent=2) if args.json else f"{out}: {summary['duration']:.1f} s at "
+          f"{summary['width']}x{summary['height']}, {args.fps:g} frames/s")
+    return EXIT_OK
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from deploy.records import Records
+    from deploy.retention import apply_retention
+    from deploy.site import Site, SiteError, default_site
+    from proxy.db import utcnow
+
+    try:
+        site = Site(Path(args.site) if args.site else default_site(), db_url=args.db)
+    except SiteError as exc:
+        print(f"safeshare audit retention: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    records = Records(site.db_url)
+    try:
+        import getpass
+
+        done = apply_retention(site, records, utcnow(), actor=f"cli:{getpass.getuser()}", dry_run=args.dry_run)
+    finally:
+        records.dispose()
+    if args.json:
+        print(json.dumps(done, indent=2))
+    else:
+        for item in done:
+            print(f"{'would delete' if args.dry_run else 'deleted'} {item['session']} ({item['recipient']}, ended "
+                  f"{item['end']}, kept {item['retention_days']} days)")
+        print(f"{len(done)} session(s) past their retention period")
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     audit = subparsers.add_parser("audit", help="verify, find and summarize recorded sessions (auditors)")
     sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
@@ -126,3 +183,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="only sessions with blocked or dropped input, cut-text attempts or limit hits")
     sessions.add_argument("--json", action="store_true")
     sessions.set_defaults(func=cmd_sessions)
+
+    export = sub.add_parser("export", help="export a recorded session to an MP4 video (ffmpeg) for case files",
+                            description="Decode the recording (prepared once into keyframes, cached next to the "
+                                        "sessions root in player-cache/) and encode the whole session, at its screen "
+                                        "size, with ffmpeg.")
+    export.add_argument("session", help="a session folder, or a session id under SITE/sessions")
+    export.add_argument("--out", help="video file (default SESSION.mp4)")
+    export.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
+    export.add_argument("--site", help="site folder (default $SAFESHARE_SITE or /var/lib/safeshare)")
+    export.add_argument("--cache", help="player cache folder (default SITE/player-cache)")
+    export.add_argument("--json", action="store_true")
+    export.set_defaults(func=cmd_export)
+
+    retention = sub.add_parser(
+        "retention", help="delete recorded sessions past their retention period (each deletion is an audit event)",
+        description="A session is kept for its recipient policy's retention_days (as provisioned), else the site's "
+                    "session_retention_days, counted from its end. The custodian service runs this every hour.")
+    retention.add_argument("--site", help="site folder (default $SAFESHARE_SITE or /var/lib/safeshare)")
+    retention.add_argument("--db", help="SQLAlchemy URL of the site database (default: SQLite in SITE/db)")
+    retention.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    retention.add_argument("--json", action="store_true")
+    retention.set_defaults(func=cmd_retention)

@@ -53,6 +53,10 @@ def changing_session(x_screen, tmp_path_factory: pytest.TempPathFactory):  # noq
                 await asyncio.to_thread(put_image, display, 20 + 60 * step, 30 + 40 * step, block)
                 await asyncio.sleep(0.6)  # the update reaches the client well within this
                 truths.append((time.time(), await asyncio.to_thread(screen, display)))
+                if step == 1:  # a blocked shortcut (a marker) and a typed key, while the second screen shows
+                    for sym, down in [(0xFFE3, True), (0x6E, True), (0x6E, False), (0xFFE3, False),
+                                      (0x78, True), (0x78, False)]:
+                        await client.key(sym, down)
             await asyncio.sleep(0.5)
             requester.cancel()
             await client.close()
