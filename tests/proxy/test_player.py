@@ -7,6 +7,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -112,6 +113,11 @@ def test_exported_video_has_the_sessions_duration_and_size(changing_session, tmp
     assert (stream["width"], stream["height"]) == (WIDTH, HEIGHT)
     assert abs(float(probe["format"]["duration"]) - player.index["duration"]) < 0.25
     assert not list(tmp_path.glob(".*part*"))
+    done = subprocess.run([sys.executable, "-m", "safeshare.cli", "audit", "export", str(folder), "--out",
+                           str(tmp_path / "cli.mp4"), "--cache", str(tmp_path / "cache"), "--fps", "5", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["width"] == WIDTH and (tmp_path / "cli.mp4").stat().st_size > 1000
 
 
 def test_key_log_and_markers(recorded, tmp_path: Path) -> None:  # noqa: F811
