@@ -264,6 +264,11 @@ def test_safeshare_up_end_to_end(tmp_path: Path) -> None:
 
     check = verify_session(sessions[0])  # what an auditor runs: chain, seal, sealed recording hash, meta head
     assert check.ok, check.findings
+    from proxy.audit.player import prepare
+
+    player = prepare(sessions[0], tmp_path / "player-cache")  # noVNC's real encodings decode end to end
+    assert player.frames and player.index["width"] >= 1000
+    assert player.frame_at(player.index["duration"]).std() > 10  # the app's page, not a blank screen
     events = [json.loads(line) for line in log.read_text().splitlines()]
     presses = [(e["x"], e["y"]) for e in events if e.get("event") == "pointer" and e.get("mask") == 1]
     for x, y in (seen["link_click"], seen["checkbox_click"]):
