@@ -34,6 +34,21 @@ class EventLog:
         self._seq = 0
         self.closed = False
 
+    @classmethod
+    def resume(cls, path: Path) -> "EventLog":
+        """Continue an unsealed log whose writer died (a gateway killed mid-session), so that it can be sealed with
+        the reason. Refuses a damaged or already sealed log: that stays exactly as found, for the auditors."""
+        check = verify_log(path, require_seal=False)
+        if not check.ok or check.sealed:
+            raise ValueError(f"{path}: cannot be continued ({check.error or 'already sealed'})")
+        log = cls.__new__(cls)
+        log._file = open(path, "ab", buffering=0)
+        log.path = path
+        log._prev = check.head
+        log._seq = check.lines
+        log.closed = False
+        return log
+
     @property
     def head(self) -> str:
         """SHA-256 of the last line written."""

@@ -36,7 +36,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 from proxy.rfb import ProtocolError
-from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget
+from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
 from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore, end_of_day
 
 log = logging.getLogger("safeshare.gateway")
@@ -306,11 +306,19 @@ class Gateway:
 
     async def start(self, host: str, port: int) -> int:
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
-        # Sessions a previous run of this gateway left open ended with it (their folders stay unsealed: evidence).
-        interrupted = await asyncio.to_thread(self.book.close_interrupted, self.name)
+        # Sessions a previous run of this gateway left open ended with it: their rows are closed and their logs
+        # sealed as recovered (a damaged log is left exactly as found, for the auditors).
+        reason = "interrupted: the gateway stopped without ending it"
+        interrupted = await asyncio.to_thread(self.book.close_interrupted, self.name, reason)
         if interrupted:
             log.warning("closed %d session(s) left open by a previous run: %s", len(interrupted),
                         ", ".join(interrupted))
+            wanted = set(interrupted)
+            for info in await asyncio.to_thread(self.book.list):
+                if info.session_id in wanted and Path(info.folder).is_dir():
+                    head = await asyncio.to_thread(seal_interrupted, Path(info.folder), reason)
+                    if head is None:
+                        log.warning("session %s: log left unsealed (damaged or missing)", info.session_id)
         self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)

@@ -185,19 +185,27 @@ class Recorder:
         self._check()
 
 
-def read_recording(path: Path) -> Iterator[tuple[str, float, bytes]]:
-    """Yield (kind letter, seconds, payload); raises ValueError on a damaged file."""
+def read_recording(path: Path, tolerate_cut_end: bool = False) -> Iterator[tuple[str, float, bytes]]:
+    """Yield (kind letter, seconds, payload); raises ValueError on a damaged file. `tolerate_cut_end` stops quietly
+    at a last record cut short, as a recording ends when its writer was killed."""
     with open(path, "rb") as handle:
-        if handle.read(len(MAGIC)) != MAGIC:
+        magic = handle.read(len(MAGIC))
+        if magic != MAGIC:
+            if tolerate_cut_end and MAGIC.startswith(magic):
+                return  # killed before its first bytes reached the disk
             raise ValueError("not a safeshare recording")
         while True:
             header = handle.read(HEADER.size)
             if not header:
                 return
             if len(header) != HEADER.size:
+                if tolerate_cut_end:
+                    return
                 raise ValueError("truncated record header")
             kind, seconds, length = HEADER.unpack(header)
             payload = handle.read(length)
             if len(payload) != length:
+                if tolerate_cut_end:
+                    return
                 raise ValueError("truncated record")
             yield chr(kind), seconds, payload

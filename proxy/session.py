@@ -124,6 +124,38 @@ def _write_json_atomic(path: Path, value: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def seal_interrupted(folder: Path, reason: str) -> str | None:
+    """Seal the log of a session whose proxy was killed (the gateway's container or process died): a `disconnect`
+    with the reason, then a seal marked `recovered` that records the recording's hash and size as found. Returns the
+    seal hash, or None when the log is missing, damaged or sealed already (then it stays as found: an auditor's
+    finding, not something to repair)."""
+    from proxy.eventlog import EventLog
+
+    try:
+        log = EventLog.resume(folder / "events.jsonl")
+    except (OSError, ValueError):
+        return None
+    fields: dict[str, Any] = {}
+    screen = folder / "screen.rfbrec"
+    if screen.is_file():
+        digest, size = hashlib.sha256(), 0
+        with open(screen, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        fields["recording"] = {"file": screen.name, "sha256": digest.hexdigest(), "bytes": size, "complete": False}
+    log.write("disconnect", reason=reason, recovered=True)
+    head = log.close(recovered=True, **fields)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {"session": folder.name}
+    meta.update(end=datetime.now(timezone.utc).isoformat(), end_reason=reason, log_head=head, recovered=True,
+                **fields)
+    _write_json_atomic(folder / "meta.json", meta)
+    return head
+
+
 class _SessionEnd(Exception):
     """Internal: a pump finished normally (peer closed at a message boundary)."""
 

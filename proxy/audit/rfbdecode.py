@@ -363,7 +363,7 @@ class Replay:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        records = list(read_recording(self.path))
+        records = list(read_recording(self.path, tolerate_cut_end=True))  # a killed writer's last record
         if not records or records[0][0] != "I":
             raise DecodeError(f"{self.path}: the recording does not start with its init record")
         import json

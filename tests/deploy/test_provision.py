@@ -273,6 +273,12 @@ def test_gateway_restart_keeps_tokens_and_sessions(site: dict) -> None:
             time.sleep(0.2)
     (interrupted,) = [x for x in book.list("alice") if x.session_id == state["live"][0]]
     assert interrupted.ended_at is not None and interrupted.end_reason.startswith("interrupted")
+    from proxy.audit.verify import verify_session
+
+    check = verify_session(Path(interrupted.folder))  # sealed as recovered by the restarted gateway
+    assert check.ok, check.findings
+    seal = json.loads((Path(interrupted.folder) / "events.jsonl").read_text().splitlines()[-1])
+    assert seal["recovered"] is True
 
     async def second() -> None:
         async with aiohttp.ClientSession() as http:
@@ -320,6 +326,12 @@ def test_revocation_ends_a_live_session_within_a_second(site: dict) -> None:
     assert not (s.secrets / rid).exists() and (s.policy_file(rid)).exists()
     (ended,) = [x for x in provisioner.book.list("bob")]
     assert ended.ended_at is not None and Path(ended.folder).is_dir()  # the recording stays
+    from proxy.audit.verify import verify_session
+
+    check = verify_session(Path(ended.folder))  # sealed by the gateway container as revocation ended it
+    assert check.ok and check.sealed, check.findings
+    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--json")
+    assert audited.returncode == 0, audited.stdout[-2000:]
     refused = asyncio.run(_status(f"{base}/?token={token}"))
     assert refused == 403
     rows = {row["name"]: row for row in json.loads(cli("recipients", "--site", str(s.root), "--all",

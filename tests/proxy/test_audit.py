@@ -192,3 +192,46 @@ def test_filters(tmp_path: Path) -> None:
     assert names(flagged=True) == ["s2", "s3"]
     assert names(recipient="ann", flagged=True) == ["s2"]
     assert all(check.ok for check in verify_path(root))
+
+
+def test_a_killed_sessions_log_is_sealed_as_recovered(recorded: Path, tmp_path: Path) -> None:
+    """What a gateway does at start for the sessions its killed predecessor left open: an intact but unsealed log
+    gets a disconnect and a seal marked recovered (with the recording as found, possibly cut mid-record), and then
+    verifies; a damaged log is left exactly as found."""
+    from proxy.audit.rfbdecode import Replay
+    from proxy.session import seal_interrupted
+
+    killed = copy(recorded, tmp_path / "k")
+    lines = _lines(recorded)
+    (killed / "events.jsonl").write_bytes(b"".join(lines[:-2]))  # no disconnect, no seal: the writer died
+    blob = (recorded / "screen.rfbrec").read_bytes()
+    (killed / "screen.rfbrec").write_bytes(blob[:-5])  # cut inside the last record
+    assert not verify_session(killed).ok
+    head = seal_interrupted(killed, "interrupted: the gateway stopped without ending it")
+    assert head is not None
+    check = verify_session(killed)
+    assert check.ok, check.findings
+    seal = json.loads((killed / "events.jsonl").read_text().splitlines()[-1])
+    assert seal["recovered"] is True and seal["recording"]["complete"] is False
+    meta = json.loads((killed / "meta.json").read_text())
+    assert meta["log_head"] == head and meta["end_reason"].startswith("interrupted")
+    assert list(Replay(killed / "screen.rfbrec").messages())  # the cut recording still replays
+
+    damaged = copy(recorded, tmp_path / "d")
+    (damaged / "events.jsonl").write_bytes(b"".join(lines[:3] + lines[4:-2]))
+    before = (damaged / "events.jsonl").read_bytes()
+    assert seal_interrupted(damaged, "interrupted") is None
+    assert (damaged / "events.jsonl").read_bytes() == before
+    assert seal_interrupted(recorded, "interrupted") is None  # sealed already: untouched
+
+
+def test_a_session_killed_before_its_recording_reached_the_disk(recorded: Path, tmp_path: Path) -> None:
+    from proxy.session import seal_interrupted
+
+    killed = copy(recorded, tmp_path / "e")
+    (killed / "events.jsonl").write_bytes(b"".join(_lines(recorded)[:3]))
+    (killed / "screen.rfbrec").write_bytes(b"SAFESHARE")  # part of the magic line only
+    assert seal_interrupted(killed, "interrupted") is not None
+    assert verify_session(killed).ok
+    (killed / "screen.rfbrec").write_bytes(b"XYZ")  # not a recording at all
+    assert any("altered" in f.problem or "bytes" in f.problem for f in verify_session(killed).findings)
