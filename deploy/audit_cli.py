@@ -1,4 +1,7 @@
-"""`safeshare audit verify|sessions`: integrity and summaries of recorded sessions.
+"""`safeshare audit verify|sessions|export|retention`: the auditors' commands over a site's recorded sessions.
+
+The work is done by `proxy/audit/` (which knows nothing of sites); this module adds the site's defaults (sessions
+root, database, player cache), as deploy/ may know every component and proxy/ may not know deploy/.
 
 Exit codes: 0 (verify: every check passed), 1 (verify: at least one finding), 2 (bad input: no such folder, a time
 that does not parse).
