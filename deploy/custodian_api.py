@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
-from proxy.audit.player import prepare
+from proxy.audit.player import prepare, prepare_ended
 from proxy.audit.sessions import find_sessions
 from proxy.audit.verify import verify_session
 from proxy.tokens import parse_ttl
@@ -202,7 +202,7 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
-    """Expiry every `interval` seconds, session retention every hour."""
+    """Expiry and the players of newly ended sessions every `interval` seconds, session retention every hour."""
     from deploy.retention import apply_retention
     from proxy.db import utcnow
 
@@ -215,6 +215,13 @@ async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
                 log.warning("recipient %s expired: access revoked", result.recipient)
         except Exception as exc:  # keep checking: a failed round is retried at the next
             log.error("expiry check failed: %s", exc)
+        try:  # players of newly ended sessions, a few per round, so that a first look does not wait
+            prepared = await asyncio.to_thread(prepare_ended, provisioner.site.sessions, provisioner.site.player_cache,
+                                               5)
+            if prepared:
+                log.info("prepared the player of %d ended session(s)", len(prepared))
+        except Exception as exc:
+            log.error("player preparation failed: %s", exc)
         if loop.time() - last_retention >= 3600:
             last_retention = loop.time()
             try:

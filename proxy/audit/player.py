@@ -201,6 +201,41 @@ def _source_stamp(folder: Path) -> dict[str, Any]:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def is_prepared(folder: str | Path, cache: str | Path) -> bool:
+    """True when `cache` holds the player of this recording as it is now."""
+    folder = Path(folder)
+    try:
+        index = json.loads((Path(cache) / folder.name / "index.json").read_text())
+        return index.get("format") == FORMAT and index.get("source") == _source_stamp(folder)
+    except (OSError, ValueError):
+        return False
+
+
+def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None) -> list[str]:
+    """Prepare the players of sealed sessions under `root` that have none yet (newest first), so that an auditor's
+    first look does not wait for the decoding pass. Returns the sessions prepared; a recording that cannot be
+    decoded is skipped (verify reports it)."""
+    from proxy.audit.verify import is_session_folder, session_folders
+
+    done: list[str] = []
+    if not Path(root).is_dir():
+        return done
+    for folder in reversed(session_folders(root)):
+        if limit is not None and len(done) >= limit:
+            break
+        if not is_session_folder(folder) or not (folder / SCREEN).is_file() or is_prepared(folder, cache):
+            continue
+        try:
+            lines = (folder / EVENTS).read_bytes().rstrip(b"\n").rsplit(b"\n", 1)
+            if b'"event":"seal"' not in lines[-1]:
+                continue  # still being recorded
+            prepare(folder, cache)
+        except (OSError, ValueError):
+            continue
+        done.append(folder.name)
+    return done
+
+
 def prepare(folder: str | Path, cache: str | Path, progress: Callable[[float], None] | None = None) -> Player:
     """The prepared player for a session folder, made once per recording (cached in `cache/<session>`)."""
     folder = Path(folder)

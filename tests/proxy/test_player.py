@@ -136,3 +136,17 @@ def test_player_of_a_session_without_recording(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         prepare(tmp_path / "s", tmp_path / "cache")
     assert isinstance(Player, type)
+
+
+def test_ended_sessions_are_prepared_ahead(recorded, tmp_path: Path) -> None:  # noqa: F811
+    from proxy.audit.player import is_prepared, prepare_ended
+
+    root = tmp_path / "sessions"
+    shutil.copytree(recorded, root / recorded.name)
+    live = root / "20991231T000000Z-live0000"
+    shutil.copytree(recorded, live)
+    lines = (live / "events.jsonl").read_bytes().splitlines(keepends=True)
+    (live / "events.jsonl").write_bytes(b"".join(lines[:-1]))  # no seal: still being recorded
+    assert prepare_ended(root, tmp_path / "cache") == [recorded.name]
+    assert is_prepared(root / recorded.name, tmp_path / "cache") and not is_prepared(live, tmp_path / "cache")
+    assert prepare_ended(root, tmp_path / "cache") == []  # nothing new
