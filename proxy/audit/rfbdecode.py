@@ -280,14 +280,7 @@ class Framebuffer:
                 target[:] = palette[np.frombuffer(data, np.uint8, w * h).reshape(h, w)]
         elif filter_id == 2:  # gradient: each pixel predicted from its left, upper and upper-left neighbours
             data = self._tight_data(s, stream_id, w * h * tp)
-            residual = self.tpixels(data, w * h).reshape(h, w, 3).astype(np.int32)
-            out = np.zeros((h + 1, w + 1, 3), np.int32)
-            for row in range(h):
-                above, here = out[row], out[row + 1]
-                for col in range(w):
-                    predicted = np.clip(here[col] + above[col + 1] - above[col], 0, 255)
-                    here[col + 1] = (predicted + residual[row, col]) & 0xFF
-            target[:] = out[1:, 1:].astype(np.uint8)
+            target[:] = undo_gradient(self.tpixels(data, w * h).reshape(h, w, 3))
         elif filter_id == 0:
             data = self._tight_data(s, stream_id, w * h * tp)
             target[:] = self.tpixels(data, w * h).reshape(h, w, 3)
@@ -348,6 +341,21 @@ class Framebuffer:
                     tile[:] = flat[:tw * th].reshape(th, tw, 3)
                 else:
                     raise DecodeError(f"ZRLE subencoding {sub} is not defined")
+
+
+def undo_gradient(residual: np.ndarray) -> np.ndarray:
+    """Tight's gradient filter reversed: pixel = residual + clamp(left + above - above_left), per channel, mod 256.
+    Each pixel needs its left, upper and upper-left neighbours, all on earlier anti-diagonals, so the pixels of
+    one anti-diagonal are computed together: h + w - 1 vector steps instead of h * w scalar ones."""
+    h, w, _ = residual.shape
+    out = np.zeros((h + 1, w + 1, 3), np.int32)  # a zero row and column stand for the missing neighbours
+    values = residual.astype(np.int32)
+    for diagonal in range(h + w - 1):
+        rows = np.arange(max(0, diagonal - w + 1), min(h - 1, diagonal) + 1)
+        cols = diagonal - rows
+        predicted = np.clip(out[rows + 1, cols] + out[rows, cols + 1] - out[rows, cols], 0, 255)
+        out[rows + 1, cols + 1] = (predicted + values[rows, cols]) & 0xFF
+    return out[1:, 1:].astype(np.uint8)
 
 
 @dataclass

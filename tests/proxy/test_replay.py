@@ -127,3 +127,21 @@ def test_decoded_recording_equals_the_screen(tmp_path, x_screen, encodings, loss
         assert difference.max() == 0, (encodings, np.argwhere(difference.max(axis=2) > 0)[:5])
     else:
         assert difference.mean() < 4 and np.percentile(difference, 99) < 40, difference.mean()
+
+
+def test_gradient_filter_against_the_rfb_definition() -> None:
+    """undo_gradient against a direct transcription of the Tight gradient filter (RFB 3.8, Tight encoding):
+    P[y][x] = V[y][x] + clamp(P[y][x-1] + P[y-1][x] - P[y-1][x-1]), neighbours outside the rectangle are 0."""
+    from proxy.audit.rfbdecode import undo_gradient
+
+    rng = np.random.default_rng(5)
+    residual = rng.integers(0, 256, (7, 11, 3), dtype=np.uint8)
+    expected = np.zeros((7, 11, 3), np.uint8)
+    for y in range(7):
+        for x in range(11):
+            for c in range(3):
+                left = int(expected[y, x - 1, c]) if x else 0
+                up = int(expected[y - 1, x, c]) if y else 0
+                corner = int(expected[y - 1, x - 1, c]) if x and y else 0
+                expected[y, x, c] = (int(residual[y, x, c]) + min(max(left + up - corner, 0), 255)) % 256
+    assert np.array_equal(undo_gradient(residual), expected)
