@@ -91,6 +91,29 @@
     return s.worker;
   }
 
+  function drawPointer() {
+    // the researcher's pointer from the input log, on its own layer so the screen's pixels stay as recorded
+    const layer = $('pointer');
+    if (layer.width !== canvas.width || layer.height !== canvas.height) {
+      layer.width = canvas.width; layer.height = canvas.height;
+    }
+    const g = layer.getContext('2d');
+    g.clearRect(0, 0, layer.width, layer.height);
+    const track = s.index.pointer || [];
+    let lo = 0, hi = track.length - 1, found = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (track[mid][0] <= s.t) { found = mid; lo = mid + 1; } else { hi = mid - 1; }
+    }
+    if (found < 0) return;
+    const [, x, y, buttons] = track[found];
+    g.beginPath();
+    g.moveTo(x, y); g.lineTo(x, y + 16); g.lineTo(x + 4, y + 12); g.lineTo(x + 7, y + 19);
+    g.lineTo(x + 10, y + 18); g.lineTo(x + 7, y + 11); g.lineTo(x + 12, y + 11); g.closePath();
+    g.fillStyle = buttons ? '#e74c3c' : '#ffffff'; g.strokeStyle = '#000000';
+    g.fill(); g.stroke();
+  }
+
   function fmt(seconds) {
     const m = Math.floor(seconds / 60), sec = seconds - 60 * m;
     return `${String(m).padStart(2, '0')}:${sec.toFixed(1).padStart(4, '0')}`;
@@ -103,6 +126,7 @@
 
   function updateClock() {
     if (!s.index) return;
+    drawPointer();
     const wall = shownWall();
     $('clock').textContent = `${fmt(s.t)} / ${fmt(s.index.duration)}` +
       (wall ? ` · frame at ${wall.toISOString().replace('T', ' ').replace('Z', ' UTC')}` : '');
@@ -227,6 +251,11 @@
   window.player = {
     get state() { return s.state; }, get t() { return s.t; }, get index() { return s.index; },
     get error() { return s.error; }, get appliedFrame() { return s.applied; },
+    get pointerDrawn() {
+      const d = $('pointer').getContext('2d').getImageData(0, 0, $('pointer').width, $('pointer').height).data;
+      for (let i = 3; i < d.length; i += 4) if (d[i]) return true;
+      return false;
+    },
     shownWall, open, seek, play, pause, setSpeed, filterKeys,
   };
 })();

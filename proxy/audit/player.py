@@ -33,7 +33,7 @@ from proxy.audit.rfbdecode import Replay
 from proxy.audit.verify import EVENTS, META, SCREEN
 from proxy.rfb import keysym_name, modifier_of
 
-FORMAT = 1
+FORMAT = 2  # bump when the prepared form changes: older caches are rebuilt
 FRAME_INTERVAL = 0.1
 KEYFRAME_INTERVAL = 10.0
 MARKER_EVENTS = {"key_blocked": "blocked", "key_dropped": "dropped", "click_dropped": "dropped",
@@ -129,6 +129,25 @@ def markers(events: list[dict[str, Any]], start: float) -> list[dict[str, Any]]:
         detail = event.get("shortcut") or event.get("limit") or event.get("direction") or event.get("name") or ""
         out.append({"t": round(event["t"] - start, 3), "wall": event["t"], "kind": kind, "event": event["event"],
                     "detail": str(detail)})
+    return out
+
+
+POINTER_INTERVAL = 0.1
+
+
+def pointer_track(events: list[dict[str, Any]], start: float) -> list[list]:
+    """Where the researcher's pointer was: [t, x, y, buttons] at every button change and at most every
+    POINTER_INTERVAL seconds of motion (the kiosk's cursor is a shape the client draws, not part of the screen, so the
+    player draws the pointer from the log)."""
+    out: list[list] = []
+    last_t, last_mask = -1e9, -1
+    for event in events:
+        if event.get("event") != "pointer":
+            continue
+        t, mask = event["t"] - start, int(event.get("mask") or 0)
+        if mask != last_mask or t - last_t >= POINTER_INTERVAL:
+            out.append([round(t, 3), int(event.get("x") or 0), int(event.get("y") or 0), mask])
+            last_t, last_mask = t, mask
     return out
 
 
@@ -315,7 +334,7 @@ def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[f
         "frame_interval": FRAME_INTERVAL, "keyframe_interval": KEYFRAME_INTERVAL,
         "columns": ["t", "key", "x", "y", "w", "h", "offset", "length", "screen_w", "screen_h"],
         "frames": frames, "frame_times": [frame[T] for frame in frames],
-        "markers": markers(events, start), "keys": key_log(events, start),
+        "markers": markers(events, start), "keys": key_log(events, start), "pointer": pointer_track(events, start),
     }
     (out / "index.json").write_text(json.dumps(index, separators=(",", ":")))
     return index

@@ -54,6 +54,8 @@ def changing_session(x_screen, tmp_path_factory: pytest.TempPathFactory):  # noq
                 await asyncio.to_thread(put_image, display, 20 + 60 * step, 30 + 40 * step, block)
                 await asyncio.sleep(0.6)  # the update reaches the client well within this
                 truths.append((time.time(), await asyncio.to_thread(screen, display)))
+                if step == 0:
+                    await client.pointer(0, 50, 60)  # the researcher's pointer, for the player's overlay
                 if step == 1:  # a blocked shortcut (a marker) and a typed key, while the second screen shows
                     for sym, down in [(0xFFE3, True), (0x6E, True), (0x6E, False), (0xFFE3, False),
                                       (0x78, True), (0x78, False)]:
@@ -129,6 +131,7 @@ def test_key_log_and_markers(recorded, tmp_path: Path) -> None:  # noqa: F811
     assert all(0 <= m["t"] <= player.index["duration"] for m in player.index["markers"] + keys)
     assert key_label("Return", 0xFF0D, set()) == "<Return>" and key_label("A", 0x41, {"shift"}) == "A"
     assert key_label("F4", 0xFFC1, {"alt"}) == "<Alt+F4>"
+    assert [p[1:] for p in player.index["pointer"]] == [[10, 10, 1], [10, 10, 0]]  # press and release
 
 
 def test_player_of_a_session_without_recording(tmp_path: Path) -> None:

@@ -102,6 +102,7 @@ def test_player_plays_seeks_to_a_marker_and_shows_what_the_researcher_saw(servic
             await asyncio.sleep(0.5)  # the seek's fetch and drawing
             seen["marker"] = canvas_image(await cdp.evaluate(CANVAS))
             seen["wall"] = await cdp.evaluate("player.shownWall().getTime() / 1000")
+            seen["pointer"] = await cdp.evaluate("player.pointerDrawn")
             await cdp.evaluate("player.filterKeys('ctrl')")
             seen["visible_keys"] = await cdp.evaluate(
                 "Array.from(document.querySelectorAll('#keys li:not(.hidden) .label')).map(e => e.textContent)")
@@ -120,6 +121,7 @@ def test_player_plays_seeks_to_a_marker_and_shows_what_the_researcher_saw(servic
     assert np.array_equal(seen["marker"], truths[1][1])
     assert np.array_equal(seen["end"], truths[2][1])  # played to the end: the last screen
     assert seen["wall"] <= index["start"] + blocked["t"] + 1e-3
+    assert seen["pointer"] is True  # the researcher's pointer (from the input log) on its own layer
     assert seen["visible_keys"] == ["<Ctrl+n>"] and abs(seen["after_key_click"] - blocked["t"]) < 0.01
     assert [k["label"] for k in index["keys"]] == ["<Ctrl+n>", "x"]
     viewed = service["provisioner"].records.events(action="session-viewed")
