@@ -76,7 +76,8 @@ def memory_bytes(text: str) -> int:
 
 def compose_round(settle: float) -> dict:
     env = {**os.environ, "COMPOSE_PROJECT_NAME": "ssbench", "SAFESHARE_ENCLAVE_ID": "bench",
-           "SAFESHARE_FRONT_SUBNET": "172.31.252.0/24", "SAFESHARE_GATEWAY_IP": "172.31.252.10",
+           "SAFESHARE_FRONT_SUBNET": "10.215.210.0/24", "SAFESHARE_GATEWAY_IP": "10.215.210.10",
+           "SAFESHARE_ENCLAVE_SUBNET": "10.215.211.0/27", "SAFESHARE_VNC_SUBNET": "10.215.211.32/27",
            "SAFESHARE_GATEWAY_PORT": "6097"}
 
     def run(*args: str) -> subprocess.CompletedProcess:

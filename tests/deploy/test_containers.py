@@ -89,7 +89,8 @@ def compose(images: dict, tmp_path_factory: pytest.TempPathFactory):
     suffix = f"{os.getpid() % 100000}"
     port = _free_port()
     env = {**os.environ, "COMPOSE_PROJECT_NAME": f"sstest{suffix}", "SAFESHARE_ENCLAVE_ID": f"t{suffix}",
-           "SAFESHARE_FRONT_SUBNET": "172.31.251.0/24", "SAFESHARE_GATEWAY_IP": "172.31.251.10",
+           "SAFESHARE_FRONT_SUBNET": "10.215.200.0/24", "SAFESHARE_GATEWAY_IP": "10.215.200.10",
+           "SAFESHARE_ENCLAVE_SUBNET": "10.215.201.0/27", "SAFESHARE_VNC_SUBNET": "10.215.201.32/27",
            "SAFESHARE_GATEWAY_PORT": str(port), "SAFESHARE_SHARED": str(SHARED)}
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -143,9 +144,9 @@ def test_networks_keep_kiosk_and_app_in(compose: dict) -> None:
     host_port = server.getsockname()[1]
     try:
         host_addresses = [_gateway_address(project, name) for name in ("enclave", "vnc", "front")]
-        from_kiosk = _probe(kiosk, [("app", 8050), ("gateway", 6080), ("172.31.251.10", 6080),
+        from_kiosk = _probe(kiosk, [("app", 8050), ("gateway", 6080), ("10.215.200.10", 6080),
                                     *[(address, host_port) for address in host_addresses]])
-        from_app = _probe(app, [("kiosk", 5900), ("gateway", 6080), ("172.31.251.10", 6080),
+        from_app = _probe(app, [("kiosk", 5900), ("gateway", 6080), ("10.215.200.10", 6080),
                                 *[(address, host_port) for address in host_addresses]])
     finally:
         server.close()
