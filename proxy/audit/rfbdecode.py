@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from proxy.recording import read_recording
-
-ENC_RAW, ENC_COPYRECT, ENC_RRE, ENC_ZLIB, ENC_TIGHT, ENC_ZRLE = 0, 1, 2, 6, 7, 16
-ENC_CURSOR, ENC_DESKTOP_SIZE, ENC_LAST_RECT, ENC_EXT_DESKTOP_SIZE = -239, -223, -224, -308
+from proxy.rfb import (
+    ENC_COPYRECT, ENC_CURSOR, ENC_DESKTOP_SIZE, ENC_EXT_DESKTOP_SIZE, ENC_LAST_RECT, ENC_RAW, ENC_RRE, ENC_TIGHT,
+    ENC_ZLIB, ENC_ZRLE, PixelFormat,
+)
 
 
 class DecodeError(ValueError):
@@ -35,42 +36,16 @@ class _NeedMore(Exception):
     """The stream ends inside a message (a session cut off mid-update): decoding stops there."""
 
 
-@dataclass
-class PixelFormat:
-    bits_per_pixel: int
-    depth: int
-    big_endian: int
-    true_colour: int
-    red_max: int
-    green_max: int
-    blue_max: int
-    red_shift: int
-    green_shift: int
-    blue_shift: int
-
-    @property
-    def bpp(self) -> int:
-        return self.bits_per_pixel // 8
-
-    @property
-    def tpixel(self) -> int:
-        if (self.true_colour and self.bits_per_pixel == 32 and self.depth == 24
-                and self.red_max == self.green_max == self.blue_max == 255):
-            return 3
-        return self.bpp
-
-    @property
-    def cpixel(self) -> tuple[int, str | None]:
-        """ZRLE's CPIXEL size and, when 3 bytes, which end of the 4-byte pixel they are ('low' or 'high')."""
-        if self.true_colour and self.bits_per_pixel == 32 and self.depth <= 24:
-            top = max((m << s) for m, s in ((self.red_max, self.red_shift), (self.green_max, self.green_shift),
-                                             (self.blue_max, self.blue_shift)))
-            if top < (1 << 24):
-                return 3, "low"
-            lowest = min(s for s in (self.red_shift, self.green_shift, self.blue_shift))
-            if lowest >= 8:
-                return 3, "high"
-        return self.bpp, None
+def cpixel_layout(pf: PixelFormat) -> tuple[int, str | None]:
+    """ZRLE's CPIXEL size and, when 3 bytes, which end of the 4-byte pixel they are ('low' or 'high')."""
+    if pf.true_colour and pf.bits_per_pixel == 32 and pf.depth <= 24:
+        top = max((m << s) for m, s in ((pf.red_max, pf.red_shift), (pf.green_max, pf.green_shift),
+                                         (pf.blue_max, pf.blue_shift)))
+        if top < (1 << 24):
+            return 3, "low"
+        if min(pf.red_shift, pf.green_shift, pf.blue_shift) >= 8:
+            return 3, "high"
+    return pf.bytes_per_pixel, None
 
 
 class Stream:
@@ -134,10 +109,10 @@ class Framebuffer:
     def pixels(self, data: bytes, count: int) -> np.ndarray:
         """`count` PIXELs in the current format as (count, 3) RGB."""
         pf = self.pf
-        if pf.bpp == 1:
+        if pf.bytes_per_pixel == 1:
             values = np.frombuffer(data, np.uint8, count).astype(np.uint32)
         else:
-            dtype = (">" if pf.big_endian else "<") + ("u2" if pf.bpp == 2 else "u4")
+            dtype = (">" if pf.big_endian else "<") + ("u2" if pf.bytes_per_pixel == 2 else "u4")
             values = np.frombuffer(data, dtype, count).astype(np.uint32)
         if not pf.true_colour:
             return self.colour_map[values & 0xFF]
@@ -149,12 +124,12 @@ class Framebuffer:
         return out
 
     def tpixels(self, data: bytes, count: int) -> np.ndarray:
-        if self.pf.tpixel == 3:
+        if self.pf.tight_pixel_size == 3:
             return np.frombuffer(data, np.uint8, count * 3).reshape(count, 3)
         return self.pixels(data, count)
 
     def cpixels(self, data: bytes, count: int) -> np.ndarray:
-        size, end = self.pf.cpixel
+        size, end = cpixel_layout(self.pf)
         if size != 3:
             return self.pixels(data, count)
         three = np.frombuffer(data, np.uint8, count * 3).reshape(count, 3)
@@ -206,7 +181,7 @@ class Framebuffer:
                 box = [0, 0, self.width, self.height]
                 continue
             if encoding == ENC_CURSOR:
-                s.take(w * h * self.pf.bpp + ((w + 7) // 8) * h)
+                s.take(w * h * self.pf.bytes_per_pixel + ((w + 7) // 8) * h)
                 continue
             if x + w > self.width or y + h > self.height:
                 raise DecodeError(f"rectangle {w}x{h}+{x}+{y} outside the {self.width}x{self.height} screen")
@@ -219,13 +194,13 @@ class Framebuffer:
     def _rect(self, s: Stream, x: int, y: int, w: int, h: int, encoding: int) -> None:
         target = self.image[y:y + h, x:x + w]
         if encoding == ENC_RAW:
-            target[:] = self.pixels(s.take(w * h * self.pf.bpp), w * h).reshape(h, w, 3)
+            target[:] = self.pixels(s.take(w * h * self.pf.bytes_per_pixel), w * h).reshape(h, w, 3)
         elif encoding == ENC_COPYRECT:
             sx, sy = s.unpack(">HH")
             target[:] = self.image[sy:sy + h, sx:sx + w].copy()
         elif encoding == ENC_RRE:
             (subrects,) = s.unpack(">I")
-            bpp = self.pf.bpp
+            bpp = self.pf.bytes_per_pixel
             target[:] = self.pixels(s.take(bpp), 1)[0]
             if subrects:
                 raw = np.frombuffer(s.take(subrects * (bpp + 8)), np.uint8).reshape(subrects, bpp + 8)
@@ -253,7 +228,7 @@ class Framebuffer:
             if control & (1 << stream_id):
                 self._tight[stream_id] = zlib.decompressobj()
         method = control >> 4
-        tp = self.pf.tpixel
+        tp = self.pf.tight_pixel_size
         if method == 0x8:  # fill
             target[:] = self.tpixels(s.take(tp), 1)[0]
             return
@@ -298,7 +273,7 @@ class Framebuffer:
     # --- ZRLE ------------------------------------------------------------------------------------------------------
 
     def _zrle_rect(self, z: Stream, target: np.ndarray, w: int, h: int) -> None:
-        cp = self.pf.cpixel[0]
+        cp = cpixel_layout(self.pf)[0]
         for ty in range(0, h, 64):
             for tx in range(0, w, 64):
                 th, tw = min(64, h - ty), min(64, w - tx)
