@@ -78,6 +78,34 @@ class EventLog:
         return self._prev
 
 
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The log's events that parse as JSON objects, in order (none for a missing file). Reading only: whether the
+    log is intact is `verify_log`'s question."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """SHA-256 and size of a file the seal vouches for (the screen recording, a capture)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 @dataclass
 class LogVerification:
     ok: bool

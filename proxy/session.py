@@ -129,7 +129,7 @@ def seal_interrupted(folder: Path, reason: str) -> str | None:
     with the reason, then a seal marked `recovered` that records the recording's hash and size as found. Returns the
     seal hash, or None when the log is missing, damaged or sealed already (then it stays as found: an auditor's
     finding, not something to repair)."""
-    from proxy.eventlog import EventLog
+    from proxy.eventlog import EventLog, file_digest
 
     try:
         log = EventLog.resume(folder / "events.jsonl")
@@ -138,12 +138,8 @@ def seal_interrupted(folder: Path, reason: str) -> str | None:
     fields: dict[str, Any] = {}
     screen = folder / "screen.rfbrec"
     if screen.is_file():
-        digest, size = hashlib.sha256(), 0
-        with open(screen, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-        fields["recording"] = {"file": screen.name, "sha256": digest.hexdigest(), "bytes": size, "complete": False}
+        digest, size = file_digest(screen)
+        fields["recording"] = {"file": screen.name, "sha256": digest, "bytes": size, "complete": False}
     log.write("disconnect", reason=reason, recovered=True)
     head = log.close(recovered=True, **fields)
     try:

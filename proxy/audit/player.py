@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from proxy.audit.rfbdecode import Replay
-from proxy.audit.verify import EVENTS, META, SCREEN
+from proxy.audit.sessions import read_meta
+from proxy.audit.verify import EVENTS, SCREEN
+from proxy.eventlog import read_events
 from proxy.rfb import keysym_name, modifier_of
 
 FORMAT = 2  # bump when the prepared form changes: older caches are rebuilt
@@ -57,14 +59,6 @@ def _unpng(data: bytes) -> np.ndarray:
         return np.asarray(picture.convert("RGB"))
 
 
-def _meta(folder: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((folder / META).read_text())
-        return meta if isinstance(meta, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _start_epoch(meta: dict[str, Any], events: list[dict[str, Any]]) -> float:
     try:
         return datetime.fromisoformat(meta["start"]).timestamp()
@@ -72,20 +66,8 @@ def _start_epoch(meta: dict[str, Any], events: list[dict[str, Any]]) -> float:
         return float(events[0]["t"]) if events else 0.0
 
 
-def _events(folder: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        lines = (folder / EVENTS).read_bytes().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("t"), (int, float)):
-            out.append(event)
-    return out
+def _timed_events(folder: Path) -> list[dict[str, Any]]:
+    return [event for event in read_events(folder / EVENTS) if isinstance(event.get("t"), (int, float))]
 
 
 def key_label(name: str, keysym: int, held: set[str]) -> str:
@@ -151,6 +133,15 @@ def pointer_track(events: list[dict[str, Any]], start: float) -> list[list]:
     return out
 
 
+def _apply(image: np.ndarray | None, frame: list, tile: np.ndarray) -> np.ndarray:
+    """The screen after one stored frame: a keyframe replaces it, a delta is pasted at its place."""
+    if frame[KEY]:
+        return tile.copy()
+    assert image is not None, "a delta before any keyframe"
+    image[frame[Y]:frame[Y] + frame[H], frame[X]:frame[X] + frame[W]] = tile
+    return image
+
+
 @dataclass
 class Player:
     """A prepared session: its index and frames file."""
@@ -184,12 +175,7 @@ class Player:
         image: np.ndarray | None = None
         for frame in self.frames[first:last + 1]:
             data = blob[frame[OFFSET] - start:frame[OFFSET] - start + frame[LENGTH]]
-            tile = _unpng(data)
-            if frame[KEY]:
-                image = tile.copy()
-            else:
-                assert image is not None
-                image[frame[Y]:frame[Y] + frame[H], frame[X]:frame[X] + frame[W]] = tile
+            image = _apply(image, frame, _unpng(data))
         assert image is not None
         return image
 
@@ -206,11 +192,7 @@ class Player:
                 while position < len(frames) and frames[position][T] <= moment:
                     frame = frames[position]
                     handle.seek(frame[OFFSET])
-                    tile = _unpng(handle.read(frame[LENGTH]))
-                    if frame[KEY]:
-                        image = tile.copy()
-                    else:
-                        image[frame[Y]:frame[Y] + frame[H], frame[X]:frame[X] + frame[W]] = tile
+                    image = _apply(image, frame, _unpng(handle.read(frame[LENGTH])))
                     position += 1
                 yield image
 
@@ -322,8 +304,8 @@ def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[f
                     progress(min(1.0, message.seconds / replay.end_seconds))
         if pending is not None:
             emit(replay.end_seconds)
-    meta = _meta(folder)
-    events = _events(folder)
+    meta = read_meta(folder)
+    events = _timed_events(folder)
     start = _start_epoch(meta, events)
     index = {
         "format": FORMAT, "session": folder.name, "source": stamp,

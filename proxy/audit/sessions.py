@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.audit.verify import EVENTS, META, is_session_folder, session_folders
+from proxy.eventlog import read_events
 
 
 @dataclass(frozen=True)
@@ -58,30 +59,24 @@ def _time(text: Any) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A session's meta.json as far as it reads ({} when missing or not an object)."""
+    try:
+        meta = json.loads((folder / META).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def summarize(folder: str | Path) -> SessionSummary:
     """Counts from the event log as it is (run `audit verify` to know whether it is intact)."""
     folder = Path(folder)
-    meta: dict[str, Any] = {}
-    try:
-        loaded = json.loads((folder / META).read_text())
-        meta = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError):
-        pass
+    meta = read_meta(folder)
     counts: Counter[str] = Counter()
     first_t = last_t = None
     sealed = False
-    try:
-        lines = (folder / EVENTS).read_bytes().splitlines()
-    except OSError:
-        lines = []
     previous_mask = 0
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
+    for event in read_events(folder / EVENTS):
         kind = event.get("event")
         t = event.get("t")
         if isinstance(t, (int, float)):

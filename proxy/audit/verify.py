@@ -19,13 +19,12 @@ database keeps the folder; `meta.json` keeps the head), which is why the head is
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.eventlog import verify_log
+from proxy.eventlog import file_digest, read_events, verify_log
 from proxy.recording import HEADER, MAGIC, read_recording
 
 EVENTS, META, SCREEN, PCAP = "events.jsonl", "meta.json", "screen.rfbrec", "network.pcap"
@@ -63,35 +62,13 @@ class SessionCheck:
                 "sealed": self.sealed, "head": self.head, "findings": [f.as_dict() for f in self.findings]}
 
 
-def _file_digest(path: Path) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    """The log's events as far as they parse (the chain check has reported any damage already)."""
-    out = []
-    for line in path.read_bytes().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            break
-        if isinstance(record, dict):
-            out.append(record)
-    return out
-
-
 def _check_sealed_file(folder: Path, name: str, expected: dict[str, Any], what: str,
                        findings: list[Finding]) -> None:
     path = folder / name
     if not path.is_file():
         findings.append(Finding(str(path), f"missing (the seal records a {what} of {expected.get('bytes')} bytes)"))
         return
-    digest, size = _file_digest(path)
+    digest, size = file_digest(path)
     want_size = expected.get("bytes")
     if isinstance(want_size, int) and size < want_size:
         findings.append(Finding(str(path), f"truncated: {size} of {want_size} bytes sealed"))
@@ -130,7 +107,7 @@ def verify_session(folder: str | Path) -> SessionCheck:
         check.lines, check.sealed, check.head = result.lines, result.sealed, result.head
         if not result.ok:
             findings.append(Finding(str(events_path), result.error or "invalid", result.bad_line))
-        events = _events(events_path)
+        events = read_events(events_path)
         if result.ok and events and events[-1].get("event") == "seal":
             seal = events[-1]
 
