@@ -37,8 +37,7 @@ def _fail(command: str, exc: Exception) -> int:
     from deploy.provision import ProvisionError
 
     print(f"safeshare {command}: {exc}", file=sys.stderr)
-    return EXIT_BAD_INPUT if isinstance(exc, ProvisionError) and exc.bad_input else \
-        EXIT_BAD_INPUT if not isinstance(exc, ProvisionError) else EXIT_REFUSED
+    return EXIT_REFUSED if isinstance(exc, ProvisionError) and not exc.bad_input else EXIT_BAD_INPUT
 
 
 def cmd_provision(args: argparse.Namespace) -> int:

@@ -28,7 +28,6 @@ import getpass
 import hashlib
 import ipaddress
 import json
-import os
 import secrets
 import shutil
 import time
@@ -42,7 +41,7 @@ from typing import Any
 
 from deploy.images.hardening import HARDENING
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
-from deploy.site import GATEWAY_UID, Site, write_atomic
+from deploy.site import Site, give_to_gateway, write_atomic
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
 from proxy.limits import PolicyError, RecipientPolicy, load_recipient_policy
@@ -318,10 +317,7 @@ class Provisioner:
         if not path.is_file() or not path.read_text().strip():
             write_atomic(path, (secrets.token_urlsafe(24) + "\n").encode(), 0o400)
         for item in (path.parent, path):
-            try:
-                os.chown(item, GATEWAY_UID, GATEWAY_UID)
-            except OSError:
-                pass
+            give_to_gateway(item)
         path.parent.chmod(0o700)
         return path
 

@@ -205,16 +205,17 @@ class Site:
             os.chmod(folder, mode)
         self.save_settings()
         for folder in (self.db_dir, self.sessions):
-            _chown(folder)
+            give_to_gateway(folder)
 
     def db_files_to_gateway(self) -> None:
         """The database file and its WAL side files belong to the gateway's uid (SQLite run as root keeps that
         owner for files it creates later)."""
         for path in self.db_dir.iterdir():
-            _chown(path)
+            give_to_gateway(path)
 
 
-def _chown(path: Path, uid: int = GATEWAY_UID) -> None:
+def give_to_gateway(path: Path, uid: int = GATEWAY_UID) -> None:
+    """Owner: the gateway container's uid (root only; otherwise the path stays the caller's)."""
     if os.geteuid() != 0:
         return
     try:
