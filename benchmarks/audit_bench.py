@@ -34,22 +34,17 @@ PF = {"bits_per_pixel": 32, "depth": 24, "big_endian": 0, "true_colour": 1, "red
 
 def active_use(seconds: float, folder: Path) -> dict:
     from proxy.limits import SessionLimits
-    from proxy.server import RfbProxyServer
-    from proxy.session import UpstreamTarget
     from tests.proxy.rfbtools import RfbClient, free_port, stop_process, x11vnc_start, xvfb_start
+    from tests.proxy.test_controls import proxied_session
     from tests.proxy.test_replay import put_image
 
     xvfb, display = xvfb_start(1280, 800)
     port = free_port()
     vnc = x11vnc_start(display, port, ["-nosel", "-noprimary", "-noclipboard", "-nosetclipboard"])
-    ended: list[Path] = []
     rng = np.random.default_rng(1)
     glyphs = (rng.random((400, 1280)) > 0.82).astype(np.uint8) * 200 + 30
 
-    async def run() -> None:
-        server = RfbProxyServer(UpstreamTarget("127.0.0.1", port), folder, SessionLimits(),
-                                on_session_end=lambda s, reason: ended.append(s.dir))
-        proxy_port = await server.start("127.0.0.1", 0)
+    async def body(proxy_port: int) -> None:
         client = RfbClient()
         await client.connect(proxy_port, (7, -26, 16, 1, 0))
 
@@ -79,16 +74,13 @@ def active_use(seconds: float, folder: Path) -> dict:
         for task in tasks:
             task.cancel()
         await client.close()
-        while not ended:
-            await asyncio.sleep(0.01)
-        await server.close()
 
     try:
-        asyncio.run(run())
+        session, _ = asyncio.run(proxied_session(folder, port, SessionLimits(), body))
     finally:
         stop_process(vnc)
         stop_process(xvfb)
-    size = (ended[0] / "screen.rfbrec").stat().st_size
+    size = (session / "screen.rfbrec").stat().st_size
     return {"active_seconds": seconds, "recording_bytes": size,
             "recording_mb_per_minute": round(size / 1e6 / (seconds / 60), 2)}
 

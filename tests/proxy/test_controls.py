@@ -21,11 +21,11 @@ def events(session_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (session_dir / "events.jsonl").read_text().splitlines()]
 
 
-async def _with_proxy(tmp_path: Path, fake: FakeVncServer, limits: SessionLimits, body) -> tuple[Path, str]:
-    """Start fake server and proxy, run `body(client_port)`, wait for the session to end, return its folder."""
-    fake_port = await fake.start()
+async def proxied_session(sessions: Path, upstream_port: int, limits: SessionLimits, body) -> tuple[Path, str]:
+    """Start the proxy in front of a VNC server on 127.0.0.1:`upstream_port`, run `body(client_port)`, wait for
+    the session to end; returns its folder and end reason."""
     ended: list[tuple[Path, str]] = []
-    server = RfbProxyServer(UpstreamTarget("127.0.0.1", fake_port), tmp_path / "sessions", limits,
+    server = RfbProxyServer(UpstreamTarget("127.0.0.1", upstream_port), sessions, limits,
                             on_session_end=lambda s, reason: ended.append((s.dir, reason)))
     port = await server.start("127.0.0.1", 0)
     try:
@@ -35,8 +35,16 @@ async def _with_proxy(tmp_path: Path, fake: FakeVncServer, limits: SessionLimits
                 await asyncio.sleep(0.01)
     finally:
         await server.close()
-        await fake.close()
     return ended[0]
+
+
+async def _with_proxy(tmp_path: Path, fake: FakeVncServer, limits: SessionLimits, body) -> tuple[Path, str]:
+    """The proxy in front of the fake server (see proxied_session)."""
+    fake_port = await fake.start()
+    try:
+        return await proxied_session(tmp_path / "sessions", fake_port, limits, body)
+    finally:
+        await fake.close()
 
 
 def test_key_flood_is_rate_limited_and_releases_pass(tmp_path: Path) -> None:

@@ -16,10 +16,9 @@ import pytest
 
 from proxy.audit.player import KEY, Player, export_video, key_label, prepare
 from proxy.limits import SessionLimits
-from proxy.server import RfbProxyServer
-from proxy.session import UpstreamTarget
 from tests.proxy.rfbtools import RfbClient
 from tests.proxy.test_audit import recorded  # noqa: F401 - fixture
+from tests.proxy.test_controls import proxied_session
 from tests.proxy.test_replay import HEIGHT, WIDTH, needs_x, put_image, screen, x_screen  # noqa: F401 - fixture
 
 
@@ -29,48 +28,38 @@ def changing_session(x_screen, tmp_path_factory: pytest.TempPathFactory):  # noq
     each change, as the researcher saw it."""
     display, port = x_screen
     tmp = tmp_path_factory.mktemp("changing")
-    ended: list[Path] = []
     truths: list[tuple[float, np.ndarray]] = []
 
-    async def run() -> None:
-        server = RfbProxyServer(UpstreamTarget("127.0.0.1", port), tmp / "sessions", SessionLimits(),
-                                on_session_end=lambda s, reason: ended.append(s.dir))
-        proxy_port = await server.start("127.0.0.1", 0)
-        try:
-            client = RfbClient()
-            await client.connect(proxy_port, (16, 0))  # ZRLE: lossless, so frames must be equal exactly
+    async def body(proxy_port: int) -> None:
+        client = RfbClient()
+        await client.connect(proxy_port, (16, 0))  # ZRLE: lossless, so frames must be equal exactly
 
-            async def keep_requesting() -> None:
-                await client.request(False)
-                while True:
-                    await asyncio.sleep(0.03)
-                    await client.request(True)
+        async def keep_requesting() -> None:
+            await client.request(False)
+            while True:
+                await asyncio.sleep(0.03)
+                await client.request(True)
 
-            requester = asyncio.create_task(keep_requesting())
-            rng = np.random.default_rng(3)
-            for step in range(3):
-                await asyncio.sleep(1.0)
-                block = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
-                await asyncio.to_thread(put_image, display, 20 + 60 * step, 30 + 40 * step, block)
-                await asyncio.sleep(0.6)  # the update reaches the client well within this
-                truths.append((time.time(), await asyncio.to_thread(screen, display)))
-                if step == 0:
-                    await client.pointer(0, 50, 60)  # the researcher's pointer, for the player's overlay
-                if step == 1:  # a blocked shortcut (a marker) and a typed key, while the second screen shows
-                    for sym, down in [(0xFFE3, True), (0x6E, True), (0x6E, False), (0xFFE3, False),
-                                      (0x78, True), (0x78, False)]:
-                        await client.key(sym, down)
-            await asyncio.sleep(0.5)
-            requester.cancel()
-            await client.close()
-            async with asyncio.timeout(5):
-                while not ended:
-                    await asyncio.sleep(0.01)
-        finally:
-            await server.close()
+        requester = asyncio.create_task(keep_requesting())
+        rng = np.random.default_rng(3)
+        for step in range(3):
+            await asyncio.sleep(1.0)
+            block = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
+            await asyncio.to_thread(put_image, display, 20 + 60 * step, 30 + 40 * step, block)
+            await asyncio.sleep(0.6)  # the update reaches the client well within this
+            truths.append((time.time(), await asyncio.to_thread(screen, display)))
+            if step == 0:
+                await client.pointer(0, 50, 60)  # the researcher's pointer, for the player's overlay
+            if step == 1:  # a blocked shortcut (a marker) and a typed key, while the second screen shows
+                for sym, down in [(0xFFE3, True), (0x6E, True), (0x6E, False), (0xFFE3, False),
+                                  (0x78, True), (0x78, False)]:
+                    await client.key(sym, down)
+        await asyncio.sleep(0.5)
+        requester.cancel()
+        await client.close()
 
-    asyncio.run(run())
-    return ended[0], truths
+    folder, _ = asyncio.run(proxied_session(tmp / "sessions", port, SessionLimits(), body))
+    return folder, truths
 
 
 @needs_x

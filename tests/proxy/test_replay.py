@@ -12,9 +12,8 @@ import pytest
 
 from proxy.audit.rfbdecode import Replay
 from proxy.limits import SessionLimits
-from proxy.server import RfbProxyServer
-from proxy.session import UpstreamTarget
 from tests.proxy.rfbtools import RfbClient, free_port, stop_process, x11vnc_start, xvfb_start
+from tests.proxy.test_controls import proxied_session
 from tests.proxy.test_gateway import HAVE_X
 
 WIDTH, HEIGHT = 320, 240
@@ -84,28 +83,17 @@ def x_screen():
 
 
 def record(tmp_path, port: int, encodings: tuple[int, ...]):
-    ended = []
+    async def body(proxy_port: int) -> None:
+        client = RfbClient()
+        await client.connect(proxy_port, encodings)
+        await client.request(False)
+        await asyncio.sleep(1.0)
+        await client.request(True)
+        await asyncio.sleep(0.3)
+        await client.close()
 
-    async def run() -> None:
-        server = RfbProxyServer(UpstreamTarget("127.0.0.1", port), tmp_path / "sessions", SessionLimits(),
-                                on_session_end=lambda s, reason: ended.append(s.dir))
-        proxy_port = await server.start("127.0.0.1", 0)
-        try:
-            client = RfbClient()
-            await client.connect(proxy_port, encodings)
-            await client.request(False)
-            await asyncio.sleep(1.0)
-            await client.request(True)
-            await asyncio.sleep(0.3)
-            await client.close()
-            async with asyncio.timeout(5):
-                while not ended:
-                    await asyncio.sleep(0.01)
-        finally:
-            await server.close()
-
-    asyncio.run(run())
-    return ended[0]
+    folder, _ = asyncio.run(proxied_session(tmp_path / "sessions", port, SessionLimits(), body))
+    return folder
 
 
 @needs_x
