@@ -165,16 +165,17 @@ def test_networks_keep_kiosk_and_app_in(compose: dict) -> None:
     assert denied.stdout.count("Read-only file system") == 2, denied.stdout
 
 
-def test_researcher_sees_the_app_through_novnc(compose: dict, tmp_path: Path) -> None:
+def novnc_sees_the_app(url: str, tmp_path: Path) -> dict[str, object]:
+    """Headless Chromium opens a researcher URL: noVNC's state, and two pixels of the kiosk screen it draws (the
+    app's dark header bar across the top, a light page below it), or None where they never appeared."""
     seen: dict[str, object] = {}
 
     async def run() -> None:
         async with aiohttp.ClientSession() as http, chromium(tmp_path, http, window="1400,1000") as cdp:
             await cdp.send("Page.enable")
-            await cdp.navigate(compose["url"])
+            await cdp.navigate(url)
             seen["state"] = await wait_for_js(cdp, "window.safeshare && window.safeshare.state === 'connected' "
                                                    "&& window.safeshare.state", timeout=30)
-            # the app's dark header bar across the top of the kiosk screen, and a light page below it
             seen["pixels"] = await wait_for_js(cdp, """(() => {
                 const c = document.querySelector('#screen canvas'); if (!c || c.width < 1000) return null;
                 const g = c.getContext('2d');
@@ -184,6 +185,11 @@ def test_researcher_sees_the_app_through_novnc(compose: dict, tmp_path: Path) ->
             })()""", timeout=45)
 
     asyncio.run(run())
+    return seen
+
+
+def test_researcher_sees_the_app_through_novnc(compose: dict, tmp_path: Path) -> None:
+    seen = novnc_sees_the_app(compose["url"], tmp_path)
     assert seen["state"] == "connected" and seen["pixels"]
     sessions = docker("exec", _container(compose["project"], "gateway"), "sh", "-c",
                       "ls /sessions | head -n 1").stdout.strip()

@@ -20,7 +20,7 @@ import pytest
 from deploy.provision import LABEL, Provisioner
 from deploy.site import Site
 from proxy.tokens import SessionBook
-from tests.cdp import chromium, wait_for_js
+from tests.deploy.test_containers import novnc_sees_the_app
 from tests.proxy.test_gateway import ws_rfb_connect
 
 pytestmark = pytest.mark.docker
@@ -202,23 +202,7 @@ def test_provisioning_twice_changes_nothing(site: dict) -> None:
 
 
 def test_researcher_sees_the_app_through_novnc(site: dict, tmp_path: Path) -> None:
-    seen: dict[str, object] = {}
-
-    async def run() -> None:
-        async with aiohttp.ClientSession() as http, chromium(tmp_path, http, window="1400,1000") as cdp:
-            await cdp.send("Page.enable")
-            await cdp.navigate(site["results"]["alice"]["url"])
-            seen["state"] = await wait_for_js(cdp, "window.safeshare && window.safeshare.state === 'connected' "
-                                                   "&& window.safeshare.state", timeout=30)
-            seen["pixels"] = await wait_for_js(cdp, """(() => {
-                const c = document.querySelector('#screen canvas'); if (!c || c.width < 1000) return null;
-                const g = c.getContext('2d');
-                const top = Array.from(g.getImageData(600, 10, 1, 1).data.slice(0, 3));
-                const body = Array.from(g.getImageData(600, 700, 1, 1).data.slice(0, 3));
-                return (top[0] + top[1] + top[2] < 250 && body[0] + body[1] + body[2] > 600) ? [top, body] : null;
-            })()""", timeout=45)
-
-    asyncio.run(run())
+    seen = novnc_sees_the_app(site["results"]["alice"]["url"], tmp_path)
     assert seen["state"] == "connected" and seen["pixels"]
     sessions = list(site["site"].sessions.iterdir())
     assert sessions  # recorded by the gateway in the site's sessions folder
@@ -291,30 +275,37 @@ def test_gateway_restart_keeps_tokens_and_sessions(site: dict) -> None:
     provisioner.close()
 
 
-def test_revocation_ends_a_live_session_within_a_second(site: dict) -> None:
-    s = site["site"]
-    base = f"http://127.0.0.1:{site['port']}"
-    token = _token(site["results"]["bob"]["url"])
-    rid = site["results"]["bob"]["rid"]
-    provisioner = Provisioner(s)
+def revoke_during_session(base: str, token: str, provisioner: Provisioner, recipient: str, revoke) -> dict:
+    """Open a live session with `token`, call `revoke()` in a thread once the gateway has it on record, and measure
+    the seconds until the researcher's WebSocket closes; returns those and what `revoke()` returned."""
     state: dict[str, object] = {}
 
     async def run() -> None:
         async with aiohttp.ClientSession() as http:
             client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={token}")
             deadline = time.monotonic() + 5
-            while not provisioner.book.list("bob", live_only=True) and time.monotonic() < deadline:
+            while not provisioner.book.list(recipient, live_only=True) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             started = time.monotonic()
-            revoke = asyncio.create_task(asyncio.to_thread(
-                cli, "revoke", "bob", "--site", str(s.root), "--reason", "test over", "--json"))
+            revoking = asyncio.create_task(asyncio.to_thread(revoke))
             while stream.close_code is None and not stream.reader.at_eof():
                 await asyncio.sleep(0.01)
             state["closed_after"] = time.monotonic() - started
-            state["revoke"] = await revoke
+            state["revoke"] = await revoking
             await stream.wait_closed()
 
     asyncio.run(run())
+    return state
+
+
+def test_revocation_ends_a_live_session_within_a_second(site: dict) -> None:
+    s = site["site"]
+    base = f"http://127.0.0.1:{site['port']}"
+    token = _token(site["results"]["bob"]["url"])
+    rid = site["results"]["bob"]["rid"]
+    provisioner = Provisioner(s)
+    state = revoke_during_session(base, token, provisioner, "bob", lambda: cli(
+        "revoke", "bob", "--site", str(s.root), "--reason", "test over", "--json"))
     done = state["revoke"]
     assert done.returncode == 0, done.stderr
     (result,) = json.loads(done.stdout)
@@ -356,23 +347,8 @@ def test_revocation_measured_in_process(site: dict) -> None:
     policy = write_policy(site["policies"], "carol", "adult-k5")
     result = provisioner.provision(policy, "test:carol")
     base = f"http://127.0.0.1:{site['port']}"
-    state: dict[str, float] = {}
-
-    async def run() -> None:
-        async with aiohttp.ClientSession() as http:
-            client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={_token(result.url or '')}")
-            deadline = time.monotonic() + 5
-            while not provisioner.book.list("carol", live_only=True) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            started = time.monotonic()
-            revoke = asyncio.create_task(asyncio.to_thread(provisioner.revoke, "carol", "test:carol"))
-            while stream.close_code is None and not stream.reader.at_eof():
-                await asyncio.sleep(0.01)
-            state["closed_after"] = time.monotonic() - started
-            await revoke
-            await stream.wait_closed()
-
-    asyncio.run(run())
+    state = revoke_during_session(base, _token(result.url or ""), provisioner, "carol",
+                                  lambda: provisioner.revoke("carol", "test:carol"))
     assert state["closed_after"] < 1.0, state
     assert not containers(s, result.rid)
     provisioner.close()
