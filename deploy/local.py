@@ -29,6 +29,7 @@ from pathlib import Path
 
 from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
                              safeshare_argv)
+from deploy.readiness import wait_for_http_ok
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
@@ -274,19 +275,12 @@ def _gateway_ready(text: str) -> str | None:
 
 
 def _wait_http(url: str, timeout: float, child: Child) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
+    def still_running() -> None:
         if not child.running():
             raise ComponentFailed(f"{child.name} exited (log {child.log}):\n{child.tail()}")
-        if time.monotonic() > deadline:
-            raise ComponentFailed(f"{url} did not answer within {timeout:.0f} s (log {child.log})")
-        time.sleep(0.1)
+
+    if not wait_for_http_ok(url, timeout, still_running):
+        raise ComponentFailed(f"{url} did not answer within {timeout:.0f} s (log {child.log})")
 
 
 def install_stop_signals(enclave: LocalEnclave) -> None:

@@ -31,7 +31,6 @@ import json
 import secrets
 import shutil
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.images.hardening import HARDENING
+from deploy.readiness import wait_for_http_ok
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.site import Site, give_to_gateway, write_atomic
 from engine.bundle import BundleError, resolve_release
@@ -424,17 +424,8 @@ class Provisioner:
 
     def _wait_gateway(self) -> None:
         url = f"http://{self.site.settings.gateway_host}:{self.site.settings.gateway_port}/healthz"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise ProvisionError(f"the gateway did not answer at {url} within 30 s")
-            time.sleep(0.1)
+        if not wait_for_http_ok(url, 30):
+            raise ProvisionError(f"the gateway did not answer at {url} within 30 s")
 
     def _run_app(self, recipient: str, rid: str, names: dict[str, str], bundle: Path, spec: dict) -> Any:
         return self.client.containers.run(
@@ -554,7 +545,7 @@ class Provisioner:
         for recipient in self.records.recipients():
             if recipient.status != ACTIVE and not include_ended:
                 continue
-            tokens = [t for t in self.store.list_tokens(recipient.name, active_only=True)]
+            tokens = self.store.list_tokens(recipient.name, active_only=True)
             sessions = self.book.list(recipient.name, live_only=True)
             rows.append({**recipient.as_dict(),
                          "tokens": [{"id": t.token_id, "expires_at": t.expires_at.isoformat(),
