@@ -27,10 +27,10 @@ def _site(args: argparse.Namespace):
     return site
 
 
-def _provisioner(args: argparse.Namespace, say=None):
+def _provisioner(args: argparse.Namespace):
     from deploy.provision import Provisioner
 
-    return Provisioner(_site(args), say=say or (lambda text: print(text, file=sys.stderr, flush=True)))
+    return Provisioner(_site(args))
 
 
 def _fail(command: str, exc: Exception) -> int:

@@ -124,14 +124,12 @@ class Provisioner:
     use so that listing and key management work without an engine."""
 
     def __init__(self, site: Site, *, client: Any = None, images: dict[str, str] | None = None,
-                 clock: Callable[[], datetime] = utcnow, ready_timeout: float = READY_TIMEOUT,
-                 say: Callable[[str], None] = lambda text: None) -> None:
+                 clock: Callable[[], datetime] = utcnow, ready_timeout: float = READY_TIMEOUT) -> None:
         self.site = site
         self._client = client
         self._images = images
         self.clock = clock
         self.ready_timeout = ready_timeout
-        self.say = say
         self.store = TokenStore(site.db_url, clock=clock)
         self.records = Records(self.store.engine, clock=clock)
         self.book = SessionBook(self.store)
