@@ -17,7 +17,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import load_policy  # noqa: E402
-from engine.deid import build_privacy_models, deidentify  # noqa: E402
+from engine.deid import deidentify, privacy_configuration  # noqa: E402
 from engine.lattice import Lattice  # noqa: E402
 from engine.quality import make_quality_model  # noqa: E402
 from engine.search import Evaluator  # noqa: E402
@@ -32,9 +32,9 @@ def main() -> int:
     result = deidentify(policy)
     searched = time.perf_counter() - started
     table = result.table
-    class_models, table_models = build_privacy_models(policy)
+    configuration = privacy_configuration(policy)
     quality = make_quality_model(policy.quality.model, table, policy.quality.aggregation, policy.quality.gs_factor)
-    evaluator = Evaluator(table, class_models, quality, policy.suppression_limit, table_models)
+    evaluator = Evaluator(table, configuration, quality)
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     best = None
     started = time.perf_counter()

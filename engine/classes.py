@@ -7,10 +7,16 @@ or, much smaller, the classes of a more specific transformation (roll-up).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from .encoding import EncodedTable
 
 _KEY_LIMIT = 1 << 62
 
@@ -78,3 +84,76 @@ def roll_up(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | No
         new_codes[i] = picked if mapping is None else mapping[picked]
     new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
     return new_codes, new_sizes
+
+
+@dataclass
+class Evaluation:
+    """One transformation, evaluated: its classes, which of them are suppressed, and whether it is a solution.
+
+    Lives below both the privacy models (which decide suppression) and the search (which compares evaluations), so
+    neither has to import the other.
+    """
+
+    levels: tuple[int, ...]
+    codes: np.ndarray               # (attributes, classes) generalized codes
+    sizes: np.ndarray               # (classes,) records per class; classes in order of first appearance in the input
+    suppressed: np.ndarray          # (classes,) bool
+    suppressed_records: int
+    solution: bool
+    loss: float | None = None
+    details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
+
+    @property
+    def kept_sizes(self) -> np.ndarray:
+        return self.sizes[~self.suppressed]
+
+
+class ClassCache:
+    """Equivalence classes per transformation, computed by rolling up the classes of a cached specialization.
+
+    An LRU of class tables bounded by cells: the search mostly moves one level up from what it just looked at, so the
+    nearest cached specialization is usually a direct one with far fewer classes than the records.
+    """
+
+    def __init__(self, table: "EncodedTable", budget_cells: int = 40_000_000) -> None:
+        self.table = table
+        self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
+        bottom = tuple(0 for _ in table.attributes)
+        codes, sizes, _ = table.base_classes()
+        self.base = (bottom, codes, sizes)
+        self._maps: dict[tuple[int, int, int], np.ndarray] = {}
+        self._cache: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cells = 0
+        self.budget = budget_cells
+
+    def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
+        key = (attribute, source, target)
+        if key not in self._maps:
+            self._maps[key] = self.table.attributes[attribute].roll_up(source, target)
+        return self._maps[key]
+
+    def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        cached = self._cache.get(node)
+        if cached is not None:
+            self._cache.move_to_end(node)
+            return cached
+        source, codes, sizes = self.base
+        # Roll up from the cached specialization with the fewest classes: the hint (what the search came from),
+        # then the direct specializations.
+        candidates = [hint] if hint is not None else []
+        candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
+        for candidate in candidates:
+            entry = self._cache.get(candidate)
+            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
+                source, (codes, sizes) = candidate, entry
+        maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
+        new_codes, new_sizes = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)])
+        self._store(node, new_codes, new_sizes)
+        return new_codes, new_sizes
+
+    def _store(self, node: tuple[int, ...], codes: np.ndarray, sizes: np.ndarray) -> None:
+        self._cache[node] = (codes, sizes)
+        self._cells += codes.size + sizes.size
+        while self._cells > self.budget and len(self._cache) > 1:
+            _, (old_codes, old_sizes) = self._cache.popitem(last=False)
+            self._cells -= old_codes.size + old_sizes.size

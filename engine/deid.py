@@ -21,11 +21,11 @@ from .classes import combined_key
 from .encoding import EncodedTable, encode_table
 from .errors import InputError
 from .lattice import Lattice
-from .policy import DatasetPolicy, KAnonymity as KAnonymitySpec, load_policy
-from .privacy import KAnonymity
-from .privacy.base import ClassPrivacyModel
+from .policy import DatasetPolicy, load_policy
+from .privacy import PrivacyConfiguration, build_models
 from .quality import MODEL_NAMES, make_quality_model
-from .search import Evaluation, SearchResult, TableModel, search
+from .search import SearchResult, resolve_algorithm, search
+from .classes import Evaluation
 from .table import load_input
 
 SUPPRESSED = "*"
@@ -54,20 +54,9 @@ class DeidResult:
         return {a.name: int(level) for a, level in zip(self.table.attributes, self.best.levels)}
 
 
-def build_privacy_models(policy: DatasetPolicy) -> tuple[list[ClassPrivacyModel], list[TableModel]]:
-    class_models: list[ClassPrivacyModel] = []
-    table_models: list[TableModel] = []
-    for index, spec in enumerate(policy.privacy):
-        if isinstance(spec, KAnonymitySpec):
-            class_models.append(KAnonymity(spec.k))
-        else:
-            try:
-                from .privacy.population import population_uniqueness_model
-            except ImportError:
-                raise InputError(policy.source, f"privacy[{index}]",
-                                 f"privacy model {spec.model!r} is not available in this build") from None
-            table_models.append(population_uniqueness_model(spec, policy.source, index))
-    return class_models, table_models
+def privacy_configuration(policy: DatasetPolicy) -> PrivacyConfiguration:
+    """The policy's privacy models (built through engine.privacy's registry) with its suppression limit."""
+    return PrivacyConfiguration(build_models(policy), policy.suppression_limit)
 
 
 def quality_under_all_models(table: EncodedTable, best: Evaluation, aggregation: str, gs_factor: float
@@ -121,13 +110,17 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
     bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
               for name in policy.quasi_identifiers}
     table = encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds)
-    class_models, table_models = build_privacy_models(policy)
+    configuration = privacy_configuration(policy)
     quality_model = make_quality_model(policy.quality.model, table, policy.quality.aggregation,
                                        policy.quality.gs_factor)
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     limit = time_limit if time_limit is not None else policy.search.time_limit_seconds
-    result = search(table, class_models, quality_model, policy.suppression_limit, lattice=lattice,
-                    table_models=table_models, time_limit=limit, progress=progress)
+    try:
+        algorithm = resolve_algorithm(configuration, quality_model, policy.search.algorithm)
+    except ValueError as exc:   # an algorithm that cannot be exact under this configuration
+        raise InputError(policy.source, "search.algorithm", str(exc)) from None
+    result = search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=limit,
+                    progress=progress)
     if result.best is None:
         raise NoSolutionError(
             f"{policy.source or policy.dataset}: no transformation satisfies the privacy models with at most "
@@ -170,6 +163,7 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "optimized_for": policy.quality.model,
         "quality": result.quality,
         "attribute_quality": result.attribute_quality,
+        "algorithm": result.search.algorithm,
         "optimal": result.search.optimal,
         "records": int(result.table.n),
         "suppressed_records": int(best.suppressed_records),

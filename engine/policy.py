@@ -133,6 +133,10 @@ class QualitySpec(_Strict):
 
 
 class SearchSpec(_Strict):
+    """How to search the lattice: `auto` picks Flash, Flash2P or branch and bound from what the configuration makes
+    monotone (engine.search); naming one overrides that."""
+
+    algorithm: Literal["auto", "flash", "flash2p", "bnb"] = "auto"
     time_limit_seconds: Annotated[float, Field(gt=0)] | None = None
 
 

@@ -1,9 +1,16 @@
-"""Privacy models as the search sees them.
+"""The privacy-model protocol: what every model tells the search, and the two ways a model can act.
 
-A class-level model marks the equivalence classes that violate it; those classes are suppressed. When the model is
-monotone (merging classes never creates a violation, as for k-anonymity), the number of suppressed records can only
-fall under generalization, so a transformation that exceeds the suppression limit lets the search discard all of its
-specializations.
+Each model declares whether it is monotone (a transformation that satisfies it implies every generalization does)
+with and without record suppression (Kohlmayer et al. 2015, section 4), and the smallest class size it implies
+(k for k-anonymity). The configuration (engine.privacy.configuration) derives from these declarations which
+predictive properties the search may use; the search never looks at a model's type or name.
+
+A model acts in one of two ways:
+
+* `ClassModel`: decided per equivalence class (k-anonymity, later l-diversity, t-closeness); the classes that violate
+  it are suppressed.
+* `RiskBasedModel`: decided on the whole released table (population uniqueness, later average risk); when it does
+  not hold, whole classes are suppressed in a given order until it does (ARX's `RiskBasedCriterion.enforce`).
 """
 from __future__ import annotations
 
@@ -11,14 +18,105 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..classes import Evaluation
 
-class ClassPrivacyModel(ABC):
+
+class PrivacyModel(ABC):
     name: str = ""
-    monotone: bool = False
+    monotone_with_suppression: bool = False
+    monotone_without_suppression: bool = False
+    minimal_class_size: int = 1   # every released class holds at least this many records
 
-    @abstractmethod
-    def violating(self, sizes: np.ndarray) -> np.ndarray:
-        """Boolean mask of the classes that must be suppressed."""
+    def is_monotone(self, suppression_limit: float) -> bool:
+        """Monotone under this suppression limit (no suppression allowed means generalization only)."""
+        return self.monotone_without_suppression if suppression_limit <= 0 else self.monotone_with_suppression
 
     def describe(self) -> dict:
         return {"model": self.name}
+
+
+class ClassModel(PrivacyModel):
+    @abstractmethod
+    def violating(self, sizes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Boolean mask of the classes that must be suppressed."""
+
+
+class RiskBasedModel(PrivacyModel):
+    """A table-level model enforced by suppressing whole classes, shortest prefix of an order found by bisection."""
+
+    def __init__(self) -> None:
+        self.evaluations = 0   # calls of the risk model, for benchmarks
+
+    @abstractmethod
+    def assess(self, kept_sizes: np.ndarray) -> tuple[bool, dict | None]:
+        """Whether the model holds for a released table with these class sizes, and what to report about it."""
+
+    def _assess(self, kept_sizes: np.ndarray) -> tuple[bool, dict | None]:
+        if kept_sizes.size == 0:
+            return True, None   # nothing released, nothing at risk (ARX: an empty distribution fulfils)
+        self.evaluations += 1
+        return self.assess(kept_sizes)
+
+    def enforce(self, evaluation: Evaluation, order: np.ndarray, max_suppressed: int,
+                visible: np.ndarray | None = None) -> Evaluation:
+        """Suppress a prefix of `order` (candidate classes, first to go first) until the model holds.
+
+        `visible` marks the classes the model sees (default: those not suppressed); ARX hides completely generalized
+        classes from risk models without counting them as suppressed.
+
+        The prefix length is found exactly as ARX's `HashGroupifyDistribution.suppressWhileNotFulfilledBinary` does
+        (bisection with Java's truncating division, early abort once the records suppressed exceed the limit without
+        the model holding, a last look one class further). The bisection assumes the risk falls as more classes go,
+        which an estimator need not honour; unlike ARX, the prefix it ends on is then checked once more and a
+        transformation whose released table still fails the model is not a solution (fail closed).
+        """
+        sizes = evaluation.sizes
+        kept = ~evaluation.suppressed if visible is None else visible
+        holds, details = self._assess(sizes[kept])
+        key = self.name
+        if holds:
+            evaluation.details[key] = details
+            return evaluation
+        base_suppressed = evaluation.suppressed_records
+        cumulative = np.concatenate([[0], np.cumsum(sizes[order])]) + base_suppressed
+        mask = kept.copy()
+        last = {"details": details}
+
+        def state(prefix: int) -> str:
+            mask[:] = kept
+            mask[order[:prefix]] = False
+            ok, last["details"] = self._assess(sizes[mask])
+            if ok:
+                return "fulfilled"
+            return "abort" if cumulative[prefix] > max_suppressed else "not_fulfilled"
+
+        length = int(order.size)
+        if length == 0:
+            evaluation.solution = False
+            evaluation.details[key] = details
+            return evaluation
+        low, high = 0, length - 1
+        mid = (low + high) // 2
+        result = "abort"
+        while low <= high:
+            result = state(mid + 1)
+            if result == "abort":
+                break
+            if result == "fulfilled":
+                high = mid - 1
+            else:
+                low = mid + 1
+            mid = int((low + high) / 2)   # Java's division truncates towards zero
+        prefix = mid + 1
+        if result != "abort":
+            result = state(prefix)
+            if result == "not_fulfilled" and prefix < length:
+                prefix += 1
+                result = state(prefix)
+        suppressed = evaluation.suppressed.copy()
+        suppressed[order[:prefix]] = True
+        evaluation.suppressed = suppressed
+        evaluation.suppressed_records = int(cumulative[prefix])
+        evaluation.details[key] = last["details"]
+        evaluation.solution = result == "fulfilled" and evaluation.suppressed_records <= max_suppressed
+        return evaluation

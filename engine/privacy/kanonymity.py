@@ -1,22 +1,34 @@
-"""k-anonymity (Sweeney 2002): every released class holds at least k records."""
+"""k-anonymity (Sweeney 2002): every released class holds at least k records.
+
+Monotone with and without suppression: merging classes of at least k records gives a class of at least k, and a
+merge with a violating class can only shrink what must be suppressed (Kohlmayer et al. 2015, section 4.2).
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from .base import ClassPrivacyModel
+from .base import ClassModel
+from .registry import register
 
 
-class KAnonymity(ClassPrivacyModel):
+class KAnonymity(ClassModel):
     name = "k_anonymity"
-    monotone = True
+    monotone_with_suppression = True
+    monotone_without_suppression = True
 
     def __init__(self, k: int) -> None:
         if k < 1:
             raise ValueError("k must be at least 1")
         self.k = int(k)
+        self.minimal_class_size = self.k
 
-    def violating(self, sizes: np.ndarray) -> np.ndarray:
+    def violating(self, sizes: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
         return sizes < self.k
 
     def describe(self) -> dict:
         return {"model": self.name, "k": self.k}
+
+
+@register("k_anonymity")
+def _from_spec(spec, source: str | None, index: int) -> KAnonymity:
+    return KAnonymity(spec.k)

@@ -19,6 +19,22 @@ Levels = Sequence[int]
 
 class QualityModel(ABC):
     name: str = ""
+    # Without suppression every model here only loses quality as levels rise; with suppression none does, because
+    # more generalization can mean less suppression (Kohlmayer et al. 2015, section 4.3).
+    monotone_with_suppression: bool = False
+    monotone_without_suppression: bool = True
+
+    def is_monotone(self, suppression_limit: float) -> bool:
+        return self.monotone_without_suppression if suppression_limit <= 0 else self.monotone_with_suppression
+
+    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+        """Per class, the tie-breaker after class size when risk-based suppression picks classes to suppress.
+
+        None means ARX's order for models whose per-class loss is just the class size (the entropy family,
+        Precision, AECS, Discernibility): size, then first record. Models with a real per-class loss return it, and
+        among classes of one size the least lossy, i.e. most specific and riskiest, go first.
+        """
+        return None
 
     def __init__(self, table: EncodedTable) -> None:
         self.table = table

@@ -45,6 +45,18 @@ class Loss(QualityModel):
             return float(per_attribute.mean())
         return float(per_attribute.sum())
 
+    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """ARX's per-class loss (`MetricMDNMLoss` for one class): size x share per attribute, un-normalized, through
+        the configured aggregation, so classes are ordered exactly as ARX orders them for risk-based suppression."""
+        values = np.empty((codes.shape[0], codes.shape[1]))
+        for i, (attribute, level) in enumerate(zip(self.table.attributes, levels)):
+            values[i] = sizes * attribute.share[level][codes[i]]
+        if self.aggregation == "geometric_mean":
+            return np.prod(values + 1.0, axis=0) ** (1.0 / values.shape[0]) - 1.0
+        if self.aggregation == "arithmetic_mean":
+            return values.mean(axis=0)
+        return values.sum(axis=0)
+
     def lower_bound(self, levels: Levels) -> float:
         sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self._bound_weight
         return self.aggregate(self._normalize(sums))

@@ -50,10 +50,11 @@ def test_optimum_equals_exhaustive(data_dir, name):
     assert result.search.optimal
     table = result.table
     lattice = Lattice(tuple(0 for _ in table.heights), tuple(h - 1 for h in table.heights))
-    from engine.privacy import KAnonymity
+    from engine.privacy import KAnonymity, PrivacyConfiguration
     from engine.quality import make_quality_model
 
-    evaluator = Evaluator(table, [KAnonymity(5)], make_quality_model(result.policy.quality.model, table), 1.0)
+    evaluator = Evaluator(table, PrivacyConfiguration([KAnonymity(5)], 1.0),
+                          make_quality_model(result.policy.quality.model, table))
     best = min(evaluator.evaluate(node).loss for node in lattice)
     assert result.best.loss == pytest.approx(best, abs=1e-12)
     if name in EXPECTED:

@@ -87,7 +87,7 @@ def test_search_optimum_matches_exhaustive(adult_sample, threshold, limit, k):
     encoded = encode_table(frame, hierarchies)
     model = PopulationUniquenessModel(threshold, POPULATION, "pitman")
     class_models = [KAnonymity(k)] if k else []
-    result = search(encoded, class_models, make_quality_model("loss", encoded), limit, table_models=[model])
+    result = search(encoded, class_models + [model], make_quality_model("loss", encoded), limit)
     expected = exhaustive(frame, hierarchies, threshold, limit, k)
     assert result.optimal
     assert expected is not None and result.best is not None
@@ -108,7 +108,7 @@ def test_risk_based_suppression_removes_smallest_classes_first():
     hierarchy = Hierarchy(np.array([[v, "*"] for v in sorted(set(values))], dtype=object), name="a")
     encoded = encode_table(frame, {"a": hierarchy})
     model = PopulationUniquenessModel(0.001, POPULATION, "pitman")
-    result = search(encoded, [], make_quality_model("loss", encoded), 1.0, table_models=[model])
+    result = search(encoded, [model], make_quality_model("loss", encoded), 1.0)
     best = result.best
     assert tuple(best.levels) == (0,)
     assert set(best.sizes[best.suppressed].tolist()) == {1}          # only uniques went

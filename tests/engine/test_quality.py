@@ -7,7 +7,7 @@ import pytest
 
 from engine.encoding import encode_table
 from engine.hierarchy import Hierarchy
-from engine.privacy import KAnonymity
+from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search import Evaluator, search
 
@@ -27,7 +27,7 @@ def table():
 
 def evaluate(table, model, levels, **kw):
     quality = make_quality_model(model, table, **kw)
-    ev = Evaluator(table, [KAnonymity(2)], quality, 1.0).evaluate(levels)
+    ev = Evaluator(table, PrivacyConfiguration([KAnonymity(2)], 1.0), quality).evaluate(levels)
     return ev, quality
 
 

@@ -92,9 +92,12 @@ def test_optimum_matches_exhaustive_search(table, k, limit, model):
         assert result.best.loss == pytest.approx(expected[0], abs=1e-9)
 
 
-def test_time_limit_returns_best_so_far():
+@pytest.mark.parametrize("algorithm,limit", [("flash", 0.0), ("flash2p", 0.1), ("bnb", 0.1)])
+def test_time_limit_ends_the_search_unproven(algorithm, limit):
     frame = pd.DataFrame({"a": ["a0", "a1"] * 10, "b": ["b0", "b1", "b2", "b3"] * 5, "c": ["c0"] * 20})
     hierarchies = {"a": make_hierarchy("a", 2, 2, 2), "b": make_hierarchy("b", 4, 3, 2), "c": make_hierarchy("c", 1, 2, 2)}
     encoded = encode_table(frame, hierarchies)
-    result = search(encoded, [KAnonymity(2)], make_quality_model("loss", encoded), 1.0, time_limit=0.0)
+    result = search(encoded, [KAnonymity(6)], make_quality_model("loss", encoded), limit, algorithm=algorithm,
+                    time_limit=0.0)
+    assert result.algorithm == algorithm
     assert not result.optimal

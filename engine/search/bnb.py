@@ -1,0 +1,79 @@
+"""Best-first branch and bound over the lattice (Prasser, Kohlmayer, Kuhn 2016, "BFS"), for configurations where no
+privacy property is monotone, e.g. population uniqueness alone, whose optimum usually sits low in the lattice.
+
+With suppression the quality of a transformation is not monotone, but each quality model's lower bound (loss from
+generalization alone) is. Transformations are popped in order of that bound, each is evaluated, and the search stops
+as soon as the smallest bound left in the queue cannot beat the best loss found: every unseen transformation is a
+generalization of something in the queue, so none can be better. Two predictive properties are kept: transformations
+ruled out by the bound (with all their generalizations), and, where the configuration implies a monotone minimal
+class size, transformations that violate it (with all their specializations).
+
+`start` lets Flash2P's second phase run the same loop over the region its first phase classified.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+
+from ..lattice import Lattice
+from ..privacy.configuration import Monotonicity
+from .common import Deadline, Incumbent, Progress
+from .evaluator import Evaluator
+from .tags import make_tags
+
+Node = tuple[int, ...]
+
+
+def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
+                     progress: Progress, start: Iterable[Node] | None = None,
+                     admissible: Callable[[Node], bool] | None = None, known: dict[Node, float] | None = None
+                     ) -> dict:
+    """Run to completion (or the deadline); returns counters. `admissible` filters successors (Flash2P: the region
+    already known to satisfy the minimal class size); `known` maps transformations already evaluated and offered
+    to the incumbent to the bound from their classes."""
+    quality = evaluator.quality
+    configuration = evaluator.configuration
+    privacy = configuration.privacy_monotonicity
+    failing = make_tags(lattice, upward=False)   # these and all specializations are no solution
+    ruled_out = make_tags(lattice, upward=True)  # these and all generalizations cannot beat the incumbent
+    counters = {"pruned_by_bound": 0, "pruned_by_privacy": 0, "complete": True}
+    seeds = [lattice.bottom] if start is None else list(start)
+    queue: list[tuple[float, int, Node, Node | None]] = []
+    seen: set[Node] = set()
+    for node in seeds:
+        seen.add(node)
+        heapq.heappush(queue, (quality.lower_bound(node), sum(node), node, None))
+    while queue:
+        bound, _, node, parent = heapq.heappop(queue)
+        if bound > incumbent.loss:
+            break   # every transformation left is bounded below by `bound`
+        if incumbent.rules_out(node, bound) or node in ruled_out:
+            continue
+        if deadline.passed():
+            counters["complete"] = False
+            break
+        class_bound = 0.0
+        if known is not None and node in known:
+            class_bound = known[node]
+        elif privacy is not Monotonicity.NONE and node in failing:
+            counters["pruned_by_privacy"] += 1
+        else:
+            before = evaluator.checked
+            evaluation = evaluator.evaluate(node, parent)
+            progress.update(evaluator.checked - before)
+            class_bound = quality.lower_bound_from_classes(evaluation.sizes)
+            incumbent.offer(evaluation)
+            if not evaluation.solution and (privacy is Monotonicity.FULL or (
+                    privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
+                failing.tag(node)
+        for successor in lattice.successors(node):
+            if successor in seen or (admissible is not None and not admissible(successor)):
+                continue
+            seen.add(successor)
+            key = max(quality.lower_bound(successor), class_bound)
+            if incumbent.rules_out(successor, key) or successor in ruled_out:
+                ruled_out.tag(successor)
+                counters["pruned_by_bound"] += 1
+                continue
+            heapq.heappush(queue, (key, sum(successor), successor, node))
+    return counters

@@ -1,0 +1,86 @@
+"""Evaluating one transformation: classes, class-level suppression, risk-based suppression, loss.
+
+Two depths of check, because the search often needs only the first:
+
+* `m_anonymous`: the classes and whether the records in classes below the configuration's smallest class size fit
+  in the suppression limit (the property Flash2P's first phase classifies; cheap: a roll-up and a sum);
+* `evaluate`: everything (class models, risk-based models in ARX's suppression order, loss).
+
+Every transformation whose classes are computed counts once as checked.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..classes import ClassCache, Evaluation
+from ..encoding import EncodedTable
+from ..privacy.configuration import PrivacyConfiguration
+from ..quality.base import QualityModel
+
+Node = tuple[int, ...]
+SUPPRESSED_LABEL = "*"
+
+
+class Evaluator:
+    def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel) -> None:
+        self.table = table
+        self.configuration = configuration
+        self.quality = quality
+        self.max_suppressed = configuration.max_suppressed(table.n)
+        self.minimal_class_size = configuration.minimal_class_size
+        self.cache = ClassCache(table)
+        self.seen: set[Node] = set()
+        # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
+        # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.
+        self._root_codes = [
+            np.array([int(np.flatnonzero(labels == SUPPRESSED_LABEL)[0]) if (labels == SUPPRESSED_LABEL).any() else -1
+                      for labels in a.labels]) for a in table.attributes
+        ]
+
+    @property
+    def checked(self) -> int:
+        return len(self.seen)
+
+    def classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
+        self.seen.add(node)
+        return self.cache.classes(node, hint)
+
+    def m_anonymous(self, node: Node, hint: Node | None = None) -> bool:
+        """At most the allowed number of records lie in classes smaller than the smallest class size implied."""
+        if self.minimal_class_size <= 1:
+            self.seen.add(node)
+            return True
+        _, sizes = self.classes(node, hint)
+        return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
+
+    def evaluate(self, node: Node, hint: Node | None = None) -> Evaluation:
+        codes, sizes = self.classes(node, hint)
+        suppressed = np.zeros(sizes.size, dtype=bool)
+        for model in self.configuration.class_models:
+            suppressed |= model.violating(sizes, codes)
+        count = int(sizes[suppressed].sum())
+        evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed)
+        for model in self.configuration.risk_models:
+            if not evaluation.solution:
+                break
+            visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
+            evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
+                                       visible)
+        if evaluation.solution:
+            evaluation.loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+        return evaluation
+
+    def suppression_order(self, evaluation: Evaluation, candidates: np.ndarray) -> np.ndarray:
+        """Classes in the order risk-based suppression takes them: size, the quality model's per-class loss where it
+        has one, first record (ARX's `HashGroupifyDistribution` comparator)."""
+        index = np.flatnonzero(candidates)
+        sizes = evaluation.sizes[index]
+        keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes[:, index], sizes)
+        order = np.lexsort((index, sizes)) if keys is None else np.lexsort((index, keys, sizes))
+        return index[order]
+
+    def _completely_generalized(self, node: Node, codes: np.ndarray) -> np.ndarray:
+        roots = [codes_[level] for codes_, level in zip(self._root_codes, node)]
+        if any(root < 0 for root in roots):
+            return np.zeros(codes.shape[1], dtype=bool)
+        return np.all(codes == np.array(roots)[:, None], axis=0)

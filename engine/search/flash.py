@@ -1,0 +1,234 @@
+"""Flash (Kohlmayer et al. 2012; with implicit tags, Prasser et al. 2016) and Flash2P (Kohlmayer et al. 2015).
+
+Flash walks the lattice level by level. From each transformation not yet classified it builds a path upwards,
+greedily taking the first unclassified successor in the strategy's order, and binary-searches the path for the
+lowest transformation that has the monotone property. A check that finds the property tags every generalization
+with it, one that does not tags every specialization with its absence, so one check classifies many
+transformations; successors of failing path nodes are queued and searched the same way (ARX's `FLASHAlgorithmImpl`:
+`binarySearch`, `findPath`, `checkPath`). The strategy orders by relative rank, then mean relative level, then the
+share of distinct values lost (ARX's `FLASHStrategy`), then the reversed level vector for a deterministic order
+(it matches ARX's check counts on the benchmark tables more closely than the plain one).
+
+* Monotone problem (privacy and quality both monotone: no suppression, or models monotone with it and a quality
+  model that is too): the binary search classifies the privacy models themselves; the optimum is the best checked
+  transformation that satisfies them, since generalizing a solution never improves a monotone quality.
+* Flash2P, generalization plus suppression (the privacy models imply a monotone property: all of them monotone
+  under the limit, or at least a minimal class size m, whose violation is monotone even with suppression):
+  phase 1 is the binary search on that property; phase 2 evaluates the transformations that have it. The paper's
+  phase 2 is a depth-first search over that region; ours visits it best-first by the quality bound (the loop of
+  engine.search.bnb restricted to the region), which evaluates exactly the region's transformations whose bound can
+  still beat the optimum, never more than a depth-first search with the same bound.
+
+Both phases prune by the quality bound (ARX's `prune`/`skip`): once a solution is known, a transformation whose
+bound cannot beat it is tagged "insufficient quality" with all its generalizations and never checked.
+"""
+from __future__ import annotations
+
+import heapq
+from itertools import product
+
+import numpy as np
+
+from ..lattice import Lattice
+from ..privacy.configuration import Monotonicity
+from .bnb import branch_and_bound
+from .common import Deadline, Incumbent, Progress
+from .evaluator import Evaluator
+from .tags import ExplicitTags, make_tags
+
+Node = tuple[int, ...]
+
+
+class Strategy:
+    """ARX's FLASHStrategy as a sort key, plus the negated level vector to break ties."""
+
+    def __init__(self, evaluator: Evaluator, lattice: Lattice) -> None:
+        attributes = evaluator.table.attributes
+        self.lower = lattice.lower
+        self.max_rank = max(sum(lattice.upper) - sum(lattice.lower), 1)
+        self.tops = [max(hi, 1) for hi in lattice.upper]
+        self.distinct = [[a.cardinality(lv) / a.cardinality(0) for lv in range(a.levels)] for a in attributes]
+        self._keys: dict[Node, tuple] = {}
+
+    def key(self, node: Node) -> tuple:
+        key = self._keys.get(node)
+        if key is None:
+            d = len(node)
+            rank = (sum(node) - sum(self.lower)) / self.max_rank
+            precision = sum(level / top for level, top in zip(node, self.tops)) / d
+            lost = 1.0 - sum(share[level] for share, level in zip(self.distinct, node)) / d
+            key = self._keys[node] = (rank, precision, lost, tuple(-level for level in node))
+        return key
+
+
+class FlashSearch:
+    def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
+                 progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None) -> None:
+        self.evaluator = evaluator
+        self.quality = evaluator.quality
+        self.lattice = lattice
+        self.incumbent = incumbent
+        self.deadline = deadline
+        self.progress = progress
+        configuration = evaluator.configuration
+        privacy = configuration.privacy_monotonicity
+        if privacy is Monotonicity.NONE:
+            raise ValueError("Flash needs a monotone privacy property (k-anonymity or a model implying a class size)")
+        # The property the binary search classifies: the privacy models themselves when they are all monotone,
+        # otherwise the minimal class size they imply.
+        self.full_check = privacy is Monotonicity.FULL
+        self.quality_monotone = configuration.quality_monotonicity(self.quality) is Monotonicity.FULL
+        self.two_phase = not (self.full_check and self.quality_monotone)
+        if prune_by_bound is None:
+            # As in ARX: in the monotone problem the binary search alone classifies fastest; bound pruning there
+            # costs checks, because it stops the search from tagging whole regions with a single check.
+            prune_by_bound = self.two_phase
+        self.prune_by_bound = prune_by_bound
+        self.anonymous = make_tags(lattice, upward=True, explicit=explicit)
+        self.not_anonymous = make_tags(lattice, upward=False, explicit=explicit)
+        self.insufficient = make_tags(lattice, upward=True, explicit=explicit)
+        self.strategy = Strategy(evaluator, lattice)
+        self.class_bounds: dict[Node, float] = {}   # transformations fully evaluated -> bound from their classes
+        self._successors: dict[Node, list[Node]] = {}
+        self.pruned_by_bound = 0
+        self.complete = True
+
+    # --- predictive properties ------------------------------------------------------------------------------------
+    def classified(self, node: Node) -> bool:
+        return node in self.anonymous or node in self.not_anonymous
+
+    def insufficient_quality(self, node: Node) -> bool:
+        if not self.prune_by_bound or self.incumbent.best is None:
+            return False
+        if node in self.insufficient:
+            return True
+        if self.incumbent.rules_out(node, self.quality.lower_bound(node)):
+            self.insufficient.tag(node)
+            self.pruned_by_bound += 1
+            return True
+        return False
+
+    def skip(self, node: Node) -> bool:
+        return self.classified(node) or self.insufficient_quality(node)
+
+    def successors(self, node: Node) -> list[Node]:
+        ordered = self._successors.get(node)
+        if ordered is None:
+            ordered = self._successors[node] = sorted(self.lattice.successors(node), key=self.strategy.key)
+        return ordered
+
+    # --- checks ---------------------------------------------------------------------------------------------------
+    def evaluate(self, node: Node, hint: Node | None = None) -> None:
+        before = self.evaluator.checked
+        evaluation = self.evaluator.evaluate(node, hint)
+        self.progress.update(self.evaluator.checked - before)
+        self.incumbent.offer(evaluation)
+        self.class_bounds[node] = self.quality.lower_bound_from_classes(evaluation.sizes)
+        return evaluation
+
+    def check(self, node: Node, hint: Node | None) -> bool:
+        """Classify `node` for the binary property, tag, and prune by the bound; True when it has the property."""
+        if self.full_check:
+            has_property = self.evaluate(node, hint).solution
+        else:
+            before = self.evaluator.checked
+            has_property = self.evaluator.m_anonymous(node, hint)
+            self.progress.update(self.evaluator.checked - before)
+        (self.anonymous if has_property else self.not_anonymous).tag(node)
+        if self.prune_by_bound and self.incumbent.best is not None:
+            _, sizes = self.evaluator.cache.classes(node)
+            bound = max(self.quality.lower_bound(node), self.quality.lower_bound_from_classes(sizes))
+            if self.incumbent.rules_out(node, bound):
+                self.insufficient.tag(node)
+        return has_property
+
+    # --- Flash ------------------------------------------------------------------------------------------------------
+    def find_path(self, head: Node) -> list[Node]:
+        path = [head]
+        current = head
+        while True:
+            step = next((s for s in self.successors(current) if not self.skip(s)), None)
+            if step is None:
+                return path
+            path.append(step)
+            current = step
+
+    def check_path(self, path: list[Node], queue: list) -> Node | None:
+        low, high = 0, len(path) - 1
+        lowest = None
+        while low <= high:
+            mid = (low + high) // 2
+            node = path[mid]
+            if self.skip(node):
+                high = mid - 1
+                continue
+            hint = path[low - 1] if low > 0 else None
+            if self.check(node, hint):
+                lowest = node
+                high = mid - 1
+            else:
+                for successor in self.successors(node):
+                    if not self.skip(successor):
+                        heapq.heappush(queue, (self.strategy.key(successor), successor))
+                low = mid + 1
+        return lowest
+
+    def binary_search(self, start: Node) -> None:
+        queue = [(self.strategy.key(start), start)]
+        while queue:
+            if self.deadline.passed():
+                self.complete = False
+                return
+            _, head = heapq.heappop(queue)
+            if self.skip(head):
+                continue
+            lowest = self.check_path(self.find_path(head), queue)
+            if lowest is not None and self.two_phase and lowest not in self.class_bounds \
+                    and not self.insufficient_quality(lowest):
+                # An early solution makes the bound prune the rest of the first phase (ARX checks the utility of
+                # every node it checks).
+                self.evaluate(lowest)
+
+    def unclassified_at_rank(self, rank: int, ranks, explicit: bool) -> list[Node]:
+        if explicit:
+            mask = (ranks == rank) & ~self.anonymous.flags & ~self.not_anonymous.flags
+            if self.prune_by_bound:
+                mask &= ~self.insufficient.flags
+            nodes = [tuple(int(v) + lo for v, lo in zip(point, self.lattice.lower)) for point in np.argwhere(mask)]
+        else:
+            nodes = [n for n in product(*(range(lo, hi + 1) for lo, hi in zip(self.lattice.lower,
+                                                                               self.lattice.upper)))
+                     if sum(n) - sum(self.lattice.lower) == rank]
+        return sorted((n for n in nodes if not self.skip(n)), key=self.strategy.key)
+
+    def run(self) -> dict:
+        lattice = self.lattice
+        explicit = isinstance(self.anonymous, ExplicitTags)
+        ranks = None
+        if explicit:
+            ranks = np.indices(self.anonymous.flags.shape).sum(axis=0)
+        bottom = lattice.bottom
+        if self.deadline.passed():
+            self.complete = False
+        elif self.full_check:
+            self.check(bottom, None)
+        for rank in range(sum(lattice.upper) - sum(lattice.lower) + 1):
+            if not self.complete:
+                break
+            for node in self.unclassified_at_rank(rank, ranks, explicit):
+                if not self.skip(node):
+                    self.binary_search(node)
+                if not self.complete:
+                    break
+        phase_one = self.evaluator.checked
+        counters = {"pruned_by_bound": self.pruned_by_bound, "complete": self.complete,
+                    "phases": {"binary": phase_one}}
+        if self.two_phase and self.complete:
+            seeds = [n for n in self.anonymous.minimal() if not self.insufficient_quality(n)]
+            second = branch_and_bound(self.evaluator, lattice, self.incumbent, self.deadline, self.progress,
+                                      start=seeds, admissible=lambda n: n in self.anonymous,
+                                      known=self.class_bounds)
+            counters["pruned_by_bound"] += second["pruned_by_bound"]
+            counters["complete"] = second["complete"]
+            counters["phases"]["second"] = self.evaluator.checked - phase_one
+        return counters

@@ -1,0 +1,69 @@
+"""Predictive tags on the lattice: a property inherited by all generalizations (upward) or specializations (downward).
+
+Two representations behind one interface (Prasser, Kohlmayer, Kuhn 2016):
+
+* `ExplicitTags`: one boolean per transformation in an n-dimensional numpy array, so tagging the up-set of x is one
+  slice assignment `a[x:] = True`. O(lattice) memory, the fastest choice while the lattice fits (Flash "explicit");
+* `AntichainTags`: only the minimal (or maximal) transformations carrying the property, in the prefix tree of
+  engine.antichain; memory follows the frontier, not the lattice (Flash "implicit").
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..antichain import DownwardAntichain, UpwardAntichain
+from ..lattice import Lattice
+
+Node = tuple[int, ...]
+EXPLICIT_LIMIT = 1 << 24   # transformations; above this the implicit representation is used
+
+
+class ExplicitTags:
+    def __init__(self, lattice: Lattice, upward: bool) -> None:
+        self.lower = lattice.lower
+        self.upward = upward
+        self.flags = np.zeros([hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)], dtype=bool)
+
+    def tag(self, node: Node) -> None:
+        if self.upward:
+            self.flags[tuple(slice(level - lo, None) for level, lo in zip(node, self.lower))] = True
+        else:
+            self.flags[tuple(slice(0, level - lo + 1) for level, lo in zip(node, self.lower))] = True
+
+    def __contains__(self, node: Node) -> bool:
+        return bool(self.flags[tuple(level - lo for level, lo in zip(node, self.lower))])
+
+    def minimal(self) -> list[Node]:
+        """Minimal tagged transformations (upward tags): tagged, and no direct specialization tagged."""
+        flags = self.flags
+        minimal = flags.copy()
+        for axis in range(flags.ndim):
+            below = np.zeros_like(flags)
+            index = [slice(None)] * flags.ndim
+            index[axis] = slice(1, None)
+            source = [slice(None)] * flags.ndim
+            source[axis] = slice(0, -1)
+            below[tuple(index)] = flags[tuple(source)]
+            minimal &= ~below
+        return [tuple(int(v) + lo for v, lo in zip(point, self.lower)) for point in np.argwhere(minimal)]
+
+
+class AntichainTags:
+    def __init__(self, lattice: Lattice, upward: bool) -> None:
+        self.upward = upward
+        self.tree = UpwardAntichain(len(lattice.upper)) if upward else DownwardAntichain(lattice.upper)
+
+    def tag(self, node: Node) -> None:
+        self.tree.add(node)
+
+    def __contains__(self, node: Node) -> bool:
+        return self.tree.covers(node)
+
+    def minimal(self) -> list[Node]:
+        return sorted(self.tree)
+
+
+def make_tags(lattice: Lattice, upward: bool, explicit: bool | None = None):
+    if explicit is None:
+        explicit = lattice.size <= EXPLICIT_LIMIT
+    return ExplicitTags(lattice, upward) if explicit else AntichainTags(lattice, upward)
