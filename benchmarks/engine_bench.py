@@ -1,83 +1,323 @@
-"""Engine benchmark: seconds, transformations checked and peak memory for the example policies.
+"""Engine benchmark: search time, transformations checked and peak memory for named policy configurations.
 
-Each run happens in a fresh process so that peak resident memory (ru_maxrss) belongs to that run alone; within it the
-policy is de-identified twice and the second (warm) run is reported as `seconds` (load, encode, search, apply, quality),
-the first as `cold_seconds` (adds interpreter-level imports). Prints a table and, with --json, one JSON object per run.
+A configuration is an example policy (policies/examples/*.yaml, named by its file stem), a variant of one (an example
+with some keys replaced, e.g. `adult-k3-nosupp`; see VARIANTS) or a policy file given by path. Each configuration
+runs in a fresh process so that peak resident memory (ru_maxrss) belongs to it alone. In that process the policy is
+de-identified once cold (imports, first file reads) and then --repeat times warm; the warm run with the shortest
+search is reported:
 
-    .venv/bin/python benchmarks/engine_bench.py [--repeat 3] [--json] [POLICY ...]
+    search_seconds           the lattice search alone (result.search.seconds): what compares with ARX's anonymize()
+    seconds                  the whole deidentify(): load, encode, search, apply, quality under every model
+    cold_seconds             the first deidentify() in the process
+    checked_transformations  transformations the search evaluated
+    risk_model_evaluations   calls of a risk model (population uniqueness)
+    lattice_size, algorithm, optimal, transformation, quality (of the model optimized for), suppressed_records,
+    peak_rss_mb (of the whole process, cold run included), phases (checks per phase of a multi-phase search)
+
+With --arx (default: benchmarks/arx_reference.json when it exists) the table adds ARX's published search seconds and
+checks for the same configuration and the speed-up (ARX seconds / our search seconds). A configuration that fails is
+reported in its row; the benchmark then exits 1.
+
+    .venv/bin/python benchmarks/engine_bench.py [--repeat 3] [--algorithm auto|flash|flash2p|bnb] [--json]
+                                                [--arx FILE.json | --no-arx] [--list] [NAME | POLICY.yaml ...]
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:   # the parent process never imports the engine; only the per-configuration processes do
+    from engine.deid import DeidResult
+    from engine.policy import DatasetPolicy
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = ["adult-k5.yaml", "adult-k5-entropy.yaml", "cup-k5.yaml", "cup-k5-entropy.yaml", "fars-subset-k5.yaml",
-           "fars-subset-k5-entropy.yaml",
-           "adult-pu1.yaml", "adult-pu5.yaml", "adult-dankar-usa.yaml", "adult-pu1-entropy.yaml", "cup-pu1.yaml",
-           "fars-subset-pu1.yaml"]
+EXAMPLES = REPO / "policies" / "examples"
+NOT_BENCHMARKS = {"recipient-demo"}              # example files that are not dataset policies
+ARX_REFERENCE = Path(__file__).resolve().parent / "arx_reference.json"
+ALGORITHMS = ("auto", "flash", "flash2p", "bnb")
 
 
-def run_one(policy_path: str) -> dict:
-    sys.path.insert(0, str(REPO))
-    from engine import load_policy
+def k_anonymity(k: int) -> list[dict[str, Any]]:
+    return [{"model": "k_anonymity", "k": k}]
+
+
+# name -> (example file it starts from, keys replaced; nested mappings are merged, lists and scalars replaced)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "adult-k3-nosupp": ("adult-k5.yaml", {"privacy": k_anonymity(3), "suppression_limit": 0.0}),
+    "adult-k10-supp5": ("adult-k5.yaml", {"privacy": k_anonymity(10), "suppression_limit": 0.05}),
+    "cup-k2-supp2": ("cup-k5.yaml", {"privacy": k_anonymity(2), "suppression_limit": 0.02}),
+    "fars-k2-supp10-entropy": ("fars-subset-k5-entropy.yaml", {"privacy": k_anonymity(2), "suppression_limit": 0.10}),
+    "adult-pu0.1-california": ("adult-pu1.yaml", {"privacy": [
+        {"model": "population_uniqueness", "estimator": "pitman", "population": "California", "threshold": 0.001}]}),
+    "cup-k3-pu1": ("cup-pu1.yaml", {"privacy": k_anonymity(3) + [
+        {"model": "population_uniqueness", "estimator": "pitman", "population": 318900000, "threshold": 0.01}]}),
+    "adult-k5-arith": ("adult-k5.yaml", {"quality": {"aggregation": "arithmetic_mean"}}),
+    "adult-k2-supp2-entropy": ("adult-k5-entropy.yaml", {"privacy": k_anonymity(2), "suppression_limit": 0.02}),
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str
+    base: Path                                   # the policy file read (relative paths in it resolve against it)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+# --- configurations -------------------------------------------------------------------------------------------------
+def example_configurations() -> dict[str, Configuration]:
+    paths = sorted(EXAMPLES.glob("*.yaml"), key=lambda path: path.stem)
+    return {path.stem: Configuration(path.stem, path) for path in paths if path.stem not in NOT_BENCHMARKS}
+
+
+def named_configurations() -> dict[str, Configuration]:
+    """Every example policy, then every variant, in a stable order."""
+    configurations = example_configurations()
+    for name, (example, overrides) in VARIANTS.items():
+        configurations[name] = Configuration(name, EXAMPLES / example, overrides)
+    return configurations
+
+
+def resolve_configuration(spec: str, known: dict[str, Configuration]) -> Configuration:
+    """A policy file path, else a configuration name (with or without .yaml); ValueError if it is neither."""
+    path = Path(spec)
+    if path.is_file():
+        return Configuration(path.stem, path.resolve())
+    name = spec[: -len(".yaml")] if spec.endswith(".yaml") else spec
+    if name in known:
+        return known[name]
+    raise ValueError(f"{spec}: neither a policy file nor a configuration name (see --list)")
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` applied: nested mappings merge key by key, anything else is replaced."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def build_policy(configuration: Configuration, algorithm: str | None) -> DatasetPolicy:
+    """The configuration's validated DatasetPolicy (with search.algorithm forced when `algorithm` is given)."""
+    import yaml
+    from engine.policy import parse_policy
+
+    overrides = configuration.overrides
+    if algorithm is not None:
+        overrides = merge(overrides, {"search": {"algorithm": algorithm}})
+    data = merge(yaml.safe_load(configuration.base.read_text(encoding="utf-8")), overrides)
+    return parse_policy(data, source=str(configuration.base))
+
+
+# --- one configuration, in its own process --------------------------------------------------------------------------
+def timed_deidentify(policy: DatasetPolicy) -> tuple[DeidResult, float]:
     from engine.deid import deidentify
 
-    policy = load_policy(policy_path)
     started = time.perf_counter()
-    deidentify(policy)                      # cold: imports scipy/pyarrow, reads the files for the first time
-    cold = time.perf_counter() - started
-    started = time.perf_counter()
-    result = deidentify(policy)             # warm: what a running service pays per request
-    seconds = time.perf_counter() - started
+    result = deidentify(policy)
+    return result, time.perf_counter() - started
+
+
+def peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)   # Linux reports KiB
+
+
+def measure(configuration: Configuration, repeat: int, algorithm: str | None) -> dict[str, Any]:
+    """Cold run, then `repeat` warm runs; the warm run with the shortest search is reported."""
+    policy = build_policy(configuration, algorithm)
+    _, cold = timed_deidentify(policy)
+    warm = [timed_deidentify(policy) for _ in range(repeat)]
+    result, seconds = min(warm, key=lambda run: run[0].search.seconds)
+    search = result.search
     return {
-        "policy": Path(policy_path).name,
-        "seconds": round(seconds, 3),
-        "cold_seconds": round(cold, 3),
-        "search_seconds": round(result.search.seconds, 3),
-        "checked_transformations": result.search.checked,
-        "risk_model_evaluations": result.search.risk_evaluations,
-        "lattice_size": result.search.lattice_size,
-        "transformation": list(result.best.levels),
+        "name": configuration.name,
+        "policy": str(configuration.base),
+        "overrides": configuration.overrides,
+        "search_seconds": round(search.seconds, 4),
+        "seconds": round(seconds, 4),
+        "cold_seconds": round(cold, 4),
+        "warm_search_seconds": [round(run.search.seconds, 4) for run, _ in warm],
+        "checked_transformations": int(search.checked),
+        "risk_model_evaluations": int(search.risk_evaluations),
+        "lattice_size": int(search.lattice_size),
+        "algorithm": search.algorithm,
+        "optimal": bool(search.optimal),
+        "transformation": result.transformation,
         "optimized_for": policy.quality.model,
-        "quality": round(result.quality[policy.quality.model], 6),
-        "suppressed_records": result.best.suppressed_records,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "quality": round(float(result.quality[policy.quality.model]), 6),
+        "suppressed_records": int(result.best.suppressed_records),
+        "peak_rss_mb": peak_rss_mb(),
+        "phases": search.phases,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("policies", nargs="*", help="policy files (default: every example policy)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per policy; the fastest is reported")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(run_one(args.one)))
+def encode_configuration(configuration: Configuration) -> str:
+    return json.dumps({"name": configuration.name, "base": str(configuration.base),
+                       "overrides": configuration.overrides})
+
+
+def decode_configuration(text: str) -> Configuration:
+    data = json.loads(text)
+    return Configuration(data["name"], Path(data["base"]), data["overrides"])
+
+
+def run_child(encoded: str, repeat: int, algorithm: str | None) -> int:
+    """Entry point of the per-configuration process: one JSON line on stdout, exit 1 if the configuration failed."""
+    sys.path.insert(0, str(REPO))
+    configuration = decode_configuration(encoded)
+    try:
+        row = measure(configuration, repeat, algorithm)
+    except Exception as exc:  # noqa: BLE001 - any failure belongs in this configuration's row
+        print(json.dumps({"name": configuration.name, "error": f"{type(exc).__name__}: {exc}"}))
+        return 1
+    print(json.dumps(row))
+    return 0
+
+
+def run_isolated(configuration: Configuration, repeat: int, algorithm: str | None) -> dict[str, Any]:
+    """Measure one configuration in a fresh interpreter; a crash there becomes an error row."""
+    command = [sys.executable, __file__, "--child", encode_configuration(configuration), "--repeat", str(repeat)]
+    if algorithm is not None:
+        command += ["--algorithm", algorithm]
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    lines = process.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        stderr = process.stderr.strip().splitlines()
+        reason = stderr[-1] if stderr else f"exit code {process.returncode} without output"
+        return {"name": configuration.name, "error": reason}
+
+
+# --- ARX reference and output ---------------------------------------------------------------------------------------
+def load_arx(path: Path) -> dict[str, dict[str, float]]:
+    """Configuration name -> {"seconds", "checked"}; keys starting with "_" (notes) are skipped."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {name: entry for name, entry in data.items() if not name.startswith("_")}
+
+
+def add_arx(row: dict[str, Any], arx: dict[str, dict[str, float]]) -> None:
+    reference = arx.get(row["name"])
+    if reference is None or "error" in row:
         return
-    examples = REPO / "policies" / "examples"
-    policies = [p if Path(p).exists() else str(examples / (p if p.endswith(".yaml") else p + ".yaml"))
-                for p in args.policies] or [str(examples / name) for name in DEFAULT]
-    if not args.json:
-        print(f"{'policy':28} {'seconds':>8} {'cold s':>7} {'search s':>8} {'checked':>8} {'risk ev':>8} {'lattice':>8} {'peak MB':>8}  quality")
-    for policy in policies:
-        runs = [json.loads(subprocess.run([sys.executable, __file__, "--one", policy], check=True,
-                                          capture_output=True, text=True).stdout) for _ in range(args.repeat)]
-        best = min(runs, key=lambda r: r["seconds"])
-        best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
-        if args.json:
-            print(json.dumps(best))
+    row["arx_seconds"] = reference["seconds"]
+    row["arx_checked"] = reference["checked"]
+    row["speedup"] = round(reference["seconds"] / row["search_seconds"], 2) if row["search_seconds"] > 0 else None
+
+
+def columns(with_arx: bool) -> list[tuple[str, int]]:
+    """Table columns (header, width); the last, unbounded column holds quality, transformation and phases."""
+    table = [("search s", 8), ("seconds", 8), ("cold s", 7), ("checked", 8), ("risk ev", 8), ("lattice", 8),
+             ("algorithm", 9), ("optimal", 7), ("suppr.", 7), ("peak MB", 8)]
+    if with_arx:
+        table += [("ARX s", 7), ("speed-up", 8), ("ARX checked", 11)]
+    return table
+
+
+def cells(row: dict[str, Any], with_arx: bool) -> list[str]:
+    values = [f"{row['search_seconds']:.3f}", f"{row['seconds']:.3f}", f"{row['cold_seconds']:.2f}",
+              str(row["checked_transformations"]), str(row["risk_model_evaluations"]), str(row["lattice_size"]),
+              row["algorithm"], "yes" if row["optimal"] else "NO", str(row["suppressed_records"]),
+              f"{row['peak_rss_mb']:.1f}"]
+    if with_arx:
+        if "arx_seconds" in row:
+            speedup = f"{row['speedup']:.1f}x" if row["speedup"] is not None else "-"
+            values += [f"{row['arx_seconds']:g}", speedup, str(row["arx_checked"])]
         else:
-            print(f"{best['policy']:28} {best['seconds']:8.3f} {best['cold_seconds']:7.2f} {best['search_seconds']:8.3f} "
-                  f"{best['checked_transformations']:8d} {best['risk_model_evaluations']:8d} {best['lattice_size']:8d} {best['peak_rss_mb']:8.1f}  "
-                  f"{best['optimized_for']}={best['quality']:.6f} at {best['transformation']}")
+            values += ["-", "-", "-"]
+    return values
+
+
+def describe(row: dict[str, Any]) -> str:
+    levels = ",".join(str(level) for level in row["transformation"].values())
+    phases = " phases " + " ".join(f"{k}={v}" for k, v in row["phases"].items()) if row.get("phases") else ""
+    return f"{row['optimized_for']}={row['quality']:.6f} at [{levels}]{phases}"
+
+
+def header(name_width: int, with_arx: bool) -> str:
+    titles = " ".join(f"{title:>{width}}" for title, width in columns(with_arx))
+    return f"{'configuration':{name_width}} {titles}  quality at transformation"
+
+
+def format_row(row: dict[str, Any], name_width: int, with_arx: bool) -> str:
+    if "error" in row:
+        return f"{row['name']:{name_width}} ERROR {row['error']}"
+    values = " ".join(f"{value:>{width}}" for value, (_, width) in zip(cells(row, with_arx), columns(with_arx)))
+    return f"{row['name']:{name_width}} {values}  {describe(row)}"
+
+
+# --- command line ---------------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configurations", nargs="*", metavar="NAME|POLICY",
+                        help="configuration names (see --list) or policy files (default: every named configuration)")
+    parser.add_argument("--repeat", type=int, default=3, help="warm runs per configuration; the fastest is reported")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, help="force this search algorithm for every configuration")
+    parser.add_argument("--json", action="store_true", help="one JSON object per configuration and line")
+    parser.add_argument("--list", action="store_true", help="print the configuration names and exit")
+    parser.add_argument("--arx", type=Path, default=ARX_REFERENCE if ARX_REFERENCE.is_file() else None,
+                        metavar="FILE.json", help="ARX reference: name -> {seconds, checked} "
+                                                  f"(default: {ARX_REFERENCE.name} when it exists)")
+    parser.add_argument("--no-arx", action="store_true", help="leave out the ARX columns")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def select(specs: list[str]) -> list[Configuration]:
+    known = named_configurations()
+    if not specs:
+        return list(known.values())
+    return [resolve_configuration(spec, known) for spec in specs]
+
+
+def report(rows_to_come: Iterable[dict[str, Any]], names: list[str], as_json: bool,
+           arx: dict[str, dict[str, float]] | None) -> bool:
+    """Print each row as soon as it is measured; True if every configuration succeeded."""
+    name_width = max(len("configuration"), *(len(name) for name in names))
+    if not as_json:
+        print(header(name_width, arx is not None), flush=True)
+    ok = True
+    for row in rows_to_come:
+        ok = ok and "error" not in row
+        if arx is not None:
+            add_arx(row, arx)
+        print(json.dumps(row) if as_json else format_row(row, name_width, arx is not None), flush=True)
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return run_child(args.child, args.repeat, args.algorithm)
+    if args.list:
+        print("\n".join(named_configurations()))
+        return 0
+    try:
+        selected = select(args.configurations)
+    except ValueError as exc:
+        print(f"engine_bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        arx = None if args.no_arx or args.arx is None else load_arx(args.arx)
+    except (OSError, ValueError) as exc:
+        print(f"engine_bench: --arx {args.arx}: {exc}", file=sys.stderr)
+        return 2
+    rows = (run_isolated(configuration, args.repeat, args.algorithm) for configuration in selected)
+    return 0 if report(rows, [c.name for c in selected], args.json, arx) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -52,6 +52,27 @@ def group(codes: np.ndarray, weights: np.ndarray, cardinalities: Sequence[int]) 
     return codes[:, member].astype(np.int32, copy=False), sizes, inverse
 
 
+def roll_up_keyed(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray, maps: Sequence[np.ndarray | None],
+                  radix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`roll_up` for class tables that carry their key in a fixed mixed radix (one place per attribute, wide enough
+    for its level-0 codes): only the attributes that change touch the key, one pass each, instead of rebuilding it
+    from every attribute. Returns codes, sizes and the new classes' keys."""
+    key = key.copy()
+    for row, mapping, place in zip(codes, maps, radix):
+        if mapping is not None:
+            key += (mapping[row] - row) * place
+    inverse, uniques = pd.factorize(key, sort=False)
+    u = len(uniques)
+    member = np.empty(u, dtype=np.int64)
+    member[inverse] = np.arange(inverse.size)
+    new_codes = codes[:, member]
+    for i, mapping in enumerate(maps):
+        if mapping is not None:
+            new_codes[i] = mapping[new_codes[i]]
+    new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
+    return new_codes, new_sizes, np.asarray(uniques, dtype=np.int64)
+
+
 def roll_up(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | None], cardinalities: Sequence[int]
             ) -> tuple[np.ndarray, np.ndarray]:
     """Classes of a generalization, from the classes (codes, sizes) of a specialization.
@@ -120,9 +141,17 @@ class ClassCache:
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
         bottom = tuple(0 for _ in table.attributes)
         codes, sizes, _ = table.base_classes()
-        self.base = (bottom, codes, sizes)
+        # A fixed mixed radix over the level-0 cardinalities, when it fits in int64, lets a roll-up touch only the
+        # attributes that change (roll_up_keyed); otherwise keys are rebuilt per roll-up (roll_up).
+        places, span = [], 1
+        for cards in reversed(self.cards):
+            places.append(span)
+            span *= max(int(cards[0]), 1)
+        self.radix = np.array(places[::-1], dtype=np.int64) if span < _KEY_LIMIT else None
+        key = None if self.radix is None else (codes.astype(np.int64) * self.radix[:, None]).sum(axis=0)
+        self.base = (bottom, codes, sizes, key)
         self._maps: dict[tuple[int, int, int], np.ndarray] = {}
-        self._cache: OrderedDict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, ...], tuple] = OrderedDict()
         self._cells = 0
         self.budget = budget_cells
 
@@ -136,8 +165,8 @@ class ClassCache:
         cached = self._cache.get(node)
         if cached is not None:
             self._cache.move_to_end(node)
-            return cached
-        source, codes, sizes = self.base
+            return cached[0], cached[1]
+        source, codes, sizes, key = self.base
         # Roll up from the cached specialization with the fewest classes: the hint (what the search came from),
         # then the direct specializations.
         candidates = [hint] if hint is not None else []
@@ -145,15 +174,19 @@ class ClassCache:
         for candidate in candidates:
             entry = self._cache.get(candidate)
             if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
-                source, (codes, sizes) = candidate, entry
+                source, (codes, sizes, key) = candidate, entry
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
-        new_codes, new_sizes = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)])
-        self._store(node, new_codes, new_sizes)
+        if key is not None:
+            new_codes, new_sizes, new_key = roll_up_keyed(codes, sizes, key, maps, self.radix)
+        else:
+            new_codes, new_sizes = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)])
+            new_key = None
+        self._store(node, new_codes, new_sizes, new_key)
         return new_codes, new_sizes
 
-    def _store(self, node: tuple[int, ...], codes: np.ndarray, sizes: np.ndarray) -> None:
-        self._cache[node] = (codes, sizes)
-        self._cells += codes.size + sizes.size
+    def _store(self, node: tuple[int, ...], codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> None:
+        self._cache[node] = (codes, sizes, key)
+        self._cells += codes.size + sizes.size + (0 if key is None else key.size)
         while self._cells > self.budget and len(self._cache) > 1:
-            _, (old_codes, old_sizes) = self._cache.popitem(last=False)
-            self._cells -= old_codes.size + old_sizes.size
+            _, (old_codes, old_sizes, old_key) = self._cache.popitem(last=False)
+            self._cells -= old_codes.size + old_sizes.size + (0 if old_key is None else old_key.size)

@@ -65,6 +65,9 @@ class Precision(QualityModel):
     def lower_bound(self, levels: Levels) -> float:
         return float((np.asarray(levels, dtype=float) / self._heights).mean())
 
+    def loss_without_suppression(self, levels: Levels) -> float:
+        return float((np.asarray(levels, dtype=float) / self._heights * 1.0 + 0.0).mean())
+
     def _attribute_array(self, levels, sizes, suppressed) -> np.ndarray:
         share_suppressed = float(sizes[suppressed].sum()) / self.n
         fraction = np.asarray(levels, dtype=float) / self._heights

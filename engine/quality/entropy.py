@@ -33,6 +33,9 @@ class NonUniformEntropy(QualityModel):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(self._maximum > 0, raw / self._maximum, 0.0)
 
+    def loss_without_suppression(self, levels: Levels) -> float:
+        return self.lower_bound(levels)
+
     def lower_bound(self, levels: Levels) -> float:
         raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
         return float(self._normalize(raw).mean())

@@ -57,6 +57,10 @@ class Loss(QualityModel):
             return values.mean(axis=0)
         return values.sum(axis=0)
 
+    def loss_without_suppression(self, levels: Levels) -> float:
+        sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self.generalization_weight + 0.0
+        return self.aggregate(self._normalize(sums))
+
     def lower_bound(self, levels: Levels) -> float:
         sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self._bound_weight
         return self.aggregate(self._normalize(sums))

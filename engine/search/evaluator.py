@@ -67,7 +67,10 @@ class Evaluator:
             evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
                                        visible)
         if evaluation.solution:
-            evaluation.loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+            loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
+            if loss is None:
+                loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+            evaluation.loss = loss
         return evaluation
 
     def suppression_order(self, evaluation: Evaluation, candidates: np.ndarray) -> np.ndarray:
