@@ -123,6 +123,7 @@ class Evaluation:
     solution: bool
     loss: float | None = None
     details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
+    abandoned: bool = False   # evaluation stopped early: it provably cannot beat the best solution known
 
     @property
     def kept_sizes(self) -> np.ndarray:

@@ -15,10 +15,14 @@ A model acts in one of two ways:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
 from ..classes import Evaluation
+
+
+ACCEPT_LIKE_ARX = False
 
 
 class PrivacyModel(ABC):
@@ -58,11 +62,15 @@ class RiskBasedModel(PrivacyModel):
         return self.assess(kept_sizes)
 
     def enforce(self, evaluation: Evaluation, order: np.ndarray, max_suppressed: int,
-                visible: np.ndarray | None = None) -> Evaluation:
+                visible: np.ndarray | None = None,
+                hopeless: Callable[[np.ndarray], bool] | None = None) -> Evaluation:
         """Suppress a prefix of `order` (candidate classes, first to go first) until the model holds.
 
         `visible` marks the classes the model sees (default: those not suppressed); ARX hides completely generalized
-        classes from risk models without counting them as suppressed.
+        classes from risk models without counting them as suppressed. `hopeless(suppressed)` lets the search stop
+        early: the bisection never ends on a prefix shorter than one where the model failed, so when the caller says
+        the table with that prefix suppressed already cannot beat its best solution (quality only falls as more is
+        suppressed), the evaluation is abandoned instead of finished.
 
         The prefix length is found exactly as ARX's `HashGroupifyDistribution.suppressWhileNotFulfilledBinary` does
         (bisection with Java's truncating division, early abort once the records suppressed exceed the limit without
@@ -105,6 +113,14 @@ class RiskBasedModel(PrivacyModel):
             if result == "fulfilled":
                 high = mid - 1
             else:
+                if hopeless is not None:
+                    suppressed = evaluation.suppressed.copy()
+                    suppressed[order[:mid + 1]] = True
+                    if hopeless(suppressed):
+                        evaluation.solution = False
+                        evaluation.abandoned = True
+                        evaluation.details[key] = last["details"]
+                        return evaluation
                 low = mid + 1
             mid = int((low + high) / 2)   # Java's division truncates towards zero
         prefix = mid + 1
@@ -112,7 +128,7 @@ class RiskBasedModel(PrivacyModel):
             result = state(prefix)
             if result == "not_fulfilled" and prefix < length:
                 prefix += 1
-                result = state(prefix)
+                result = "fulfilled" if ACCEPT_LIKE_ARX else state(prefix)
         suppressed = evaluation.suppressed.copy()
         suppressed[order[:prefix]] = True
         evaluation.suppressed = suppressed

@@ -23,6 +23,9 @@ class QualityModel(ABC):
     # more generalization can mean less suppression (Kohlmayer et al. 2015, section 4.3).
     monotone_with_suppression: bool = False
     monotone_without_suppression: bool = True
+    # Suppressing more classes of one transformation never lowers the loss (a suppressed record costs at least what
+    # it cost generalized). Lets the search abandon a risk-based suppression that can no longer win.
+    suppression_only_adds_loss: bool = True
 
     def is_monotone(self, suppression_limit: float) -> bool:
         return self.monotone_without_suppression if suppression_limit <= 0 else self.monotone_with_suppression

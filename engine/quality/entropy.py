@@ -15,6 +15,7 @@ from .base import Levels, QualityModel
 
 class NonUniformEntropy(QualityModel):
     name = "non_uniform_entropy"
+    suppression_only_adds_loss = False   # not claimed: the suppression term is an entropy over what is suppressed
 
     def __init__(self, table: EncodedTable) -> None:
         super().__init__(table)

@@ -100,8 +100,10 @@ class PitmanEquations:
 
 def hoshino_start(histogram: SizeHistogram) -> tuple[float, float]:
     """Hoshino's moment estimates (theta0, alpha0), the usual starting point."""
-    n, u, c1 = float(histogram.n), float(histogram.u), float(histogram.c1)
-    c2 = float(histogram.c2) or 1.0
+    # numpy scalars, so that a zero denominator gives inf/nan under errstate (and the start is skipped) instead of
+    # raising as Python floats do
+    n, u, c1 = np.float64(histogram.n), np.float64(histogram.u), np.float64(histogram.c1)
+    c2 = np.float64(histogram.c2 or 1.0)
     c = c1 * (c1 - 1.0) / c2
     with np.errstate(all="ignore"):
         theta = (n * u * c - c1 * (n - 1.0) * (2.0 * u + c)) / (2.0 * c1 * u + c1 * c - n * c)

@@ -59,11 +59,11 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
             counters["pruned_by_privacy"] += 1
         else:
             before = evaluator.checked
-            evaluation = evaluator.evaluate(node, parent)
+            evaluation = evaluator.evaluate(node, parent, incumbent.rules_out)
             progress.update(evaluator.checked - before)
             class_bound = quality.lower_bound_from_classes(evaluation.sizes)
             incumbent.offer(evaluation)
-            if not evaluation.solution and (privacy is Monotonicity.FULL or (
+            if not evaluation.solution and not evaluation.abandoned and (privacy is Monotonicity.FULL or (
                     privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
                 failing.tag(node)
         for successor in lattice.successors(node):

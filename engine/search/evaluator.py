@@ -10,6 +10,8 @@ Every transformation whose classes are computed counts once as checked.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..classes import ClassCache, Evaluation
@@ -53,7 +55,10 @@ class Evaluator:
         _, sizes = self.classes(node, hint)
         return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
 
-    def evaluate(self, node: Node, hint: Node | None = None) -> Evaluation:
+    def evaluate(self, node: Node, hint: Node | None = None, cannot_win: Callable[[Node, float], bool] | None = None
+                 ) -> Evaluation:
+        """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
+        sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
         codes, sizes = self.classes(node, hint)
         suppressed = np.zeros(sizes.size, dtype=bool)
         for model in self.configuration.class_models:
@@ -64,8 +69,12 @@ class Evaluator:
             if not evaluation.solution:
                 break
             visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
+            hopeless = None
+            if cannot_win is not None and self.quality.suppression_only_adds_loss:
+                def hopeless(suppressed: np.ndarray) -> bool:
+                    return cannot_win(node, self.quality.loss(node, codes, sizes, suppressed))
             evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
-                                       visible)
+                                       visible, hopeless)
         if evaluation.solution:
             loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
             if loss is None:

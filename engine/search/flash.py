@@ -118,9 +118,9 @@ class FlashSearch:
         return ordered
 
     # --- checks ---------------------------------------------------------------------------------------------------
-    def evaluate(self, node: Node, hint: Node | None = None) -> None:
+    def evaluate(self, node: Node, hint: Node | None = None, may_abandon: bool = True):
         before = self.evaluator.checked
-        evaluation = self.evaluator.evaluate(node, hint)
+        evaluation = self.evaluator.evaluate(node, hint, self.incumbent.rules_out if may_abandon else None)
         self.progress.update(self.evaluator.checked - before)
         self.incumbent.offer(evaluation)
         self.class_bounds[node] = self.quality.lower_bound_from_classes(evaluation.sizes)
@@ -129,7 +129,7 @@ class FlashSearch:
     def check(self, node: Node, hint: Node | None) -> bool:
         """Classify `node` for the binary property, tag, and prune by the bound; True when it has the property."""
         if self.full_check:
-            has_property = self.evaluate(node, hint).solution
+            has_property = self.evaluate(node, hint, may_abandon=False).solution   # the tag needs the full answer
         else:
             before = self.evaluator.checked
             has_property = self.evaluator.m_anonymous(node, hint)
