@@ -22,9 +22,6 @@ import numpy as np
 from ..classes import Evaluation
 
 
-ACCEPT_LIKE_ARX = False
-
-
 class PrivacyModel(ABC):
     name: str = ""
     monotone_with_suppression: bool = False
@@ -128,7 +125,7 @@ class RiskBasedModel(PrivacyModel):
             result = state(prefix)
             if result == "not_fulfilled" and prefix < length:
                 prefix += 1
-                result = "fulfilled" if ACCEPT_LIKE_ARX else state(prefix)
+                result = state(prefix)
         suppressed = evaluation.suppressed.copy()
         suppressed[order[:prefix]] = True
         evaluation.suppressed = suppressed

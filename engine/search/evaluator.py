@@ -69,18 +69,21 @@ class Evaluator:
             if not evaluation.solution:
                 break
             visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
-            hopeless = None
-            if cannot_win is not None and self.quality.suppression_only_adds_loss:
-                def hopeless(suppressed: np.ndarray) -> bool:
-                    return cannot_win(node, self.quality.loss(node, codes, sizes, suppressed))
             evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
-                                       visible, hopeless)
+                                       visible, self._hopeless(node, codes, sizes, cannot_win))
         if evaluation.solution:
             loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
             if loss is None:
                 loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
             evaluation.loss = loss
         return evaluation
+
+    def _hopeless(self, node: Node, codes: np.ndarray, sizes: np.ndarray,
+                  cannot_win: Callable[[Node, float], bool] | None) -> Callable[[np.ndarray], bool] | None:
+        """A test for risk-based suppression: does suppressing these classes already cost too much to win?"""
+        if cannot_win is None or not self.quality.suppression_only_adds_loss:
+            return None
+        return lambda suppressed: cannot_win(node, self.quality.loss(node, codes, sizes, suppressed))
 
     def suppression_order(self, evaluation: Evaluation, candidates: np.ndarray) -> np.ndarray:
         """Classes in the order risk-based suppression takes them: size, the quality model's per-class loss where it

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from engine.privacy import KAnonymity, Monotonicity, PopulationUniquenessModel, 
 from engine.quality import make_quality_model
 from engine.risk import population_uniqueness
 from engine.search import Evaluator, choose_algorithm, resolve_algorithm, search
+from tests.engine.lattice_tables import pandas_exhaustive, seeded_table, tables
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 LIMITS = (0.0, 0.1, 1.0)
@@ -34,95 +34,6 @@ LIMITS = (0.0, 0.1, 1.0)
 QUALITIES = (("loss", "geometric_mean"), ("loss", "arithmetic_mean"), ("non_uniform_entropy", "geometric_mean"),
              ("discernibility", "geometric_mean"), ("aecs", "geometric_mean"), ("precision", "geometric_mean"))
 QUALITY_IDS = ["loss-geometric", "loss-arithmetic", "entropy", "discernibility", "aecs", "precision"]
-
-
-# --- tables ---------------------------------------------------------------------------------------------------------
-def make_hierarchy(name: str, size: int, levels: int, factor: int) -> Hierarchy:
-    rows = []
-    for i in range(size):
-        row = [f"{name}{i}"] + [f"{name}L{lv}_{i // factor ** lv}" for lv in range(1, levels - 1)] + ["*"]
-        rows.append(row[:levels] if levels > 1 else [f"{name}{i}"])
-    return Hierarchy(np.array(rows, dtype=object), name=name)
-
-
-@st.composite
-def tables(draw):
-    """2-4 attributes of 2-3 levels (lattices of at most 81 transformations), 10-60 records."""
-    d = draw(st.integers(2, 4))
-    n = draw(st.integers(10, 60))
-    hierarchies, columns = {}, {}
-    for name in "abcd"[:d]:
-        size = draw(st.integers(2, 6))
-        hierarchies[name] = make_hierarchy(name, size, draw(st.integers(2, 3)), draw(st.integers(2, 3)))
-        columns[name] = [f"{name}{v}" for v in draw(st.lists(st.integers(0, size - 1), min_size=n, max_size=n))]
-    return pd.DataFrame(columns), hierarchies
-
-
-def seeded_table(seed: int) -> tuple[pd.DataFrame, dict[str, Hierarchy]]:
-    """The same family of tables as `tables`, from a numpy seed."""
-    rng = np.random.default_rng(seed)
-    d = int(rng.integers(2, 5))
-    n = int(rng.integers(10, 61))
-    hierarchies, columns = {}, {}
-    for name in "abcd"[:d]:
-        size = int(rng.integers(2, 7))
-        hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), int(rng.integers(2, 4)))
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
-    return pd.DataFrame(columns), hierarchies
-
-
-# --- exhaustive references -----------------------------------------------------------------------------------------
-def pandas_exhaustive(frame: pd.DataFrame, hierarchies: dict[str, Hierarchy], k: int, limit: float) -> dict:
-    """k-anonymity alone: every transformation evaluated straight from the definitions, written with pandas.
-
-    Returns {levels: None (no solution) or (suppressed records, {quality id: loss})}.
-    """
-    names = list(hierarchies)
-    n = len(frame)
-    max_suppressed = math.floor(limit * n + 1e-9)
-    results = {}
-    for levels in itertools.product(*(range(h.levels) for h in hierarchies.values())):
-        generalized = pd.DataFrame({
-            a: frame[a].map(dict(zip(h.labels[:, 0], h.labels[:, lv])))
-            for (a, h), lv in zip(hierarchies.items(), levels)
-        })
-        size = generalized.groupby(names)[names[0]].transform("size").to_numpy()
-        suppressed = size < k
-        if suppressed.sum() > max_suppressed:
-            results[levels] = None
-            continue
-        loss_terms, entropy_terms, precision_terms = [], [], []
-        for (a, h), lv in zip(hierarchies.items(), levels):
-            # Loss: share = hierarchy rows under the label / rows; a suppressed value costs 1.
-            share = pd.Series(h.labels[:, lv]).value_counts() / len(h)
-            s = np.where(suppressed, 1.0, generalized[a].map(share).to_numpy()).sum()
-            floor = n / len(h)
-            loss_terms.append((s - floor) / (n - floor))
-            # Non-uniform entropy, with the suppressed records grouped by their generalized value.
-            original = frame[a].map(frame[a].value_counts()).to_numpy()
-            general = generalized[a].map(generalized[a].value_counts()).to_numpy()
-            term = -np.log2(original / general).sum()
-            if suppressed.any():
-                s_w = generalized[a][suppressed].value_counts().to_numpy()
-                term += -(s_w * np.log2(s_w / suppressed.sum())).sum()
-            counts = frame[a].value_counts().to_numpy()
-            maximum = -(counts * np.log2(counts / n)).sum()
-            entropy_terms.append(term / maximum if maximum > 0 else 0.0)
-            # Precision: level / height per value, 1 for a suppressed value.
-            precision_terms.append(np.where(suppressed, 1.0, lv / max(h.levels - 1, 1)).mean())
-        loss_terms = np.array(loss_terms)
-        kept_classes = generalized[~suppressed].drop_duplicates().shape[0]
-        classes = kept_classes + (1 if suppressed.any() else 0)
-        discernibility = size[~suppressed].sum() + suppressed.sum() * n
-        results[levels] = (int(suppressed.sum()), {
-            "loss-geometric": float(np.prod(loss_terms + 1) ** (1 / len(loss_terms)) - 1),
-            "loss-arithmetic": float(loss_terms.mean()),
-            "entropy": float(np.mean(entropy_terms)),
-            "discernibility": float((discernibility - n) / (n * n - n)),
-            "aecs": float((n / classes - 1) / (n - 1)),
-            "precision": float(np.mean(precision_terms)),
-        })
-    return results
 
 
 def evaluator_exhaustive(encoded, configuration: PrivacyConfiguration, quality):
