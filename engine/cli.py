@@ -22,7 +22,8 @@ def _summary(manifest: dict) -> str:
         f"optimized for         {manifest['optimized_for']} (optimum proven: {'yes' if manifest['optimal'] else 'no'})",
         "quality               " + ", ".join(f"{k}={v:.6f}" for k, v in manifest["quality"].items()),
         f"records               {manifest['records']} ({manifest['suppressed_records']} suppressed)",
-        f"checked               {manifest['checked_transformations']} of {manifest['lattice_size']} transformations",
+        f"checked               {manifest['checked_transformations']} of {manifest['lattice_size']} transformations "
+        f"({manifest['algorithm']})",
         f"seconds               {manifest['seconds']:.3f}",
     ]
     if manifest.get("gate") is not None:

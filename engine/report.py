@@ -361,6 +361,7 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
         ["equivalence classes released", manifest["equivalence_classes"]],
         ["privacy models", "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in manifest["privacy"])],
         ["suppression limit", manifest["suppression_limit"]],
+        ["search algorithm", manifest["algorithm"]],
         ["transformations checked", f'{manifest["checked_transformations"]} of {manifest["lattice_size"]}'],
         ["optimum proven", "yes" if manifest["optimal"] else "no (time limit)"],
         ["seconds", f'{manifest["seconds"]:.3f}'],
