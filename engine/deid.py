@@ -116,7 +116,7 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     limit = time_limit if time_limit is not None else policy.search.time_limit_seconds
     try:
-        algorithm = resolve_algorithm(configuration, quality_model, policy.search.algorithm)
+        algorithm = resolve_algorithm(configuration, quality_model, policy.search.algorithm, lattice.size)
     except ValueError as exc:   # an algorithm that cannot be exact under this configuration
         raise InputError(policy.source, "search.algorithm", str(exc)) from None
     result = search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=limit,

@@ -24,25 +24,29 @@ from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress, SearchResult
 from .evaluator import Evaluator
 from .flash import FlashSearch
+from .tags import EXPLICIT_LIMIT
 
 ALGORITHMS = ("auto", "flash", "flash2p", "bnb")
 
 
-def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel) -> str:
+def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, lattice_size: int = 0) -> str:
+    """ARX's decision from the derived monotonicity. Lattices too large for Flash's level-by-level sweep (more than
+    `EXPLICIT_LIMIT` transformations) go to branch and bound, which never enumerates the lattice."""
     privacy = configuration.privacy_monotonicity
-    if privacy is Monotonicity.NONE:
+    if privacy is Monotonicity.NONE or lattice_size > EXPLICIT_LIMIT:
         return "bnb"
     if privacy is Monotonicity.FULL and configuration.quality_monotonicity(quality) is Monotonicity.FULL:
         return "flash"
     return "flash2p"
 
 
-def resolve_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, algorithm: str = "auto") -> str:
+def resolve_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, algorithm: str = "auto",
+                      lattice_size: int = 0) -> str:
     """The algorithm that will run; ValueError when the named one cannot be exact under this configuration."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
     if algorithm == "auto":
-        return choose_algorithm(configuration, quality)
+        return choose_algorithm(configuration, quality, lattice_size)
     privacy = configuration.privacy_monotonicity
     if algorithm in ("flash", "flash2p") and privacy is Monotonicity.NONE:
         raise ValueError(f"{algorithm} needs a monotone privacy property (k-anonymity, or a model implying a "
@@ -69,9 +73,9 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
         if suppression_limit is None:
             raise TypeError("a suppression limit is needed with a list of privacy models")
         configuration = PrivacyConfiguration(models, suppression_limit)
-    chosen = resolve_algorithm(configuration, quality, algorithm)
     if lattice is None:
         lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
+    chosen = resolve_algorithm(configuration, quality, algorithm, lattice.size)
     deadline = Deadline(time_limit)
     evaluator = Evaluator(table, configuration, quality)
     incumbent = Incumbent(quality)

@@ -206,7 +206,10 @@ class FlashSearch:
         explicit = isinstance(self.anonymous, ExplicitTags)
         ranks = None
         if explicit:
-            ranks = np.indices(self.anonymous.flags.shape).sum(axis=0)
+            shape = self.anonymous.flags.shape
+            ranks = np.zeros(shape, dtype=np.int16)   # rank of every transformation, one small array
+            for axis, height in enumerate(shape):
+                ranks += np.arange(height, dtype=np.int16).reshape([-1 if a == axis else 1 for a in range(len(shape))])
         bottom = lattice.bottom
         if self.deadline.passed():
             self.complete = False

@@ -23,6 +23,7 @@ class ExplicitTags:
         self.lower = lattice.lower
         self.upward = upward
         self.flags = np.zeros([hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)], dtype=bool)
+        self._shifted = any(lattice.lower)   # with every lower level 0 a transformation is its own index
 
     def tag(self, node: Node) -> None:
         if self.upward:
@@ -31,7 +32,9 @@ class ExplicitTags:
             self.flags[tuple(slice(0, level - lo + 1) for level, lo in zip(node, self.lower))] = True
 
     def __contains__(self, node: Node) -> bool:
-        return bool(self.flags[tuple(level - lo for level, lo in zip(node, self.lower))])
+        if self._shifted:
+            node = tuple(level - lo for level, lo in zip(node, self.lower))
+        return bool(self.flags[node])
 
     def minimal(self) -> list[Node]:
         """Minimal tagged transformations (upward tags): tagged, and no direct specialization tagged."""
