@@ -85,8 +85,8 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
         if chosen == "bnb":
             counters = branch_and_bound(evaluator, lattice, incumbent, deadline, bar)
         else:
-            flash = FlashSearch(evaluator, lattice, incumbent, deadline, bar, explicit=explicit)
-            flash.two_phase = chosen == "flash2p"
+            flash = FlashSearch(evaluator, lattice, incumbent, deadline, bar, explicit=explicit,
+                                two_phase=chosen == "flash2p")
             counters = flash.run()
     finally:
         bar.close()

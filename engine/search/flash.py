@@ -63,7 +63,9 @@ class Strategy:
 
 class FlashSearch:
     def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
-                 progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None) -> None:
+                 progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None,
+                 two_phase: bool | None = None) -> None:
+        """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -78,7 +80,9 @@ class FlashSearch:
         # otherwise the minimal class size they imply.
         self.full_check = privacy is Monotonicity.FULL
         self.quality_monotone = configuration.quality_monotonicity(self.quality) is Monotonicity.FULL
-        self.two_phase = not (self.full_check and self.quality_monotone)
+        self.two_phase = not (self.full_check and self.quality_monotone) if two_phase is None else two_phase
+        if not self.two_phase and not (self.full_check and self.quality_monotone):
+            raise ValueError("Flash alone is exact only when privacy and quality are both monotone; use Flash2P")
         if prune_by_bound is None:
             # As in ARX: in the monotone problem the binary search alone classifies fastest; bound pruning there
             # costs checks, because it stops the search from tagging whole regions with a single check.
