@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .histogram import SizeHistogram
-from .pitman import fit_pitman
+from .pitman_arx import arx_pitman_uniques
 from .snb import fit_snb
 from .zayatz import zayatz_uniques
 
@@ -50,10 +50,7 @@ class RiskEstimate:
 
 def _estimate(histogram: SizeHistogram, population_size: float, model: str) -> tuple[float | None, dict]:
     if model == "pitman":
-        fit = fit_pitman(histogram, population_size)
-        return fit.population_uniques if fit.solved else None, {
-            "theta": fit.theta, "alpha": fit.alpha, "method": fit.method, "start": fit.start,
-            "iterations": fit.iterations}
+        return arx_pitman_uniques(histogram, population_size)
     if model == "zayatz":
         return zayatz_uniques(histogram, population_size), {}
     if model == "snb":

@@ -18,7 +18,8 @@ from engine.risk.zayatz import zayatz_uniques
 # A long-tailed sample: many uniques, some large classes (n = 1,290).
 HISTOGRAM = {1: 300, 2: 80, 3: 40, 4: 20, 5: 10, 8: 5, 20: 2, 150: 1, 400: 1}
 # Pitman has no root with theta >= 0, 0 < alpha < 1 here (the likelihood runs to the alpha = 0 boundary).
-NO_PITMAN_ROOT = {1: 400, 2: 50, 3: 10}
+NO_PITMAN_ROOT = {1: 400, 2: 50, 3: 10}   # no root with 0 < alpha < 1; ARX's solver finds one with alpha < 0
+ARX_PITMAN_FAILS = {1: 100, 2: 50, 3: 20, 10: 5}   # ARX: Pitman invalid at every population size (arx-notes 7.1)
 
 
 def class_sizes(histogram: dict[int, int]) -> np.ndarray:
@@ -95,9 +96,13 @@ def test_pitman_without_a_root_reports_no_solution():
                                        bounds=([0, 1e-9], [np.inf, 1 - 1e-9]))
                 for a0 in (0.05, 0.5, 0.95) for t0 in (0.0, 100.0, 1e4)), key=lambda r: r.cost)
     assert np.max(np.abs(best.fun)) > 1e-5
-    estimate = population_uniqueness(class_sizes(NO_PITMAN_ROOT), 318.9e6, "pitman")
-    assert estimate.solved is False and estimate.population_uniqueness is None
-    assert "no solution" in estimate.note
+    # ARX constrains only theta >= 0, and the root it finds has alpha < 0 (a finite population of classes).
+    extended = population_uniqueness(class_sizes(NO_PITMAN_ROOT), 318.9e6, "pitman")
+    assert extended.solved and extended.alpha < 0
+    for population in (1e3, 1e6, 3e8):
+        estimate = population_uniqueness(class_sizes(ARX_PITMAN_FAILS), population, "pitman")
+        assert estimate.solved is False and estimate.population_uniqueness is None
+        assert "no solution" in estimate.note
     # Only uniques: no root either.
     assert population_uniqueness(np.ones(50, dtype=int), 1e6, "pitman").solved is False
 
@@ -157,8 +162,8 @@ def test_dankar_uses_pitman_for_small_fractions_and_zayatz_when_pitman_fails():
     small = population_uniqueness(class_sizes(HISTOGRAM), 318.9e6, "dankar")
     pitman = population_uniqueness(class_sizes(HISTOGRAM), 318.9e6, "pitman")
     assert small.model_used == "pitman" and small.population_uniques == pitman.population_uniques
-    fallback = population_uniqueness(class_sizes(NO_PITMAN_ROOT), 318.9e6, "dankar")
-    zayatz = population_uniqueness(class_sizes(NO_PITMAN_ROOT), 318.9e6, "zayatz")
+    fallback = population_uniqueness(class_sizes(ARX_PITMAN_FAILS), 318.9e6, "dankar")
+    zayatz = population_uniqueness(class_sizes(ARX_PITMAN_FAILS), 318.9e6, "zayatz")
     assert fallback.model_used == "zayatz" and fallback.population_uniques == zayatz.population_uniques
 
 
