@@ -229,7 +229,7 @@ def arx_result(theta: float, alpha: float, population_size: float) -> float:
 
 
 # -- ModelPitman's functions -----------------------------------------------------------------------------------------
-class _PitmanSystem:
+class PitmanSystem:
     """The score equations g = (g1, g2) and their Jacobian for one histogram, closed form and finite sums."""
 
     def __init__(self, histogram: SizeHistogram):
@@ -406,7 +406,7 @@ def newton_raphson_2d(master, start: tuple[float, float], start_values=START_VAL
 def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy: float = ACCURACY,
                    iterations_per_try: int = ITERATIONS_PER_TRY, start_values=START_VALUES) -> tuple[float, dict]:
     """ModelPitman's constructor: (uniques or NaN, parameters)."""
-    system = _PitmanSystem(histogram)
+    system = PitmanSystem(histogram)
     t0, a0 = hoshino_start(histogram)
     solve = dict(start_values=start_values, accuracy=accuracy, iterations_per_try=iterations_per_try)
 

@@ -10,7 +10,7 @@ from tests.engine.conftest import EXAMPLES
 
 from engine.risk.histogram import SizeHistogram
 from engine.risk.pitman_arx import (START_VALUES, arx_digamma, arx_pitman_fit, arx_pitman_uniques, arx_trigamma, hoshino_start,
-                                    newton_raphson_2d, _PitmanSystem)
+                                    newton_raphson_2d, PitmanSystem)
 
 ADULT = {1: 15512, 2: 2098, 3: 754, 4: 375, 5: 189, 6: 155, 7: 97, 8: 73, 9: 39, 10: 37, 11: 29, 12: 18, 13: 23,
          14: 14, 15: 15, 16: 9, 17: 11, 18: 10, 19: 10, 20: 5, 21: 3, 22: 4, 23: 3, 24: 2, 25: 1, 26: 3, 27: 5, 29: 1,
@@ -85,9 +85,9 @@ def test_trigamma_reproduces_arx_bug():
 
 def test_vectorized_closed_form_equals_scalar_loop():
     """The numpy per-class-size path (many distinct sizes) and the plain loop give the same residuals."""
-    system = _PitmanSystem(SizeHistogram.from_counts(ADULT))
+    system = PitmanSystem(SizeHistogram.from_counts(ADULT))
     assert system._scalar_keys is None
-    scalar = _PitmanSystem(SizeHistogram.from_counts(ADULT))
+    scalar = PitmanSystem(SizeHistogram.from_counts(ADULT))
     scalar._scalar_keys = [(float(k), float(v)) for k, v in zip(scalar.keys, scalar.values)]
     for theta, alpha in ((3000.0, 0.7), (0.5, 0.2), (10.0, -1.5), (1e6, 0.99), (5.0, 3.7)):
         a, b = system.closed(theta, alpha), scalar.closed(theta, alpha)
@@ -96,7 +96,7 @@ def test_vectorized_closed_form_equals_scalar_loop():
 
 
 def test_finite_sums_agree_with_closed_form_residuals():
-    system = _PitmanSystem(SizeHistogram.from_counts(ADULT))
+    system = PitmanSystem(SizeHistogram.from_counts(ADULT))
     for theta, alpha in ((3000.0, 0.7), (100.0, 0.3)):
         closed = system.closed(theta, alpha)[:2]
         finite = system.objective(theta, alpha)
