@@ -26,8 +26,8 @@ limits make ARX's results machine-dependent; this port ignores them and uses the
 deterministic. Where ARX would have hit a time limit (slow machine, very large samples solved with the finite sums),
 ARX may report NaN where this port finds a root, or a root from a different start value.
 
-Sums are evaluated in the same order as ARX's loops (sequential left-to-right summation via ``np.cumsum``), so the
-finite-sum objective matches ARX's bit for bit up to the last-ulp differences of the elementary functions.
+Sums over class sizes run in the order of ARX's loops (``np.cumsum``); the long sums over 1..u and 1..n use numpy's
+pairwise summation, which differs from Java's left-to-right loop only in the last bits (see `PitmanSystem._last`).
 """
 from __future__ import annotations
 
@@ -300,8 +300,10 @@ class PitmanSystem:
 
     @staticmethod
     def _last(x: np.ndarray, buf: np.ndarray) -> float:
-        """Sequential left-to-right sum (Java's ``s += x[i]``), via a cumulative sum into a scratch buffer."""
-        return float(np.cumsum(x, out=buf)[-1]) if x.size else 0.0
+        """The sum of the O(u) and O(n) terms. numpy's pairwise summation, not Java's left-to-right loop: it is several
+        times faster than a cumulative sum over up to n terms and differs only in the last bits (relative 1e-16 on
+        sums of order 10, against a convergence test at 1e-6), so it cannot change which root is accepted."""
+        return float(x.sum()) if x.size else 0.0
 
     def _u_sums(self, t: float, a: float, derivatives: bool):
         i = self._i_u
