@@ -1,8 +1,9 @@
 """Population uniqueness as a privacy model (Prasser et al., JBHI 2018, section VI), with risk-based suppression.
 
 The model holds when the estimated share of the population that is unique (engine.risk) is at most the threshold;
-with ARX's semantics an estimate of exactly 0 holds only when the sample has no uniques, and an estimator without a
-solution means "does not hold" (fail closed). It is decided on the whole released table and is monotone neither
+with ARX's semantics an estimate of exactly 0 holds only when the sample has no uniques, an estimator without a
+solution means "does not hold" (fail closed), and Dankar's rule does not fall back to Zayatz when Pitman has no
+solution (`PopulationUniqueness` calls `getFractionOfUniqueTuplesDankar(false)`; risk analysis does fall back). It is decided on the whole released table and is monotone neither
 with nor without suppression (Pitman's estimate can rise when classes merge), so the search may use no predictive
 property from it. When it does not hold, classes are suppressed in the quality model's order
 (`QualityModel.suppression_keys`) through `RiskBasedModel.enforce`.
@@ -32,6 +33,8 @@ class PopulationUniquenessModel(RiskBasedModel):
         pu = estimate.population_uniqueness
         holds = bool(estimate.solved) and pu is not None and (
             0 < pu <= self.threshold or (pu == 0 and estimate.sample_uniques == 0))
+        if estimate.parameters.get("fallback_from") == "pitman":
+            holds = False   # ARX's criterion uses Dankar's rule without the Zayatz fallback (risk analysis uses it)
         return holds, estimate.to_dict()
 
     def describe(self) -> dict:

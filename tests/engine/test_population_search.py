@@ -159,3 +159,14 @@ def test_example_policy_optima(data_dir, name):
     estimate = result.best.details.get("population_uniqueness")
     threshold = result.policy.privacy[0].threshold
     assert estimate is None or estimate["population_uniqueness"] <= threshold
+
+
+def test_dankar_criterion_does_not_fall_back_to_zayatz():
+    """ARX's criterion uses Dankar's rule without the fallback: where Pitman has no solution (a histogram ARX's Pitman
+    fails on, arx-notes 7.1) the model does not hold, although risk analysis reports a Zayatz estimate."""
+    sizes = np.repeat([1, 2, 3, 10], [100, 50, 20, 5])
+    analysis = population_uniqueness(sizes, 3e8, "dankar")
+    assert analysis.model_used == "zayatz" and analysis.solved
+    holds, details = PopulationUniquenessModel(1.0, 3e8, "dankar").assess(sizes)
+    assert not holds and details["model_used"] == "zayatz"
+    assert PopulationUniquenessModel(1.0, 3e8, "zayatz").assess(sizes)[0]
