@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 
 from .histogram import SizeHistogram
 from .pitman_arx import arx_pitman_uniques
