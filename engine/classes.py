@@ -52,6 +52,22 @@ def group(codes: np.ndarray, weights: np.ndarray, cardinalities: Sequence[int]) 
     return codes[:, member].astype(np.int32, copy=False), sizes, inverse
 
 
+def _merge(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | None], key: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge the classes (codes, sizes) whose generalized key is equal: the new classes' codes (one member per class
+    mapped, never every source class), sizes, and keys, in order of first appearance."""
+    inverse, uniques = pd.factorize(key, sort=False)
+    u = len(uniques)
+    member = np.empty(u, dtype=np.int64)
+    member[inverse] = np.arange(inverse.size)
+    new_codes = codes[:, member].astype(np.int32, copy=False)
+    for i, mapping in enumerate(maps):
+        if mapping is not None:
+            new_codes[i] = mapping[new_codes[i]]
+    new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
+    return new_codes, new_sizes, np.asarray(uniques, dtype=np.int64)
+
+
 def roll_up_keyed(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray, maps: Sequence[np.ndarray | None],
                   radix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`roll_up` for class tables that carry their key in a fixed mixed radix (one place per attribute, wide enough
@@ -61,16 +77,7 @@ def roll_up_keyed(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray, maps: S
     for row, mapping, place in zip(codes, maps, radix):
         if mapping is not None:
             key += (mapping[row] - row) * place
-    inverse, uniques = pd.factorize(key, sort=False)
-    u = len(uniques)
-    member = np.empty(u, dtype=np.int64)
-    member[inverse] = np.arange(inverse.size)
-    new_codes = codes[:, member]
-    for i, mapping in enumerate(maps):
-        if mapping is not None:
-            new_codes[i] = mapping[new_codes[i]]
-    new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
-    return new_codes, new_sizes, np.asarray(uniques, dtype=np.int64)
+    return _merge(codes, sizes, maps, key)
 
 
 def roll_up(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | None], cardinalities: Sequence[int]
@@ -95,15 +102,7 @@ def roll_up(codes: np.ndarray, sizes: np.ndarray, maps: Sequence[np.ndarray | No
             key *= card
             key += column
         span *= card
-    inverse, uniques = pd.factorize(key, sort=False)
-    u = len(uniques)
-    member = np.empty(u, dtype=np.int64)
-    member[inverse] = np.arange(inverse.size)
-    new_codes = np.empty((codes.shape[0], u), dtype=np.int32)
-    for i, (row, mapping) in enumerate(zip(codes, maps)):
-        picked = row[member]
-        new_codes[i] = picked if mapping is None else mapping[picked]
-    new_sizes = np.bincount(inverse, weights=sizes, minlength=u).astype(np.int64)
+    new_codes, new_sizes, _ = _merge(codes, sizes, maps, key)
     return new_codes, new_sizes
 
 
@@ -124,10 +123,6 @@ class Evaluation:
     loss: float | None = None
     details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
     abandoned: bool = False   # evaluation stopped early: it provably cannot beat the best solution known
-
-    @property
-    def kept_sizes(self) -> np.ndarray:
-        return self.sizes[~self.suppressed]
 
 
 class ClassCache:

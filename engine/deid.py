@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import __version__
 from .atomic import write_bytes, write_text, write_with
-from .classes import combined_key
+from .classes import Evaluation, combined_key
 from .encoding import EncodedTable, encode_table
 from .errors import InputError
 from .lattice import Lattice
@@ -25,7 +25,6 @@ from .policy import DatasetPolicy, load_policy
 from .privacy import PrivacyConfiguration, build_models
 from .quality import MODEL_NAMES, make_quality_model
 from .search import SearchResult, resolve_algorithm, search
-from .classes import Evaluation
 from .table import load_input
 
 SUPPRESSED = "*"

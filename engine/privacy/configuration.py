@@ -68,6 +68,3 @@ class PrivacyConfiguration:
     @property
     def risk_evaluations(self) -> int:
         return sum(m.evaluations for m in self.risk_models)
-
-    def describe(self) -> list[dict]:
-        return [m.describe() for m in self.models]

@@ -3,10 +3,10 @@
 The model holds when the estimated share of the population that is unique (engine.risk) is at most the threshold;
 with ARX's semantics an estimate of exactly 0 holds only when the sample has no uniques, an estimator without a
 solution means "does not hold" (fail closed), and Dankar's rule does not fall back to Zayatz when Pitman has no
-solution (`PopulationUniqueness` calls `getFractionOfUniqueTuplesDankar(false)`; risk analysis does fall back). It is decided on the whole released table and is monotone neither
-with nor without suppression (Pitman's estimate can rise when classes merge), so the search may use no predictive
-property from it. When it does not hold, classes are suppressed in the quality model's order
-(`QualityModel.suppression_keys`) through `RiskBasedModel.enforce`.
+solution (`PopulationUniqueness` calls `getFractionOfUniqueTuplesDankar(false)`; risk analysis does fall back). It is
+decided on the whole released table and is monotone neither with nor without suppression (Pitman's estimate can rise
+when classes merge), so the search may use no predictive property from it. When it does not hold, classes are
+suppressed in the quality model's order (`QualityModel.suppression_keys`) through `RiskBasedModel.enforce`.
 """
 from __future__ import annotations
 

@@ -43,8 +43,3 @@ def build_model(spec, source: str | None = None, index: int = 0) -> "PrivacyMode
 
 def build_models(policy: "DatasetPolicy") -> list["PrivacyModel"]:
     return [build_model(spec, policy.source, index) for index, spec in enumerate(policy.privacy)]
-
-
-def known_models() -> list[str]:
-    _load()
-    return sorted(_BUILDERS)

@@ -50,8 +50,7 @@ class Evaluator:
     def m_anonymous(self, node: Node, hint: Node | None = None) -> bool:
         """At most the allowed number of records lie in classes smaller than the smallest class size implied."""
         if self.minimal_class_size <= 1:
-            self.seen.add(node)
-            return True
+            return True   # no class size implied: nothing to compute, nothing checked
         _, sizes = self.classes(node, hint)
         return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
 

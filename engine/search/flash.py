@@ -140,8 +140,10 @@ class FlashSearch:
             self.progress.update(self.evaluator.checked - before)
         (self.anonymous if has_property else self.not_anonymous).tag(node)
         if self.prune_by_bound and self.incumbent.best is not None:
-            _, sizes = self.evaluator.cache.classes(node)
-            bound = max(self.quality.lower_bound(node), self.quality.lower_bound_from_classes(sizes))
+            class_bound = self.class_bounds.get(node)   # set when the check evaluated the node fully
+            if class_bound is None:
+                class_bound = self.quality.lower_bound_from_classes(self.evaluator.cache.classes(node)[1])
+            bound = max(self.quality.lower_bound(node), class_bound)
             if self.incumbent.rules_out(node, bound):
                 self.insufficient.tag(node)
         return has_property
