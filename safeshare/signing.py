@@ -1,0 +1,310 @@
+"""Ed25519 signatures and the site's trust store: what makes a seal mean something to someone who can write folders.
+
+A seal that is only a hash stored next to what it hashes proves nothing against a writer of that folder: the writer
+recomputes it. A signature does, as long as the private key is out of the writer's reach. Two kinds of key sign at a
+site, each held by the component that signs and readable by nobody else:
+
+* the **release key** (`SITE/keys/release-signing.key`, mode 0600, the custodian's user) signs release seals;
+* the **gateway key** (`SITE/secrets/gateway/signing.key`, mode 0600, the gateway's uid) signs session seals.
+
+Verifiers read only public keys, from the **trust store** (`SITE/trust.json`, written by the custodian, mounted
+read-only into the app container). Rotating a key adds a new one and marks the old one retired at a time: the old
+key still verifies what it signed before that time (old releases, old sessions) and nothing signed after.
+
+This module is a leaf: it depends on `cryptography` only, so the engine, the proxy, the enclave and deploy can all
+use it without depending on each other.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+ALGORITHM = "ed25519"
+TRUST_FORMAT = "safeshare-trust/1"
+PURPOSES = ("release", "gateway")
+
+
+class SignatureError(ValueError):
+    """A signature that does not prove what it should: missing, by an unknown or retired key, or not matching."""
+
+
+class KeyFileError(ValueError):
+    """A key or trust file that cannot be used (unreadable, wrong permissions, malformed)."""
+
+
+def canonical(document: Any) -> bytes:
+    """The bytes a signature covers: sorted keys, no spaces, ASCII, no NaN/Infinity (json.dumps raises on them)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise SignatureError(f"{what} is not base64 text")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise SignatureError(f"{what} is not valid base64") from None
+
+
+def key_id_of(public_raw: bytes) -> str:
+    """16 hex digits naming a public key (the start of the SHA-256 of its 32 raw bytes)."""
+    return hashlib.sha256(public_raw).hexdigest()[:16]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _parse_time(text: Any, what: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise SignatureError(f"{what} is not an ISO time: {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _write_private(path: Path, data: bytes, uid: int | None) -> None:
+    """Whole or absent, mode 0600 from the first byte (the temporary file is created 0600 by mkstemp)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o600)
+        if uid is not None and os.geteuid() == 0:
+            os.chown(tmp, uid, uid)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A private Ed25519 key loaded from its PEM file."""
+
+    private: Ed25519PrivateKey
+    path: Path | None = None
+
+    @property
+    def public_raw(self) -> bytes:
+        return self.private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @property
+    def key_id(self) -> str:
+        return key_id_of(self.public_raw)
+
+    @property
+    def public_b64(self) -> str:
+        return _b64(self.public_raw)
+
+    @classmethod
+    def generate(cls, path: str | Path, uid: int | None = None) -> "SigningKey":
+        """Create a new key at `path` (0600; owned by `uid` when run as root), replacing any key there."""
+        private = Ed25519PrivateKey.generate()
+        pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+        _write_private(Path(path), pem, uid)
+        return cls(private, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SigningKey":
+        """Load a key, refusing one that others can read (a key readable by the folder's writers signs for them)."""
+        path = Path(path)
+        try:
+            mode = path.stat().st_mode
+            data = path.read_bytes()
+        except OSError as exc:
+            raise KeyFileError(f"{path}: signing key not readable: {exc.strerror or exc}") from None
+        if mode & 0o077:
+            raise KeyFileError(f"{path}: signing key is readable or writable by others (mode {mode & 0o777:o}); "
+                            f"chmod 600 it, or rotate it if others may have read it")
+        try:
+            private = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError):
+            raise KeyFileError(f"{path}: not a PEM private key") from None
+        if not isinstance(private, Ed25519PrivateKey):
+            raise KeyFileError(f"{path}: not an Ed25519 key")
+        return cls(private, path)
+
+    def sign(self, message: bytes, signed_at: str | None = None) -> dict[str, str]:
+        """A signature record: {alg, key_id, signed_at, signature}. `signed_at` is covered by the signature, so a
+        retired key cannot be used to back-date new signatures past its retirement."""
+        signed_at = signed_at or _now()
+        signature = self.private.sign(_signed_bytes(message, self.key_id, signed_at))
+        return {"alg": ALGORITHM, "key_id": self.key_id, "signed_at": signed_at, "signature": _b64(signature)}
+
+
+def _signed_bytes(message: bytes, key_id: str, signed_at: str) -> bytes:
+    return b"safeshare-signature/1\n" + key_id.encode("ascii") + b"\n" + signed_at.encode("ascii") + b"\n" + message
+
+
+@dataclass
+class TrustedKey:
+    purpose: str
+    key_id: str
+    public_key: str  # base64 of the 32 raw bytes
+    created: str
+    retired: str | None = None  # signatures made after this time are refused
+    comment: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"purpose": self.purpose, "key_id": self.key_id, "public_key": self.public_key,
+                "created": self.created, "retired": self.retired, "comment": self.comment}
+
+
+@dataclass
+class TrustStore:
+    """The public keys a site trusts, per purpose. Verification never needs a private key."""
+
+    keys: list[TrustedKey] = field(default_factory=list)
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrustStore":
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise KeyFileError(f"{path}: trust store missing (no key is trusted)") from None
+        except (OSError, ValueError) as exc:
+            raise KeyFileError(f"{path}: trust store not readable JSON: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("format") != TRUST_FORMAT or not isinstance(raw.get("keys"), list):
+            raise KeyFileError(f"{path}: not a trust store (want {{'format': '{TRUST_FORMAT}', 'keys': [...]}})")
+        keys = []
+        for number, entry in enumerate(raw["keys"]):
+            where = f"{path}: keys[{number}]"
+            if not isinstance(entry, dict):
+                raise KeyFileError(f"{where}: not an object")
+            try:
+                key = TrustedKey(**entry)
+            except TypeError as exc:
+                raise KeyFileError(f"{where}: {exc}") from None
+            if key.purpose not in PURPOSES:
+                raise KeyFileError(f"{where}: field 'purpose' must be one of {', '.join(PURPOSES)}")
+            try:
+                raw_key = _unb64(key.public_key, "public_key")
+            except SignatureError as exc:
+                raise KeyFileError(f"{where}: {exc}") from None
+            if len(raw_key) != 32 or key_id_of(raw_key) != key.key_id:
+                raise KeyFileError(f"{where}: field 'key_id' does not match the public key")
+            keys.append(key)
+        return cls(keys, path)
+
+    @classmethod
+    def load_or_empty(cls, path: str | Path) -> "TrustStore":
+        return cls.load(path) if Path(path).exists() else cls([], Path(path))
+
+    def save(self, path: str | Path | None = None) -> None:
+        path = Path(path or self.path or "trust.json")
+        document = {"format": TRUST_FORMAT, "keys": [key.as_dict() for key in self.keys]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(document, indent=2) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+
+    def trusted(self, purpose: str) -> list[TrustedKey]:
+        return [key for key in self.keys if key.purpose == purpose]
+
+    def current(self, purpose: str) -> TrustedKey | None:
+        live = [key for key in self.trusted(purpose) if key.retired is None]
+        return live[-1] if live else None
+
+    def add(self, purpose: str, key: SigningKey, comment: str = "") -> TrustedKey:
+        """Trust `key` for `purpose`; the purpose's other live keys are retired now (rotation)."""
+        if purpose not in PURPOSES:
+            raise ValueError(f"purpose must be one of {PURPOSES}")
+        now = _now()
+        for other in self.trusted(purpose):
+            if other.retired is None and other.key_id != key.key_id:
+                other.retired = now
+        existing = [k for k in self.trusted(purpose) if k.key_id == key.key_id]
+        if existing:
+            return existing[0]
+        entry = TrustedKey(purpose, key.key_id, key.public_b64, now, None, comment)
+        self.keys.append(entry)
+        return entry
+
+    def verify(self, purpose: str, message: bytes, record: Any) -> TrustedKey:
+        """Return the key that made `record` over `message`, or raise SignatureError saying why not."""
+        if not record:
+            raise SignatureError("unsigned")
+        if not isinstance(record, dict):
+            raise SignatureError("signature is not an object")
+        if record.get("alg") != ALGORITHM:
+            raise SignatureError(f"signature algorithm {record.get('alg')!r} is not {ALGORITHM}")
+        key_id, signed_at = record.get("key_id"), record.get("signed_at")
+        if not isinstance(key_id, str) or not isinstance(signed_at, str):
+            raise SignatureError("signature lacks key_id or signed_at")
+        matches = [key for key in self.trusted(purpose) if key.key_id == key_id]
+        if not matches:
+            where = f" ({self.path})" if self.path else ""
+            raise SignatureError(f"signed by key {key_id}, which the site does not trust for {purpose}{where}")
+        key = matches[0]
+        public = Ed25519PublicKey.from_public_bytes(_unb64(key.public_key, "public_key"))
+        try:
+            public.verify(_unb64(record.get("signature"), "signature"), _signed_bytes(message, key_id, signed_at))
+        except InvalidSignature:
+            raise SignatureError(f"signature by key {key_id} does not match (the signed content was changed)") \
+                from None
+        if key.retired is not None and _parse_time(signed_at, "signed_at") > _parse_time(key.retired, "retired"):
+            raise SignatureError(f"signed by key {key_id} at {signed_at}, after it was retired at {key.retired}")
+        return key
+
+
+def ensure_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: int | None = None,
+               comment: str = "") -> SigningKey:
+    """The key at `key_path`, created (and trusted in `trust_path`) on first use."""
+    key_path = Path(key_path)
+    if key_path.exists():
+        key = SigningKey.load(key_path)
+    else:
+        key = SigningKey.generate(key_path, uid)
+    trust = TrustStore.load_or_empty(trust_path)
+    if not any(k.key_id == key.key_id for k in trust.trusted(purpose)):
+        trust.add(purpose, key, comment)
+        trust.save(trust_path)
+    return key
+
+
+def rotate_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: int | None = None,
+               comment: str = "") -> tuple[SigningKey, list[str]]:
+    """A new key replaces the one at `key_path`; the old keys of the purpose stay trusted for what they signed
+    before now. Returns the new key and the ids retired."""
+    trust = TrustStore.load_or_empty(trust_path)
+    retiring = [k.key_id for k in trust.trusted(purpose) if k.retired is None]
+    key = SigningKey.generate(key_path, uid)
+    trust.add(purpose, key, comment)
+    trust.save(trust_path)
+    return key, retiring
+
+
+def key_ids(keys: Iterable[TrustedKey]) -> list[str]:
+    return [key.key_id for key in keys]
