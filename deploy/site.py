@@ -153,6 +153,26 @@ class Site:
         return self.root / ".lock"
 
     @property
+    def keys(self) -> Path:
+        """The custodian's private keys (0700, the custodian's user): never mounted into any container."""
+        return self.root / "keys"
+
+    @property
+    def release_signing_key(self) -> Path:
+        """Signs release seals (`safeshare release`); 0600, the custodian's user."""
+        return self.keys / "release-signing.key"
+
+    @property
+    def gateway_signing_key(self) -> Path:
+        """Signs session seals; 0600, owned by the gateway's uid (SITE/secrets is mounted into the gateway)."""
+        return self.secrets / "gateway" / "signing.key"
+
+    @property
+    def trust_file(self) -> Path:
+        """The public keys the site trusts per purpose (0644, written by the custodian; read-only in containers)."""
+        return self.root / "trust.json"
+
+    @property
     def site_id(self) -> str:
         return self.settings.site_id
 
