@@ -1,10 +1,18 @@
 """Sealed release bundles and their verification by every consumer.
 
 `seal_release` copies a `safeshare deid` output folder into RELEASES/<dataset>/<id>/ only when its manifest verifies
-and its gate passed, and adds `seal.json` holding the SHA-256 of the manifest. `verify_bundle` is what consumers (the
-analytics app) call before touching data: a missing file, a changed byte, a hand-edited manifest or a failed gate
-raises `BundleError`. The copy is made in a temporary folder and renamed into place, so a bundle is either whole or
-absent.
+and its gate passed, and adds `seal.json` holding the SHA-256 of the manifest, **signed** with the custodian's release
+key (Ed25519, `safeshare.signing`). `verify_bundle` is what consumers (the analytics app, provisioning, `safeshare
+up`, `verify-release`) call before touching data: an unsigned seal, a signature by a key the site's trust store does
+not trust for releases, a signature that does not match the seal, a seal that does not match the manifest, a missing
+file, a changed byte or a failed gate raises `BundleError`. The copy is made in a temporary folder and renamed into
+place, so a bundle is either whole or absent.
+
+Why a signature: a hash stored next to what it hashes proves nothing to someone who can write the folder (they
+recompute it). The signature can only be made with the private key, which lives in SITE/keys (0700, the custodian's
+user) and never in the releases folder; the public keys live in SITE/trust.json. Default layout, when no key or
+trust store is named: the site whose releases folder RELEASES is, i.e. RELEASES/../keys/release-signing.key and
+RELEASES/../trust.json (a bundle RELEASES/<dataset>/<id> is checked against RELEASES/../trust.json).
 """
 from __future__ import annotations
 
@@ -13,15 +21,62 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from safeshare.signing import (KeyFileError, SignatureError, SigningKey, TrustedKey, TrustStore, canonical,
+                               ensure_key)
+
 SEAL = "seal.json"
 MANIFEST = "manifest.json"
+SEAL_FORMAT = "safeshare-seal/2"  # /1 was an unsigned hash; it no longer verifies
+PURPOSE = "release"
+KEYS_DIR = "keys"  # SITE/keys, as deploy.site.Site.keys
+RELEASE_KEY = "release-signing.key"  # SITE/keys/release-signing.key, as Site.release_signing_key
+TRUST_FILE = "trust.json"  # SITE/trust.json, as Site.trust_file
 
 
 class BundleError(RuntimeError):
     """A release bundle that must not be used (refused: exit 1 at the command line)."""
+
+
+def site_of_releases(releases: str | Path) -> Path:
+    """The site folder a releases store belongs to (RELEASES/..)."""
+    return Path(releases).absolute().parent
+
+
+def default_signing_key(releases: str | Path) -> Path:
+    return site_of_releases(releases) / KEYS_DIR / RELEASE_KEY
+
+
+def default_trust(releases: str | Path) -> Path:
+    return site_of_releases(releases) / TRUST_FILE
+
+
+def bundle_trust(folder: str | Path) -> Path:
+    """The trust store of the site a sealed bundle RELEASES/<dataset>/<id> lives in: RELEASES/../trust.json (the
+    folder is resolved first, so a release name's symlink leads to the same site)."""
+    return default_trust(Path(folder).resolve().parent.parent)
+
+
+def site_release_key(releases: str | Path, trust: str | Path | None = None, uid: int | None = None) -> SigningKey:
+    """The site's release key, created (SITE/keys 0700, the key 0600) and trusted in `trust` (default
+    SITE/trust.json) on first use."""
+    site = site_of_releases(releases)
+    keys = site / KEYS_DIR
+    keys.mkdir(parents=True, exist_ok=True)
+    os.chmod(keys, 0o700)
+    return ensure_key(keys / RELEASE_KEY, trust or site / TRUST_FILE, PURPOSE, uid, comment="release key of the site")
+
+
+def _trust_store(trust: TrustStore | str | Path) -> TrustStore:
+    if isinstance(trust, TrustStore):
+        return trust
+    try:
+        return TrustStore.load(trust)
+    except KeyFileError as exc:
+        raise BundleError(f"no release can be verified: {exc}") from None
 
 
 def _sha256_file(path: Path) -> str:
@@ -70,75 +125,150 @@ def verify_output(folder: str | Path) -> dict:
     return manifest
 
 
-def verify_bundle(folder: str | Path) -> dict:
-    """Verify a sealed bundle (seal, manifest, data, gate); return its manifest or raise BundleError."""
+@dataclass(frozen=True)
+class VerifiedBundle:
+    """What a verified bundle is: its manifest, its seal and the trusted key that signed the seal."""
+
+    manifest: dict
+    seal: dict
+    key: TrustedKey
+
+
+def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> VerifiedBundle:
+    """Verify a sealed bundle: the seal's signature by a key `trust` trusts for releases, the seal against the
+    manifest, the manifest against every file, and the gate verdict. Raises BundleError naming the reason."""
     folder = Path(folder)
+    store = _trust_store(trust)
     seal_path = folder / SEAL
     if not seal_path.is_file():
         raise BundleError(f"{seal_path}: missing: the bundle is not sealed")
     try:
         seal = json.loads(seal_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{seal_path}: not readable JSON: {exc}") from None
+    if not isinstance(seal, dict):
+        raise BundleError(f"{seal_path}: not a JSON object")
+    signed = {name: value for name, value in seal.items() if name != "signature"}
+    try:
+        message = canonical(signed)
+    except ValueError as exc:
+        raise BundleError(f"{seal_path}: cannot be signed content: {exc}") from None
+    try:
+        key = store.verify(PURPOSE, message, seal.get("signature"))
+    except SignatureError as exc:
+        hint = " (sealed without a signature: re-seal it with `safeshare release`)" if str(exc) == "unsigned" else ""
+        raise BundleError(f"{seal_path}: signature refused: {exc}{hint}") from None
+    if seal.get("format") != SEAL_FORMAT:
+        raise BundleError(f"{seal_path}: field 'format' is {seal.get('format')!r}, not {SEAL_FORMAT!r}")
     manifest_sha = _sha256_file(folder / MANIFEST) if (folder / MANIFEST).is_file() else None
     if manifest_sha is None or seal.get("manifest_sha256") != manifest_sha:
         raise BundleError(f"{folder / MANIFEST}: does not match the seal (edited after sealing?)")
-    return verify_output(folder)
+    manifest = verify_output(folder)
+    data_sha = manifest["data_sha256"]
+    for name, expected in (("data_sha256", data_sha), ("dataset", manifest.get("dataset")),
+                           ("release", str(data_sha)[:16])):
+        if seal.get(name) != expected:
+            raise BundleError(f"{seal_path}: field '{name}' is {seal.get(name)!r}, the manifest says {expected!r}")
+    return VerifiedBundle(manifest, seal, key)
 
 
-def seal_release(output: str | Path, releases: str | Path) -> Path:
-    """Copy a verified deid output into RELEASES/<dataset>/<id>/ with a seal; raise BundleError when refused."""
-    output = Path(output)
+def verify_bundle(folder: str | Path, trust: TrustStore | str | Path) -> dict:
+    """Verify a sealed bundle (signature, seal, manifest, data, gate) against the trust store `trust` (a TrustStore
+    or the path of a trust.json); return its manifest or raise BundleError."""
+    return check_bundle(folder, trust).manifest
+
+
+def _signing_key(releases: Path, signing_key: SigningKey | str | Path | None,
+                 trust: TrustStore | str | Path | None) -> SigningKey:
+    if isinstance(signing_key, SigningKey):
+        return signing_key
+    if signing_key is None:
+        return site_release_key(releases, trust.path if isinstance(trust, TrustStore) else trust)
+    if not Path(signing_key).is_file():
+        raise KeyFileError(f"{signing_key}: no such signing key (`safeshare site init` creates the site's key)")
+    return SigningKey.load(signing_key)
+
+
+def seal_release(output: str | Path, releases: str | Path, signing_key: SigningKey | str | Path | None = None,
+                 trust: TrustStore | str | Path | None = None) -> Path:
+    """Copy a verified deid output into RELEASES/<dataset>/<id>/ with a signed seal; raise BundleError when refused.
+
+    `signing_key` defaults to the site's release key (RELEASES/../keys/release-signing.key, created and trusted on
+    first use) and `trust` to RELEASES/../trust.json. The sealed bundle is verified against `trust` before it is
+    renamed into place, so a key the site does not trust is refused here rather than by every consumer. Raises
+    KeyFileError (bad input) for an unusable key or trust file."""
+    output, releases = Path(output), Path(releases)
+    if releases.exists() and not releases.is_dir():
+        raise BundleError(f"{releases}: not a folder (--to names the releases store)")
     manifest = verify_output(output)
     dataset = str(manifest.get("dataset", ""))
     if not dataset or Path(dataset).name != dataset or dataset.startswith("."):
         raise BundleError(f"{output / MANIFEST}: field 'dataset' is not a usable name: {dataset!r}")
+    key = _signing_key(releases, signing_key, trust)
+    store = trust if isinstance(trust, TrustStore) else TrustStore.load(trust or default_trust(releases))
     release_id = manifest["data_sha256"][:16]
-    target = Path(releases) / dataset / release_id
+    target = releases / dataset / release_id
     if target.exists():
-        verify_bundle(target)
-        return target  # sealing the same data twice changes nothing
+        try:
+            verify_bundle(target, store)
+            return target  # sealing the same data twice changes nothing
+        except BundleError:
+            pass  # an unsigned (older) or broken bundle of the same data: replaced below by a good one
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{release_id}.", dir=target.parent))
+    old: Path | None = None
     try:
         for name in [MANIFEST, *manifest["files"]]:
             shutil.copy2(output / name, staging / name)
         verify_output(staging)  # what was copied is what was verified
         seal = {
-            "format": "safeshare-seal/1",
+            "format": SEAL_FORMAT,
             "dataset": dataset,
             "release": release_id,
             "manifest_sha256": _sha256_file(staging / MANIFEST),
             "data_sha256": manifest["data_sha256"],
             "sealed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+        seal["signature"] = key.sign(canonical(seal))
         (staging / SEAL).write_text(json.dumps(seal, indent=2) + "\n", encoding="utf-8")
         for path in staging.iterdir():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
         os.chmod(staging, 0o755)
+        try:
+            verify_bundle(staging, store)
+        except BundleError as exc:
+            raise BundleError(f"the sealed copy does not verify against {store.path or 'the trust store'} "
+                              f"(is --signing-key trusted there?): {exc}") from None
+        if target.exists():
+            old = target.with_name(f".{release_id}.old.{os.getpid()}")
+            os.replace(target, old)
         os.replace(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return target
 
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
-def name_release(releases: str | Path, name: str, bundle: str | Path) -> Path:
+def name_release(releases: str | Path, name: str, bundle: str | Path,
+                 trust: TrustStore | str | Path | None = None) -> Path:
     """Point RELEASES/<name> (a relative symlink) at a sealed bundle, replacing an older one atomically.
 
     Recipient policies name releases (`release: adult-k5`); the name moves to a new bundle when the custodian seals
-    a new one, while sessions keep recording the bundle id they actually saw."""
+    a new one, while sessions keep recording the bundle id they actually saw. The bundle must verify against `trust`
+    (default RELEASES/../trust.json)."""
     releases, bundle = Path(releases), Path(bundle)
     if not name or set(name) - _NAME_CHARS or name.startswith(".") or len(name) > 100:
         raise BundleError(f"release name {name!r}: use letters, digits, '-', '_' and '.' (not first), at most 100")
     link = releases / name
     if link.exists() and not link.is_symlink():
         raise BundleError(f"{link}: exists and is not a release name (a dataset folder has that name)")
-    verify_bundle(bundle)
+    verify_bundle(bundle, trust if trust is not None else default_trust(releases))
     try:
         relative = bundle.resolve().relative_to(releases.resolve())
     except ValueError:
@@ -150,10 +280,12 @@ def name_release(releases: str | Path, name: str, bundle: str | Path) -> Path:
     return link
 
 
-def resolve_release(releases: str | Path, reference: str) -> Path:
+def resolve_release(releases: str | Path, reference: str, trust: TrustStore | str | Path | None = None) -> Path:
     """The sealed bundle a policy's `release` names: `<dataset>/<id>`, a name made by `name_release`, or a dataset
-    that holds exactly one bundle. Raises BundleError naming what exists when the reference fits nothing."""
+    that holds exactly one bundle; it must verify against `trust` (default RELEASES/../trust.json). Raises
+    BundleError naming what exists when the reference fits nothing."""
     releases = Path(releases)
+    store = _trust_store(trust if trust is not None else default_trust(releases))
     if not reference or reference.startswith(("/", ".")) or ".." in Path(reference).parts:
         raise BundleError(f"release {reference!r}: not a release reference")
     candidate = releases / reference
@@ -161,12 +293,12 @@ def resolve_release(releases: str | Path, reference: str) -> Path:
         target = candidate.resolve()
         if releases.resolve() not in target.parents:
             raise BundleError(f"release {reference!r}: {candidate} points outside {releases}")
-        verify_bundle(target)
+        verify_bundle(target, store)
         return target
     if candidate.is_dir():
         bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())
         if len(bundles) == 1:
-            verify_bundle(bundles[0])
+            verify_bundle(bundles[0], store)
             return bundles[0].resolve()
         if len(bundles) > 1:
             choices = ", ".join(f"{reference}/{p.name}" for p in bundles)

@@ -89,12 +89,17 @@ def run_risk(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
+    from safeshare.signing import KeyFileError
+
     from .bundle import BundleError, name_release, seal_release
 
     try:
-        target = seal_release(args.folder, args.to)
+        target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust)
         if args.name:
-            name_release(args.to, args.name, target)
+            name_release(args.to, args.name, target, trust=args.trust)
+    except KeyFileError as exc:
+        print(f"safeshare release: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except BundleError as exc:
         print(f"safeshare release: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -103,14 +108,24 @@ def run_release(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from .bundle import BundleError, verify_bundle
+    from safeshare.signing import KeyFileError, TrustStore
 
+    from .bundle import BundleError, bundle_trust, check_bundle
+
+    trust_path = Path(args.trust) if args.trust else bundle_trust(args.folder)
     try:
-        manifest = verify_bundle(args.folder)
+        trust = TrustStore.load(trust_path)
+    except KeyFileError as exc:
+        print(f"safeshare verify-release: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        verified = check_bundle(args.folder, trust)
     except BundleError as exc:
         print(f"safeshare verify-release: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    print(f"{args.folder}: sealed release of {manifest['dataset']} verifies (data sha256 {manifest['data_sha256']})")
+    manifest, signature = verified.manifest, verified.seal["signature"]
+    print(f"{args.folder}: sealed release of {manifest['dataset']} verifies (data sha256 {manifest['data_sha256']}; "
+          f"signed by release key {verified.key.key_id} at {signature['signed_at']}, trusted in {trust_path})")
     return EXIT_OK
 
 
@@ -147,18 +162,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     risk.set_defaults(func=run_risk)
 
     release = subparsers.add_parser(
-        "release", help="seal a deid output folder into the releases store, only if its gate passed",
-        description="Verify a `safeshare deid` output (file hashes, data sha256, gate verdict) and copy it into "
-                    "RELEASES/<dataset>/<id>/ with a seal. Exit 1 with the reasons when the gate did not pass or "
-                    "anything does not verify.")
+        "release", help="seal and sign a deid output folder into the releases store, only if its gate passed",
+        description="Verify a `safeshare deid` output (file hashes, data sha256, gate verdict), copy it into "
+                    "RELEASES/<dataset>/<id>/ and write seal.json: the manifest's SHA-256 signed with the site's "
+                    "release key (Ed25519). Default key and trust store: those of the site whose releases folder "
+                    "RELEASES is, i.e. RELEASES/../keys/release-signing.key (created 0600 in a 0700 folder on first "
+                    "use, like `safeshare site init`) and RELEASES/../trust.json (the key's public half is added "
+                    "there on creation). The sealed copy must verify against the trust store before it is renamed "
+                    "into place. Exit 1 with the reasons when the gate did not pass or anything does not verify, 2 "
+                    "for an unusable key or trust file.",
+    )
     release.add_argument("folder", help="output folder of safeshare deid")
-    release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases")
+    release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases "
+                                                                          "(SITE/releases)")
     release.add_argument("--name", help="also name the release (RELEASES/NAME, what recipient policies' `release:` "
                                         "refers to); moves an existing name to this bundle")
+    release.add_argument("--signing-key", metavar="FILE", help="Ed25519 private key (PEM, mode 0600) to sign with "
+                         "(default RELEASES/../keys/release-signing.key, created on first use)")
+    release.add_argument("--trust", metavar="FILE", help="trust store the sealed bundle must verify against "
+                         "(default RELEASES/../trust.json)")
     release.set_defaults(func=run_release)
 
     verify = subparsers.add_parser(
-        "verify-release", help="check a sealed release bundle as its consumers do",
-        description="Exit 0 when the seal, manifest, data hashes and gate verdict all verify, 1 otherwise.")
+        "verify-release", help="check a sealed release bundle as its consumers do (signature, seal, hashes, gate)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Check a sealed release bundle as the app, provisioning and `safeshare up` do: the seal
+is signed (Ed25519) by a key the trust store trusts for releases (a retired key only
+for what it signed before its retirement), the seal matches the manifest, the manifest
+matches every file, and the gate passed.
+
+Exit 0 when all of that holds; 1 when refused (unsigned, a key the site does not
+trust, a signature that does not match, any changed byte, a failed gate); 2 when the
+trust store cannot be used.
+
+What it proves, and against whom:
+  - a READER of the folder: the bundle holds no secret that lets anyone sign (the
+    private key is in SITE/keys, never next to a release), so reading a bundle gives
+    no way to make a forged one verify.
+  - a WRITER of the folder (the releases store or the bundle): any change is refused:
+    edited data, manifest or seal, a hand-written seal, a failed gate marked as passed,
+    raw data with every hash recomputed. A writer cannot re-sign without the private
+    release key. This holds as long as the key (SITE/keys/release-signing.key, 0600,
+    the custodian's user) and SITE/trust.json (written only by the custodian) are out
+    of the writer's reach.
+  - NOT against someone who holds the custodian's release signing key or can write
+    trust.json: they can sign, or trust a key of theirs for, anything.
+
+Trust store: --trust FILE, or by default that of the site the bundle lives in, i.e.
+RELEASES/../trust.json for a bundle RELEASES/<dataset>/<id>. Pass --trust for a copy
+of a bundle outside its site.""")
     verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>)")
+    verify.add_argument("--trust", metavar="FILE", help="the site's trust store (default: RELEASES/../trust.json of "
+                                                        "the site the bundle is in)")
     verify.set_defaults(func=run_verify)

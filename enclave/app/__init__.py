@@ -37,13 +37,15 @@ def _static_assets() -> dict[str, tuple[bytes, str]]:
             for path in sorted(STATIC.iterdir()) if path.suffix in STATIC_TYPES}
 
 
-def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str | Path = DEFAULT_STATE) -> FastAPI:
-    """Build the app for one sealed release bundle; raises ReleaseError when the bundle or database is refused."""
+def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str | Path = DEFAULT_STATE,
+               trust: str | Path | None = None) -> FastAPI:
+    """Build the app for one sealed release bundle; raises ReleaseError when the bundle (its signature checked
+    against the trust store `trust`, default the site's) or the database is refused."""
     from . import api, pages
     from .context import build_context
     from .security import SecurityMiddleware
 
-    context = build_context(bundle_dir, db_url, state_dir)
+    context = build_context(bundle_dir, db_url, state_dir, trust)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+TRUST_ENV = "SAFESHARE_TRUST"  # the trust store, when --trust is not given
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -63,13 +65,13 @@ async def _serve(app, sock: socket.socket) -> None:  # app: FastAPI
     await task
 
 
-def _import_release(bundle: str, db_url: str | None, state: str, report) -> None:
+def _import_release(bundle: str, db_url: str | None, state: str, trust: str | None, report) -> None:
     """Child process: verify and import the bundle into the release database (a no-op when it already holds it);
     sends None on success, else the message, to the parent (which prints it: one place for the CLI's errors)."""
     from .release import ReleaseError, load_release
 
     try:
-        load_release(bundle, db_url=db_url, state_dir=state).engine.dispose()
+        load_release(bundle, db_url=db_url, state_dir=state, trust=trust).engine.dispose()
     except ReleaseError as exc:
         report.send(str(exc))
     except Exception as exc:  # anything else is still a release that cannot be served
@@ -78,7 +80,7 @@ def _import_release(bundle: str, db_url: str | None, state: str, report) -> None
         report.send(None)
 
 
-def import_in_child(bundle: Path, db_url: str | None, state: Path) -> str | None:
+def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path | None = None) -> str | None:
     """Run the import in a fresh interpreter; returns None or the reason it failed. Parsing parquet needs pyarrow
     and much transient memory, and a process keeps both after they are freed; the serving process then finds the
     database holding the bundle and never loads pyarrow, so a running enclave's app stays near 100 MB, not 200."""
@@ -86,7 +88,8 @@ def import_in_child(bundle: Path, db_url: str | None, state: Path) -> str | None
 
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_import_release, args=(str(bundle), db_url, str(state), send),
+    child = context.Process(target=_import_release,
+                            args=(str(bundle), db_url, str(state), str(trust) if trust else None, send),
                             name="safeshare-app-import")
     child.start()
     send.close()
@@ -106,12 +109,13 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser())
+    trust = Path(args.trust) if args.trust else None
+    failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser(), trust)
     if failure is not None:
         print(f"safeshare app: {failure}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser())
+        app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser(), trust=trust)
     except ReleaseError as exc:
         print(f"safeshare app: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -134,11 +138,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     app = subparsers.add_parser(
         "app", help="serve the analytics web app for one sealed release bundle",
-        description="Verify a sealed release bundle (seal, hashes, gate verdict), import it into the release "
-                    "database (SQLite in --state by default, or PostgreSQL with --db) and serve the analytics app. "
-                    "Prints 'app ready: URL' once listening. Exit 2 when the bundle is refused.")
+        description="Verify a sealed release bundle (the seal's signature by a key the site's trust store trusts "
+                    "for releases, the seal, hashes, gate verdict), import it into the release database (SQLite "
+                    "in --state by default, or PostgreSQL with --db) and serve the analytics app. Prints 'app "
+                    "ready: URL' once listening. Exit 2 with the reason when the bundle is refused (unsigned, "
+                    "signed by an untrusted key, a signature that does not match, any changed byte).")
     app.add_argument("--bundle", required=True, metavar="SEALED_DIR", help="a sealed release folder "
                      "(RELEASES/<dataset>/<id>, as written by `safeshare release`)")
+    app.add_argument("--trust", default=os.environ.get(TRUST_ENV) or None, metavar="FILE",
+                     help=f"the site's trust store (trust.json; provisioning mounts it read-only). Default: "
+                          f"${TRUST_ENV}, else the trust.json of the site the bundle lives in "
+                          f"(RELEASES/../trust.json for RELEASES/<dataset>/<id>)")
     app.add_argument("--db", default=None, metavar="URL",
                      help="release database URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in --state)")
     app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",

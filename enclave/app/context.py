@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
 import re
 import time
 from collections.abc import Iterable
@@ -93,13 +92,15 @@ def release_freed_memory() -> None:
         pass
 
 
-def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path) -> AppContext:
-    """Verify and import the bundle, read it once into codes, open the workspace (raises ReleaseError)."""
+def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path,
+                  trust: str | Path | None = None) -> AppContext:
+    """Verify (signature against the trust store `trust`, default the site's) and import the bundle, read it once
+    into codes, open the workspace (raises ReleaseError)."""
     started = time.perf_counter()
-    release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir)
+    release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir, trust=trust)
     qis = list((release.manifest.get("transformation") or {}).keys())
     table = CodedTable(read_coded_columns(release), quasi_identifiers=qis)
-    seal = json.loads((Path(bundle_dir) / "seal.json").read_text(encoding="utf-8"))
+    seal = release.seal  # the seal as verified, not re-read from a folder that may have changed since
     workspace = Workspace(Path(state_dir) / WORKSPACE_NAME)
     release_freed_memory()
     slugs: dict[str, str] = {}

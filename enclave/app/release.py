@@ -1,7 +1,8 @@
 """Load one sealed release bundle into the app's database, then open that database read-only.
 
-Security invariant 1 of DESIGN.md: the app touches data only after `engine.bundle.verify_bundle` has checked the seal,
-the manifest, every file's hash and the gate verdict. The verified parquet file is imported into a SQL table (bulk
+Security invariant 1 of DESIGN.md: the app touches data only after `engine.bundle.check_bundle` has checked the seal's
+signature against the site's trust store (a key trusted for releases; the store is mounted read-only into the app's
+container), the seal, the manifest, every file's hash and the gate verdict. The verified parquet file is imported into a SQL table (bulk
 inserts in chunks), together with a one-row-per-key metadata table holding the bundle's data_sha256, so that a later
 start with the same database skips the import and a start with another bundle replaces it. After the import the
 database is reopened read-only: SQLite through a `mode=ro` URI on a file that is also chmod 0444, PostgreSQL through
@@ -23,7 +24,8 @@ from urllib.parse import quote
 import numpy as np
 import sqlalchemy as sa
 
-from engine.bundle import BundleError, verify_bundle
+from engine.bundle import BundleError, VerifiedBundle, bundle_trust, check_bundle
+from safeshare.signing import KeyFileError, TrustStore
 
 from .table import MISSING, Column, code_dtype, encode_labels, label_key
 
@@ -50,19 +52,33 @@ class LoadedRelease:
     imported: bool  # False when the database already held this bundle
     import_seconds: float
     columns: list[str] = field(default_factory=list)
+    seal: dict = field(default_factory=dict)  # as verified (signature included)
+    trust_file: str = ""  # the trust store the signature was checked against
 
     @property
     def release_id(self) -> str:
         return str(self.manifest["data_sha256"])[:16]
 
 
-def verify(folder: str | Path) -> dict:
-    """verify_bundle with a message that always names the folder (the CLI prints it and exits 2)."""
+def trust_for(folder: str | Path, trust: str | Path | None) -> Path:
+    """The trust store to check a bundle against: the one given, else that of the site the bundle lives in
+    (RELEASES/../trust.json for RELEASES/<dataset>/<id>)."""
+    return Path(trust) if trust else bundle_trust(folder)
+
+
+def verify(folder: str | Path, trust: str | Path | None = None) -> VerifiedBundle:
+    """check_bundle with a message that always names the folder and the reason (the CLI prints it and exits 2):
+    an unsigned or wrongly-signed bundle, or a trust store that cannot be read, is refused like any other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReleaseError(f"{folder}: refused: not a folder")
+    trust_path = trust_for(folder, trust)
     try:
-        return verify_bundle(folder)
+        store = TrustStore.load(trust_path)
+    except KeyFileError as exc:
+        raise ReleaseError(f"refused bundle {folder}: no signature can be checked: {exc}") from None
+    try:
+        return check_bundle(folder, store)
     except BundleError as exc:
         message = str(exc)
         if str(folder) not in message:
@@ -181,10 +197,13 @@ def _fast_sqlite(dbapi_connection, _record) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
-def load_release(folder: str | Path, db_url: str | None = None, state_dir: str | Path = ".") -> LoadedRelease:
-    """Verify the bundle, import it unless the database already holds it, and return a read-only engine."""
+def load_release(folder: str | Path, db_url: str | None = None, state_dir: str | Path = ".",
+                 trust: str | Path | None = None) -> LoadedRelease:
+    """Verify the bundle against the trust store `trust` (default: the site's, see `trust_for`), import it unless
+    the database already holds it, and return a read-only engine."""
     folder = Path(folder)
-    manifest = verify(folder)
+    verified = verify(folder, trust)
+    manifest = verified.manifest
     started = time.perf_counter()
     # Import from the very bytes that are hashed here, not by reopening the file: what is imported is what verified.
     raw = (folder / "data.parquet").read_bytes()
@@ -248,7 +267,8 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                            f" {type(exc).__name__}: {exc}".splitlines()[0]) from None
     columns = [str(c["name"]) for c in sa.inspect(engine).get_columns(DATA_TABLE) if c["name"] != ROW_ID]
     return LoadedRelease(folder=folder, manifest=manifest, engine=engine, db_url=url_for_display,
-                         imported=imported, import_seconds=time.perf_counter() - started, columns=columns)
+                         imported=imported, import_seconds=time.perf_counter() - started, columns=columns,
+                         seal=verified.seal, trust_file=str(trust_for(folder, trust)))
 
 
 def _packed_groups(names: list[str], sizes: dict[str, int]) -> list[list[str]]:

@@ -1,5 +1,5 @@
-"""The app loads exactly one sealed release bundle: anything else is refused (exit 2 at the command line), and the
-release database follows the bundle it was started with."""
+"""The app loads exactly one sealed release bundle, signed by a key the site trusts: anything else is refused (exit 2
+at the command line, naming the reason), and the release database follows the bundle it was started with."""
 from __future__ import annotations
 
 import json
@@ -14,8 +14,9 @@ from enclave.app import ReleaseError, create_app
 from enclave.app.release import META_TABLE, SQLITE_NAME, load_release
 from enclave.app.table import CodedTable, label_key
 from safeshare.cli import main
-from tests.enclave.test_app_support import (TestClient, forged_failed_gate_bundle, small_frame, synthetic_bundle,
-                                             write_output)
+from safeshare.signing import SigningKey, canonical
+from tests.enclave.test_app_support import (DATA, TestClient, forged_failed_gate_bundle, small_frame,
+                                             synthetic_bundle, write_output)
 
 
 @pytest.fixture
@@ -23,17 +24,22 @@ def sealed(tmp_path) -> Path:
     return synthetic_bundle(tmp_path, small_frame())
 
 
-def refused(folder: Path, tmp_path: Path, capsys, match: str) -> None:
+def refused(folder: Path, tmp_path: Path, capsys, match: str, trust: Path | None = None) -> None:
+    """Refused by create_app and by `safeshare app` (exit 2, the folder and the reason on stderr), nothing imported.
+    `trust` defaults to the trust store of the site `sealed` and `synthetic_bundle` make (tmp_path/trust.json)."""
+    trust = trust or tmp_path / "trust.json"
     with pytest.raises(ReleaseError, match=match) as info:
-        create_app(folder, state_dir=tmp_path / "state")
+        create_app(folder, state_dir=tmp_path / "state", trust=trust)
     assert str(folder) in str(info.value)
-    assert main(["app", "--bundle", str(folder), "--state", str(tmp_path / "state"), "--port", "0"]) == 2
+    assert main(["app", "--bundle", str(folder), "--state", str(tmp_path / "state"), "--port", "0",
+                 "--trust", str(trust)]) == 2
     err = capsys.readouterr().err
     assert str(folder) in err and "refused" in err
+    assert all(part in err for part in match.split(".*"))
     assert not (tmp_path / "state" / SQLITE_NAME).exists()  # nothing was imported
 
 
-def test_unsealed_folder_is_refused(tmp_path, capsys) -> None:
+def test_unsealed_folder_is_refused(sealed, tmp_path, capsys) -> None:
     folder = tmp_path / "out"
     write_output(folder, small_frame())  # a deid output that was never sealed
     refused(folder, tmp_path, capsys, "not sealed")
@@ -57,12 +63,84 @@ def test_hand_edited_manifest_is_refused(sealed, tmp_path, capsys) -> None:
     refused(copy, tmp_path, capsys, "seal")
 
 
-def test_failed_gate_is_refused_even_with_a_matching_seal(tmp_path, capsys) -> None:
-    refused(forged_failed_gate_bundle(tmp_path, small_frame()), tmp_path, capsys, "gate did not pass")
+def test_failed_gate_is_refused_even_with_a_matching_seal(sealed, tmp_path, capsys) -> None:
+    """A hand-written seal (what a writer of the folder can make) is refused for its missing signature; one signed
+    with the site's own key (what only the custodian can make) still meets the app's own check of the gate."""
+    forged = forged_failed_gate_bundle(tmp_path, small_frame())
+    refused(forged, tmp_path, capsys, "signature refused: unsigned")
+    seal = json.loads((forged / "seal.json").read_text())
+    manifest = json.loads((forged / "manifest.json").read_text())
+    seal.update(format="safeshare-seal/2", data_sha256=manifest["data_sha256"], release=manifest["data_sha256"][:16])
+    seal["signature"] = SigningKey.load(tmp_path / "keys" / "release-signing.key").sign(canonical(seal))
+    (forged / "seal.json").write_text(json.dumps(seal))
+    refused(forged, tmp_path, capsys, "gate did not pass")
 
 
 def test_missing_folder_is_refused(tmp_path, capsys) -> None:
     refused(tmp_path / "nowhere", tmp_path, capsys, "not a folder")
+
+
+def test_unsigned_bundle_is_refused(sealed, tmp_path, capsys) -> None:
+    """A seal without a signature (an older unkeyed seal, or one a writer of the folder wrote) is refused: exit 2."""
+    seal = json.loads((sealed / "seal.json").read_text())
+    del seal["signature"]
+    (sealed / "seal.json").write_text(json.dumps(seal))
+    refused(sealed, tmp_path, capsys, "signature refused: unsigned")
+
+
+def test_wrongly_signed_bundle_is_refused(sealed, tmp_path, capsys) -> None:
+    """Signed by a key the site does not trust, or a signature that no longer matches the seal: exit 2."""
+    seal = json.loads((sealed / "seal.json").read_text())
+    original = dict(seal)
+    del seal["signature"]
+    seal["signature"] = SigningKey.generate(tmp_path / "forger.key").sign(canonical(seal))
+    (sealed / "seal.json").write_text(json.dumps(seal))
+    refused(sealed, tmp_path, capsys, "signed by key.*which the site does not trust")
+    (sealed / "seal.json").write_text(json.dumps({**original, "sealed_at": "2030-01-01T00:00:00+00:00"}))
+    refused(sealed, tmp_path, capsys, "does not match")
+
+
+def test_raw_data_with_recomputed_hashes_is_refused(sealed, tmp_path, capsys) -> None:
+    """Forgery 1 of issue 12: the raw ADULT table as data.parquet, manifest files/data_sha256/records and the seal's
+    manifest_sha256 recomputed. The unkeyed seal let the app serve the raw data; the signature does not match."""
+    import hashlib
+
+    raw_csv = DATA / "adult" / "adult.csv"
+    if not raw_csv.is_file():
+        pytest.skip(f"{raw_csv} not found")
+    raw = pd.read_csv(raw_csv, sep=";")
+    raw.to_parquet(sealed / "data.parquet")
+    data_sha = hashlib.sha256((sealed / "data.parquet").read_bytes()).hexdigest()
+    manifest = json.loads((sealed / "manifest.json").read_text())
+    manifest.update(records=len(raw), data_sha256=data_sha, files={"data.parquet": data_sha},
+                    transformation={name: 0 for name in raw.columns})
+    (sealed / "manifest.json").write_text(json.dumps(manifest))
+    seal = json.loads((sealed / "seal.json").read_text())
+    seal.update(manifest_sha256=hashlib.sha256((sealed / "manifest.json").read_bytes()).hexdigest(),
+                data_sha256=data_sha, release=data_sha[:16])
+    (sealed / "seal.json").write_text(json.dumps(seal))
+    refused(sealed, tmp_path, capsys, "signature by key.*does not match")
+
+
+def test_trust_store_given_or_found(sealed, tmp_path, monkeypatch, capsys) -> None:
+    """Without --trust the app checks against the site the bundle lives in; a copy elsewhere needs --trust or
+    $SAFESHARE_TRUST, and a missing trust store is a refusal naming it (fail closed)."""
+    app = create_app(sealed, state_dir=tmp_path / "state0")  # RELEASES/../trust.json
+    assert app.state.ctx.seal["signature"]["key_id"] == SigningKey.load(tmp_path / "keys" /
+                                                                        "release-signing.key").key_id
+    app.state.ctx.release.engine.dispose()
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(sealed, copy)
+    refused(copy, tmp_path, capsys, "trust store missing", trust=tmp_path / "missing.json")
+    with pytest.raises(ReleaseError, match="trust store missing"):
+        create_app(copy, state_dir=tmp_path / "state")
+    monkeypatch.setenv("SAFESHARE_TRUST", str(tmp_path / "trust.json"))
+    from enclave.app.cli import import_in_child
+    from safeshare.cli import build_parser
+
+    args = build_parser().parse_args(["app", "--bundle", str(copy)])
+    assert args.trust == str(tmp_path / "trust.json")
+    assert import_in_child(copy, None, tmp_path / "state", Path(args.trust)) is None
 
 
 def test_synthetic_bundle_serves_naturally_ordered_labels(sealed, tmp_path) -> None:
@@ -155,13 +233,13 @@ def test_data_changed_between_verification_and_import_is_refused(sealed, tmp_pat
     shutil.copytree(sealed, copy)
     real_verify = release_module.verify
 
-    def verify_then_swap(folder):
-        manifest = real_verify(folder)
+    def verify_then_swap(folder, trust=None):
+        verified = real_verify(folder, trust)
         write_output(tmp_path / "other", small_frame().iloc[:10])
         shutil.copy(tmp_path / "other" / "data.parquet", copy / "data.parquet")
-        return manifest
+        return verified
 
     monkeypatch.setattr(release_module, "verify", verify_then_swap)
     with pytest.raises(ReleaseError, match="changed after verification"):
-        load_release(copy, state_dir=tmp_path / "state")
+        load_release(copy, state_dir=tmp_path / "state", trust=tmp_path / "trust.json")
     assert not (tmp_path / "state" / SQLITE_NAME).exists()
