@@ -1,10 +1,16 @@
-"""The custodian service: the provisioning commands over HTTP (FastAPI, OpenAPI at /docs and /openapi.json).
+"""The custodian service: the provisioning commands over HTTP (FastAPI, OpenAPI schema at /openapi.json).
 
-Every endpoint but /healthz needs `Authorization: Bearer <key>` with a key from `safeshare custodian key add`. Keys
-have a role: `custodian` may provision and revoke, `auditor` may only read (recipients, audit events). A missing or
-unknown key gets 401, a key without the role 403 (recorded as a refused audit event, since it is an attempt by a
-known holder). The service also enforces expiry: every `expiry_interval` seconds it revokes recipients whose
-policy expired, as the actor `system:expiry`.
+There is no /docs or /redoc page: FastAPI's pages load Swagger UI and ReDoc from a CDN, which would run third-party
+script in the custodian's browser next to their API key; the schema is enough for clients and tools.
+
+Every endpoint but /healthz (and the static player page) needs `Authorization: Bearer <key>` with a key from
+`safeshare custodian key add`. Keys have a role: `custodian` may provision and revoke, `auditor` may only read
+(recipients, audit events, recorded sessions). A missing, malformed, unknown or revoked key gets 401 and an
+`auth-failed` audit event with the reason and the source address (rate-limited per source, see audit_limits); a key
+without the role 403 (recorded as `api-denied`, an attempt by a known holder). Every endpoint that serves a recorded
+session's content records `session-viewed` with the key, its role, the session and the endpoint (once per key,
+session and endpoint every few minutes, not once per byte range). The service also enforces expiry: every
+`expiry_interval` seconds it revokes recipients whose policy expired, as the actor `system:expiry`.
 
 Provisioning takes seconds and talks to the Docker engine synchronously, so the endpoints are plain functions
 (FastAPI runs them in its thread pool) and the site lock in Provisioner orders them against each other and the CLI.
@@ -21,21 +27,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
+from deploy.audit_limits import AuthFailureLog, ViewLog
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
 from proxy.audit.player import prepare, prepare_ended
-from proxy.audit.sessions import find_sessions
+from proxy.audit.sessions import find_sessions, read_meta
 from proxy.audit.verify import verify_session
 from proxy.tokens import parse_ttl
 
 STATIC = Path(__file__).resolve().parent / "static"
 SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,127}")
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,19}")
 PLAYER_CSP = ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; "
               "img-src 'self' blob: data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -54,15 +62,48 @@ class RevokeRequest(BaseModel):
     reason: str = Field("revoked by the custodian", max_length=500)
 
 
-def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0) -> FastAPI:
+def bearer_token(header: str | None) -> tuple[str | None, str]:
+    """The key of an `Authorization: Bearer <key>` header and "ok", or None and "missing" / "malformed"."""
+    if header is None:
+        return None, "missing"
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+        return None, "malformed"
+    return token, "ok"
+
+
+def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0,
+               auth_log: AuthFailureLog | None = None, view_log: ViewLog | None = None) -> FastAPI:
+    """The service for one site. `auth_log` and `view_log` bound what unauthenticated requests and session views
+    write to the audit log (tests pass their own, with a clock they control)."""
     records = provisioner.records
+    auth_log = auth_log or AuthFailureLog(records)
+    view_log = view_log or ViewLog(records)
+
+    def refuse(request: Request, reason: str) -> HTTPException:
+        """Record a failed authentication (rate-limited per source) and the 401 to raise."""
+        detail: dict[str, Any] = {"method": request.method, "path": request.url.path[:200]}
+        if reason.startswith("revoked:"):
+            reason, detail["key"] = "revoked", reason.partition(":")[2]
+        elif reason == "malformed":
+            scheme = (request.headers.get("authorization") or "").strip().partition(" ")[0]
+            detail["scheme"] = scheme if SCHEME.fullmatch(scheme) else "?"
+        auth_log.record(request.client.host if request.client else "unknown", reason, **detail)
+        return HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)",
+                             headers={"WWW-Authenticate": "Bearer"})
 
     def holder(role: str) -> Callable[..., ApiKey]:
-        def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> ApiKey:
-            key = records.check_key(credentials.credentials if credentials else None)
+        def check(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)) -> ApiKey:
+            # the header is parsed here rather than by HTTPBearer (kept for the OpenAPI schema), which answers
+            # None alike for a missing and a malformed header
+            token, reason = bearer_token(request.headers.get("authorization"))
+            key = None
+            if token is not None:
+                key, reason = records.identify_key(token)
             if key is None:
-                raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)",
-                                    headers={"WWW-Authenticate": "Bearer"})
+                raise refuse(request, reason)
+            auth_log.flush()  # a window that has ended gets its summary even when the flood has stopped
             if role in ("custodian", "auditor") and key.role != role:
                 records.audit(f"api:{key.name}", "api-denied", "refused", None, needed=role, role=key.role)
                 raise HTTPException(403, f"the key {key.name!r} has the role {key.role!r}; this needs {role!r}")
@@ -81,17 +122,25 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
             raise HTTPException(404, f"no session {session!r}")
         return folder
 
+    def viewed(key: ApiKey, folder: Path, endpoint: str, recipient: str | None = None) -> None:
+        """Record that `key` is about to be shown session content (before it is: if the event cannot be written,
+        nothing is served)."""
+        view_log.record(key.name, key.role, folder.name, endpoint,
+                        recipient if recipient is not None else read_meta(folder).get("recipient"))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_expiry_loop(provisioner, expiry_interval)) if expiry_interval else None
+        task = asyncio.create_task(_expiry_loop(provisioner, expiry_interval, auth_log)) if expiry_interval else None
         try:
             yield
         finally:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            auth_log.flush(force=True)  # the dropped failures of the last window are not lost at shutdown
 
     app = FastAPI(title="safeshare custodian service", version="1", lifespan=lifespan,
+                  docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None,
                   description="Provision and revoke per-recipient enclaves, list who has access, read the audit "
                               "log. Bearer API keys with the role custodian (changes) or auditor (reads).")
 
@@ -171,7 +220,9 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
 
     @app.get("/audit/sessions/{session}/verify", summary="integrity of one session: chain, seal, recording hash")
     def audit_verify(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
-        return verify_session(session_folder(session)).as_dict()
+        folder = session_folder(session)
+        viewed(key, folder, "verify")
+        return verify_session(folder).as_dict()
 
     @app.get("/audit/sessions/{session}/player", summary="the prepared player's index: frames, markers, key log")
     def audit_player(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
@@ -180,7 +231,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
             player = prepare(folder, player_cache)
         except (FileNotFoundError, ValueError) as exc:
             raise HTTPException(409, f"session {session}: {exc}") from None
-        records.audit(f"api:{key.name}", "session-viewed", "ok", player.index.get("recipient"), session=session)
+        viewed(key, folder, "player", player.index.get("recipient"))
         return {**player.index, "frames_url": f"/audit/sessions/{session}/frames", "verified":
                 verify_session(folder).ok}
 
@@ -190,6 +241,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         path = player_cache / folder.name / "frames.bin"
         if not path.is_file():
             raise HTTPException(409, "prepare the player first (GET .../player)")
+        viewed(key, folder, "frames")
         return FileResponse(path, media_type="application/octet-stream", headers={"Cache-Control": "no-store"})
 
     return app
@@ -201,8 +253,9 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
-    """Expiry and the players of newly ended sessions every `interval` seconds, session retention every hour."""
+async def _expiry_loop(provisioner: Provisioner, interval: float, auth_log: AuthFailureLog) -> None:
+    """Expiry and the players of newly ended sessions every `interval` seconds, session retention every hour, and
+    the summary of failed authentications once their window has ended."""
     from deploy.retention import apply_retention
     from proxy.db import utcnow
 
@@ -222,6 +275,10 @@ async def _expiry_loop(provisioner: Provisioner, interval: float) -> None:
                 log.info("prepared the player of %d ended session(s)", len(prepared))
         except Exception as exc:
             log.error("player preparation failed: %s", exc)
+        try:
+            await asyncio.to_thread(auth_log.flush)
+        except Exception as exc:
+            log.error("writing the summary of failed authentications failed: %s", exc)
         if loop.time() - last_retention >= 3600:
             last_retention = loop.time()
             try:

@@ -177,8 +177,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([event.as_dict() for event in events], indent=2))
     else:
-        for event in events:
-            detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k not in ("containers",))
+        for event in events:  # nested details (an auth-failed summary's reasons) compactly, as JSON
+            detail = ", ".join(f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
+                               for k, v in event.detail.items() if k not in ("containers",))
             print(f"{event.at:%Y-%m-%d %H:%M:%S} {event.actor:<20} {event.action:<14} {event.outcome:<9} "
                   f"{event.recipient or '-':<20} {detail}")
     return EXIT_OK
@@ -253,7 +254,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cu = subparsers.add_parser("custodian", help="the custodian service (HTTP API) and its API keys and audit log")
     sub = cu.add_subparsers(dest="custodian_command", metavar="SUBCOMMAND")
     sub.required = True
-    sv = sub.add_parser("serve", help="serve the custodian HTTP API (OpenAPI at /docs); enforces expiry every minute",
+    sv = sub.add_parser("serve", help="serve the custodian HTTP API (/openapi.json); enforces expiry every minute",
                         description="FastAPI service with the provisioning commands as endpoints. Every request "
                                     "needs `Authorization: Bearer <key>` (`safeshare custodian key add`); "
                                     "custodian keys may change things, auditor keys only read.")
@@ -280,7 +281,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(kr)
     kr.set_defaults(func=_guarded('key revoke', cmd_key_revoke))
 
-    ev = sub.add_parser("events", help="the custodian audit log: who did what, when")
+    ev = sub.add_parser("events", help="the custodian audit log: who did what, when (also failed "
+                                       "authentications, auth-failed, and session views, session-viewed)")
     ev.add_argument("--recipient")
     ev.add_argument("--action")
     ev.add_argument("--limit", type=int, default=1000)

@@ -223,10 +223,20 @@ class Records:
 
     def check_key(self, key: str | None) -> ApiKey | None:
         """The key's holder, or None for a missing, unknown or revoked key."""
-        if not key or len(key) > 200:
-            return None
+        holder, _ = self.identify_key(key)
+        return holder
+
+    def identify_key(self, key: str | None) -> tuple[ApiKey | None, str]:
+        """The key's holder and "ok", or None and why not: "missing", "unknown" (also a key too long to be one) or
+        "revoked:<name the key had>" (so that the audit log can say whose old key is still being tried)."""
+        if not key:
+            return None, "missing"
+        if len(key) > 200:
+            return None, "unknown"
         with self._session() as db:
             row = db.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == hash_key(key)))
-            if row is None or row.revoked_at is not None:
-                return None
-            return ApiKey(row.name, row.role, row.created_at, row.revoked_at)
+            if row is None:
+                return None, "unknown"
+            if row.revoked_at is not None:
+                return None, f"revoked:{row.name.split('#revoked-')[0]}"
+            return ApiKey(row.name, row.role, row.created_at, row.revoked_at), "ok"
