@@ -17,8 +17,9 @@ EXIT_BAD_INPUT = 2
 
 
 def _home_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--home", help="folder for logs, releases, sessions and state (default: $SAFESHARE_HOME or "
-                                       "./.safeshare)")
+    parser.add_argument("--home", help="folder for logs, releases, sessions and state, laid out like a site: the "
+                                       "release key in HOME/keys, the trust store HOME/trust.json (default: "
+                                       "$SAFESHARE_HOME or ./.safeshare)")
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -35,6 +36,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from engine.errors import InputError
     from proxy.limits import PolicyError
     from proxy.tokens import parse_ttl
+    from safeshare.signing import KeyFileError
 
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -55,7 +57,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         ready = enclave.start()
-    except (InputError, PolicyError) as exc:
+    except (InputError, PolicyError, KeyFileError) as exc:  # KeyFileError: HOME/keys or HOME/trust.json unusable
         print(f"safeshare up: {exc}", file=sys.stderr)
         code = EXIT_BAD_INPUT
     except (BundleError, NoSolutionError, AlreadyRunning, ComponentFailed) as exc:

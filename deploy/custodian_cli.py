@@ -113,11 +113,15 @@ def cmd_recipients(args: argparse.Namespace) -> int:
         return _fail("recipients", exc)
     try:
         rows = provisioner.recipients(include_ended=args.all, with_containers=not args.no_engine)
+        gateway = None if args.no_engine or args.json else provisioner.gateway_state()
     finally:
         provisioner.close()
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
+    if gateway is not None:  # running, stopped, absent (`safeshare site down` removed it) or unknown (no engine)
+        print(f"gateway {gateway['state']}" + (f" ({gateway['container']}, {gateway['url']})"
+                                               if gateway["container"] else ""))
     if not rows:
         print("no recipients")
         return EXIT_OK

@@ -5,7 +5,8 @@ release (refused if the gate fails), start the analytics app on that bundle, the
 the demo recipient bound to the kiosk's VNC endpoint, and start the gateway. Everything writes under one home folder:
 
     HOME/logs/           one log per component (deid, app, kiosk, gateway) and the kiosk's own logs
-    HOME/releases/       sealed bundles
+    HOME/releases/       sealed bundles, signed with HOME/keys/release-signing.key (made on first use, 0600)
+    HOME/trust.json      the public keys the app checks the seal's signature against (a site's layout)
     HOME/sessions/       session folders (events.jsonl, recording, meta.json)
     HOME/safeshare.db    tokens and targets (SQLite unless --db says otherwise)
     HOME/up.json         what runs (pids, URLs), for `safeshare status` and `safeshare down`; removed on stop
@@ -36,6 +37,7 @@ DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
 DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
 APP_TITLE = "safeshare"  # every page of the analytics app has a title starting with this (the kiosk checks it)
 STATE_FILE = "up.json"
+TRUST_FILE = "trust.json"  # HOME/trust.json, as a site's SITE/trust.json
 READY_TIMEOUT = 60.0
 
 
@@ -120,7 +122,8 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     say(f"de-identified {manifest['dataset']}: {manifest['records']} records, {manifest['suppressed_records']} "
         f"suppressed, loss quality {manifest['quality'].get('loss', float('nan')):.4f}, gate "
         f"{'passed' if gate.get('passed') else 'FAILED'} ({result.seconds:.1f} s)")
-    return seal_release(out, home / "releases")
+    # Signed with HOME/keys/release-signing.key, trusted in HOME/trust.json: both made on first use, as at a site.
+    return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 
 
 class LocalEnclave:
@@ -161,8 +164,9 @@ class LocalEnclave:
         app_port = cfg.app_port or free_port()
         app_url = f"http://127.0.0.1:{app_port}/"
         self.say(f"[2/5] analytics app on {app_url}")
-        app = self._spawn("app", safeshare_argv("app", "--bundle", str(bundle), "--state", str(home / "app"),
-                                                "--host", "127.0.0.1", "--port", str(app_port)))
+        app = self._spawn("app", safeshare_argv("app", "--bundle", str(bundle), "--trust", str(home / TRUST_FILE),
+                                                "--state", str(home / "app"), "--host", "127.0.0.1",
+                                                "--port", str(app_port)))
         app.wait_for(lambda text: "app ready" in text, READY_TIMEOUT, "the app's ready line")
         _wait_http(app_url, READY_TIMEOUT, app)
 

@@ -9,6 +9,12 @@ the site's one gateway, through the Docker API.
                        and the VNC secret removed; session recordings and the policy copy stay.
     enforce_expiry()   revoke every recipient whose policy expired (the custodian service runs it every minute;
                        `safeshare revoke --expired` runs it once, e.g. from cron).
+    site_down()        remove the site's gateway container and front network (`safeshare site down`), e.g. once
+                       the last recipient is revoked; refused while enclaves remain unless forced.
+
+The release is verified against the site's trust store (SITE/trust.json) before anything starts, and that file is
+mounted read-only into the app container (/trust.json, passed as --trust), so the app checks the seal's signature
+itself: a bundle changed in the releases folder after provisioning is refused when the app (re)starts.
 
 Networks, per recipient `rid` (a /27 each from the site's enclave pool, so that a host is not limited by Docker's
 ~30 default pools):
@@ -51,6 +57,7 @@ LABEL = "org.safeshare"
 APP_PORT = 8050
 VNC_PORT = 5900
 GATEWAY_PORT = 6080
+APP_TRUST = "/trust.json"  # where the site's trust store is mounted (read-only) in app containers
 KIOSK_V_HOST = 20  # the kiosk's host number on its VNC network (the gateway gets one of the lower ones)
 DEFAULT_TTL = timedelta(days=30)  # token lifetime when the policy sets no expiry
 READY_TIMEOUT = 90.0
@@ -237,7 +244,7 @@ class Provisioner:
             raise ProvisionError(f"{policy_path}: field 'expires' is {policy.expires}: access has already ended",
                                  bad_input=True)
         try:
-            bundle = resolve_release(self.site.releases, policy.release)
+            bundle = resolve_release(self.site.releases, policy.release, trust=self.site.trust_file)
         except BundleError as exc:
             raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
         release = f"{bundle.parent.name}/{bundle.name}"
@@ -257,7 +264,8 @@ class Provisioner:
         enclave_net, vnc_net = self._ensure_enclave_networks(name, rid, names)
         gateway = self._ensure_gateway(names, notes)
         kiosk_ip = str(ipaddress.IPv4Network(vnc_net.attrs["IPAM"]["Config"][0]["Subnet"])[KIOSK_V_HOST])
-        app_spec = {"image": self.images["app"], "bundle": str(bundle), "net": names["enclave_net"]}
+        app_spec = {"image": self.images["app"], "bundle": str(bundle), "net": names["enclave_net"],
+                    "trust": str(self.site.trust_file)}
         kiosk_spec = {"image": self.images["kiosk"], "size": screen_size(policy), "ip": kiosk_ip,
                       "password": str(password_file), "nets": [names["enclave_net"], names["vnc_net"]]}
         existing = {c.labels.get(f"{LABEL}.role"): c for c in self._find("container", rid=rid)}
@@ -427,10 +435,12 @@ class Provisioner:
 
     def _run_app(self, recipient: str, rid: str, names: dict[str, str], bundle: Path, spec: dict) -> Any:
         return self.client.containers.run(
-            self.images["app"], ["--bundle", "/release", "--state", "/state", "--host", "0.0.0.0", "--port",
-                                 str(APP_PORT)],
+            self.images["app"], ["--bundle", "/release", "--trust", APP_TRUST, "--state", "/state", "--host",
+                                 "0.0.0.0", "--port", str(APP_PORT)],
             name=names["app"], detach=True, labels=self._labels("app", recipient, rid, spec=_spec_hash(spec)),
-            volumes={str(bundle): {"bind": "/release", "mode": "ro"}}, restart_policy={"Name": "unless-stopped"},
+            volumes={str(bundle): {"bind": "/release", "mode": "ro"},
+                     str(self.site.trust_file): {"bind": APP_TRUST, "mode": "ro"}},
+            restart_policy={"Name": "unless-stopped"},
             network=names["enclave_net"],
             networking_config={names["enclave_net"]: self.client.api.create_endpoint_config(aliases=["app"])},
             **HARDENING["app"])
@@ -524,6 +534,55 @@ class Provisioner:
                 results.append(self.revoke(recipient.name, actor, f"expired on {recipient.expires_at.date()}",
                                            status=EXPIRED))
         return results
+
+    # --- the site's gateway ----------------------------------------------------------------------------------------
+
+    def gateway_state(self) -> dict[str, Any]:
+        """The site's gateway: {'state': 'running' | 'stopped' | 'absent' | 'unknown', 'container', 'url'}; unknown
+        when no engine answers."""
+        try:
+            found = self._find("container", role="gateway")
+        except ProvisionError as exc:
+            return {"state": "unknown", "container": None, "url": self.site.settings.url, "error": str(exc)}
+        if not found:
+            return {"state": "absent", "container": None, "url": self.site.settings.url}
+        gateway = found[0]
+        return {"state": "running" if gateway.status == "running" else "stopped", "container": gateway.name,
+                "url": self.site.settings.url, "status": gateway.status}
+
+    def site_down(self, actor: str, force: bool = False) -> dict[str, Any]:
+        """Remove the site's gateway container and front network (idempotent: nothing there is nothing to do).
+        Refused while recipient enclaves remain (their researchers would lose access without their tokens being
+        revoked) unless `force`; provisioning again brings the gateway back."""
+        import docker
+
+        started = time.monotonic()
+        with self._locked():
+            enclaves = sorted({c.labels.get(f"{LABEL}.recipient", "?") for c in self._find("container")
+                               if c.labels.get(f"{LABEL}.rid")})
+            if enclaves and not force:
+                self.records.audit(actor, "site-down", "refused", None, error="enclaves remain", recipients=enclaves)
+                raise ProvisionError(f"enclaves of {', '.join(enclaves)} still run at site {self.site.root}: revoke "
+                                     f"them first, or --force to remove the gateway anyway")
+            containers = []
+            for container in self._find("container", role="gateway"):
+                container.remove(force=True)
+                containers.append(container.name)
+            networks = []
+            for net in self._find("network", role="front-net"):
+                net.reload()
+                for attached in list(net.attrs.get("Containers") or {}):
+                    try:
+                        net.disconnect(attached, force=True)
+                    except docker.errors.APIError:  # already gone
+                        pass
+                net.remove()
+                networks.append(net.name)
+        result = {"site": self.site.site_id, "containers_removed": containers, "networks_removed": networks,
+                  "seconds": round(time.monotonic() - started, 2)}
+        self.records.audit(actor, "site-down", "ok" if containers or networks else "unchanged", None,
+                           **{k: v for k, v in result.items() if k != "site"})
+        return result
 
     # --- listing ---------------------------------------------------------------------------------------------------
 

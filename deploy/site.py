@@ -6,6 +6,10 @@
     SITE/policies/<rid>.yaml each recipient policy as provisioned (the gateway reads limits and expiry from it)
     SITE/secrets/<rid>/      the recipient's VNC password (mounted into that kiosk and the gateway only)
     SITE/sessions/           session folders, written by the gateway; never mounted into an enclave
+    SITE/keys/               the custodian's private keys (0700): release-signing.key signs release seals
+    SITE/secrets/gateway/    signing.key: the gateway's key, signs session seals (the gateway's uid only)
+    SITE/trust.json          public keys the site trusts per purpose (release, gateway); mounted read-only into
+                             app containers
 
 The gateway container mounts db/, sessions/, secrets/ and policies/ at the same absolute paths as on the host, so
 the paths stored in the database (password and policy files) mean the same file on both sides. It runs as uid
@@ -23,6 +27,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from safeshare.signing import SigningKey, ensure_key
 
 DEFAULT_SITE = Path("/var/lib/safeshare")
 SITE_ENV = "SAFESHARE_SITE"
@@ -226,6 +232,25 @@ class Site:
         self.save_settings()
         for folder in (self.db_dir, self.sessions):
             give_to_gateway(folder)
+        self.ensure_keys()
+
+    def ensure_keys(self) -> tuple[SigningKey, SigningKey]:
+        """The release key and the gateway key, created on first use and trusted in trust.json (idempotent).
+
+        SITE/keys (0700) holds the release key of the custodian's user and is never mounted anywhere; the gateway
+        key sits in SITE/secrets/gateway (0700, both owned by the gateway's uid when run as root), which only the
+        gateway container mounts. trust.json (0644) holds the public halves only."""
+        self.keys.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.keys, 0o700)
+        release = ensure_key(self.release_signing_key, self.trust_file, "release", comment="release key of the site")
+        gateway_dir = self.gateway_signing_key.parent
+        gateway_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(gateway_dir, 0o700)
+        gateway = ensure_key(self.gateway_signing_key, self.trust_file, "gateway", uid=GATEWAY_UID,
+                             comment="gateway key of the site")
+        for path in (gateway_dir, self.gateway_signing_key):
+            give_to_gateway(path)
+        return release, gateway
 
     def db_files_to_gateway(self) -> None:
         """The database file and its WAL side files belong to the gateway's uid (SQLite run as root keeps that

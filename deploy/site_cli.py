@@ -1,0 +1,119 @@
+"""`safeshare site init|down`: the custodian's site itself, as opposed to the enclaves in it.
+
+    site init   create the site folder (settings, database folder, releases, secrets, sessions) and the two signing
+                keys: SITE/keys/release-signing.key (signs releases, the custodian's user only) and
+                SITE/secrets/gateway/signing.key (signs session seals, the gateway's uid only), both trusted in
+                SITE/trust.json. Idempotent: existing keys are kept. Prints the key ids.
+    site down   remove the site's gateway container and its front network (the last recipient's revocation leaves
+                them running). Idempotent; refused while recipient enclaves remain unless --force.
+
+Exit codes: 0 done (or nothing to do), 1 refused or failed (no engine, enclaves remain), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _site(args: argparse.Namespace):
+    from deploy.site import Site, default_site
+
+    return Site(Path(args.site) if args.site else default_site(), db_url=getattr(args, "db", None))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from deploy.site import SiteError
+    from safeshare.signing import KeyFileError, TrustStore
+
+    try:
+        site = _site(args)
+        site.prepare()  # folders, settings and both keys
+        release, gateway = site.ensure_keys()  # the keys as they are now (idempotent)
+        trust = TrustStore.load(site.trust_file)
+    except (SiteError, KeyFileError) as exc:
+        print(f"safeshare site init: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"safeshare site init: {exc.filename or site.root}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = {"site": str(site.root), "site_id": site.site_id, "trust_file": str(site.trust_file),
+              "release_key": {"key_id": release.key_id, "path": str(site.release_signing_key)},
+              "gateway_key": {"key_id": gateway.key_id, "path": str(site.gateway_signing_key)},
+              "trusted": [{"purpose": k.purpose, "key_id": k.key_id, "retired": k.retired} for k in trust.keys]}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    print(f"site {site.site_id} at {site.root}")
+    print(f"  release key  {release.key_id}  {site.release_signing_key}")
+    print(f"  gateway key  {gateway.key_id}  {site.gateway_signing_key}")
+    print(f"  trust store  {site.trust_file} ({len(trust.keys)} key(s), "
+          f"{sum(1 for k in trust.keys if k.retired)} retired)")
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from deploy.provision import ProvisionError, Provisioner, cli_actor
+    from deploy.site import SiteError
+
+    try:
+        site = _site(args)
+        if not (site.root / "site.json").is_file():
+            raise SiteError(f"{site.root}: not a site folder (no site.json)")
+        provisioner = Provisioner(site)
+    except SiteError as exc:
+        print(f"safeshare site down: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        result = provisioner.site_down(cli_actor(), force=args.force)
+    except ProvisionError as exc:
+        print(f"safeshare site down: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT if exc.bad_input else EXIT_REFUSED
+    finally:
+        provisioner.close()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["containers_removed"] or result["networks_removed"]:
+        print(f"site {result['site']}: removed {', '.join(result['containers_removed'] + result['networks_removed'])}")
+    else:
+        print(f"site {result['site']}: no gateway or front network to remove")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    site = subparsers.add_parser("site", help="the custodian's site: create it and its signing keys, take its "
+                                              "gateway down")
+    sub = site.add_subparsers(dest="site_command", metavar="ACTION")
+    sub.required = True
+
+    def site_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--site", help="site folder (default $SAFESHARE_SITE or /var/lib/safeshare)")
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    init = sub.add_parser(
+        "init", help="create the site folder and its signing keys (idempotent); prints the key ids",
+        description="Create the site folder and, unless they exist, the release signing key "
+                    "(SITE/keys/release-signing.key, 0600 in a 0700 folder, the custodian's user; `safeshare "
+                    "release --to SITE/releases` signs with it) and the gateway signing key "
+                    "(SITE/secrets/gateway/signing.key, 0600, the gateway's uid when run as root), and trust both "
+                    "public keys in SITE/trust.json (0644). Keys are otherwise created on first use. Run it as the "
+                    "custodian's user: whoever can read SITE/keys can sign releases.")
+    site_arg(init)
+    init.set_defaults(func=cmd_init)
+
+    down = sub.add_parser(
+        "down", help="remove the site's gateway container and front network (idempotent)",
+        description="Remove the site's gateway container and its front network, e.g. after the last recipient "
+                    "was revoked. Refused (exit 1) while recipient enclaves remain, unless --force (their "
+                    "researchers then lose access until the next provisioning brings the gateway back). Exit 0 "
+                    "also when there is nothing to remove. Needs a Docker engine.")
+    site_arg(down)
+    down.add_argument("--db", help="SQLAlchemy URL of the site database, for the audit event (default: SQLite in "
+                                   "SITE/db)")
+    down.add_argument("--force", action="store_true", help="remove the gateway even while enclaves remain")
+    down.set_defaults(func=cmd_down)
