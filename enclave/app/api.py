@@ -133,7 +133,7 @@ def save_analysis(body: SaveRequest, request: Request) -> dict:
     try:
         saved = context.workspace.save(body.name, body.kind, params, context.dataset, context.release.release_id)
     except WorkspaceError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
+        raise HTTPException(status_code=exc.status, detail=str(exc)) from None
     return {**saved.as_dict(), "url": f"/analyses/{saved.id}"}
 
 

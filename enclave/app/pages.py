@@ -8,6 +8,7 @@ saved analyses in the workspace; their bodies are parsed here (urlencoded) witho
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
@@ -88,7 +89,7 @@ def _save_params(kind: str, params: list[tuple[str, str]]) -> str:
 
 def _saved_banner(request: Request) -> object:
     saved_id = request.query_params.get("saved")
-    if saved_id and saved_id.isdigit():
+    if saved_id and re.fullmatch(r"[0-9]{1,19}", saved_id):  # ASCII digits ('²'.isdigit() but int('²') fails)
         return ctx(request).workspace.get(int(saved_id))
     return None
 
@@ -219,7 +220,7 @@ async def save(request: Request) -> Response:
         saved = context.workspace.save(form.get("name", ""), kind, pairs, context.dataset,
                                        context.release.release_id)
     except (WorkspaceError, ValueError) as exc:
-        return render(request, "analyses.html", "saved analyses", status=422,
+        return render(request, "analyses.html", "saved analyses", status=getattr(exc, "status", 422),
                       items=context.workspace.list(context.dataset), release=context.release.release_id,
                       message=None, error=str(exc))
     return RedirectResponse(f"/analyses/{saved.id}", status_code=303)

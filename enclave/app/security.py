@@ -5,14 +5,22 @@ pages, 404s, the OpenAPI schema, and even an unhandled exception (answered here 
 headers, instead of by the server's default handler outside the middleware). The Content-Security-Policy forbids
 every origin but the app's own and all inline script and style, so a page cannot load or send anything elsewhere.
 A Content-Disposition header (which would turn a response into a download) is removed should any ever appear.
+
+Bodies are bounded as they arrive, not only by their Content-Length: a chunked body has none, so the bytes are
+counted as the app reads them and reading stops with 413 once they pass MAX_BODY (nothing of the body is kept or
+echoed). A refused body is never read to its end: the 413 closes the connection (`Connection: close`), since the
+server would otherwise read and discard the rest to keep the connection alive.
 """
 from __future__ import annotations
 
 import html
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from starlette.exceptions import HTTPException
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -29,6 +37,8 @@ SECURITY_HEADERS: dict[str, str] = {
 }
 ALLOWED_METHODS = ("GET", "POST")
 MAX_BODY = 1 << 20
+_LENGTH = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also accepts '²', which int() refuses
+_CLOSE = [(b"connection", b"close")]
 _DROPPED = {name.encode() for name in SECURITY_HEADERS} | {b"content-disposition", b"server"}
 
 log = logging.getLogger("safeshare.app")
@@ -59,6 +69,14 @@ def _same_origin(scope: Scope) -> bool:
     return host is not None and origin in (f"http://{host}", f"https://{host}")
 
 
+class BodyTooLarge(HTTPException):
+    """Raised from the middleware's `receive` when a body passes MAX_BODY: an HTTPException, so FastAPI's body
+    parsing passes it on (it turns any other exception into 400) and the app's handler answers 413."""
+
+    def __init__(self) -> None:
+        super().__init__(413, f"request body too large (at most {MAX_BODY} bytes)")
+
+
 class SecurityMiddleware:
     """Wraps the whole app (see the module docstring)."""
 
@@ -83,10 +101,24 @@ class SecurityMiddleware:
                 await self._plain(scope, send, 403, "cross-origin request refused")
                 return
             length = _header(scope, b"content-length")
-            if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-                await self._plain(scope, send, 413, "request body too large")
+            if length is not None and (not _LENGTH.fullmatch(length) or int(length) > MAX_BODY):
+                await self._plain(scope, send, 413, "request body too large", _CLOSE)
                 return
         started = False
+        received = 0
+        too_large = False
+
+        async def bounded_receive() -> Message:
+            nonlocal received, too_large
+            if too_large:  # the app asks again after the refusal: it gets a disconnect, never more of the body
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY:
+                    too_large = True
+                    raise BodyTooLarge()
+            return message
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
@@ -94,11 +126,17 @@ class SecurityMiddleware:
                 started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _DROPPED]
                 headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                if too_large:
+                    headers = [(k, v) for k, v in headers if k.lower() != b"connection"] + _CLOSE
                 message = {**message, "headers": headers}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_headers)
+            await self.app(scope, bounded_receive, send_with_headers)
+        except BodyTooLarge:
+            if started:
+                raise
+            await self._plain(scope, send, 413, "request body too large", _CLOSE)
         except Exception:
             log.exception("error answering %s %s", method, scope.get("path"))
             if started:

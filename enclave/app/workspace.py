@@ -3,6 +3,10 @@
 A saved analysis is only its parameters (kind plus the query parameters of its page), never a result: opening it
 re-runs it on the release, so nothing derived from the data is stored and the release database stays read-only.
 Stored with the release's data_sha256 so the list can say when an analysis was made on another release.
+
+The file is bounded: at most MAX_SAVED analyses (409 when full: delete some first) of at most MAX_PARAMS_BYTES of
+parameters each (413), so a researcher, or a script in the kiosk, cannot grow it without end. Ids outside SQLite's
+64-bit integers name no analysis (404, not an OverflowError).
 """
 from __future__ import annotations
 
@@ -19,10 +23,23 @@ WORKSPACE_NAME = "workspace.sqlite"
 MAX_NAME = 120
 MAX_PARAMS = 400
 MAX_PARAM_CHARS = 500
+MAX_PARAMS_BYTES = 32 * 1024  # a page's query string is far shorter: 400 selected values of 60 characters
+MAX_SAVED = 1000
+MAX_ID = (1 << 63) - 1  # SQLite's INTEGER
 
 
 class WorkspaceError(ValueError):
-    """A name or parameters that cannot be saved (HTTP 422)."""
+    """A name or parameters that cannot be saved; `status` is the HTTP answer (422 by default, 413 for parameters too
+    large, 409 for a full workspace)."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def valid_id(analysis_id: object) -> bool:
+    """Whether `analysis_id` can name a saved analysis at all (a positive 64-bit integer)."""
+    return isinstance(analysis_id, int) and not isinstance(analysis_id, bool) and 0 < analysis_id <= MAX_ID
 
 
 @dataclass(frozen=True)
@@ -74,15 +91,25 @@ class Workspace:
         if kind not in KINDS:
             raise WorkspaceError(f"unknown kind of analysis {kind!r} (one of {', '.join(KINDS)})")
         pairs = check_params(params)
+        encoded = json.dumps(pairs)
+        if len(encoded.encode()) > MAX_PARAMS_BYTES:
+            raise WorkspaceError(f"the analysis's parameters take {len(encoded.encode())} bytes; at most "
+                                 f"{MAX_PARAMS_BYTES} can be saved (select fewer values)", 413)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         with self._lock:
+            (count,) = self._conn.execute("SELECT COUNT(*) FROM analyses").fetchone()
+            if count >= MAX_SAVED:
+                raise WorkspaceError(f"the workspace holds {count} saved analyses, the most it can: delete some "
+                                     "before saving another", 409)
             cursor = self._conn.execute(
                 "INSERT INTO analyses (name, kind, params, dataset, release, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, kind, json.dumps(pairs), dataset, release, created))
+                (name, kind, encoded, dataset, release, created))
             new_id = int(cursor.lastrowid)
         return SavedAnalysis(new_id, name, kind, pairs, dataset, release, created)
 
     def get(self, analysis_id: int) -> SavedAnalysis | None:
+        if not valid_id(analysis_id):
+            return None
         with self._lock:
             row = self._conn.execute("SELECT id, name, kind, params, dataset, release, created_at FROM analyses "
                                      "WHERE id = ?", (int(analysis_id),)).fetchone()
@@ -99,6 +126,8 @@ class Workspace:
         return [self._row(row) for row in rows]
 
     def delete(self, analysis_id: int) -> bool:
+        if not valid_id(analysis_id):
+            return False
         with self._lock:
             return self._conn.execute("DELETE FROM analyses WHERE id = ?", (int(analysis_id),)).rowcount > 0
 
