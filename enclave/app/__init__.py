@@ -8,8 +8,8 @@ Content-Security-Policy. Modules, one job each:
 - `table`: the release as integer codes per column; masks, bincount frequencies and cross-tabulations
 - `analyses`: cohort counts, frequency tables, cross-tabulations, cohort comparison with a chi-square test
 - `charts`: inline SVG bar charts
-- `workspace`: saved analyses (parameters only) in their own writable SQLite file
-- `security`: headers, allowed methods, same-origin POSTs
+- `workspace`: saved analyses (parameters only, bounded in count and size) in their own writable SQLite file
+- `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream
 - `api`, `pages`: JSON endpoints and HTML pages; `cli`: `safeshare app`
 """
 from __future__ import annotations
