@@ -83,7 +83,8 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
 
     def refuse(request: Request, reason: str) -> HTTPException:
         """Record a failed authentication (rate-limited per source) and the 401 to raise."""
-        detail: dict[str, Any] = {"method": request.method, "path": request.url.path[:200]}
+        path = "".join(c if c.isprintable() else "?" for c in request.url.path[:200])  # no escapes in a terminal
+        detail: dict[str, Any] = {"method": request.method, "path": path}
         if reason.startswith("revoked:"):
             reason, detail["key"] = "revoked", reason.partition(":")[2]
         elif reason == "malformed":

@@ -174,6 +174,45 @@ def cmd_key_revoke(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_key_rotate(args: argparse.Namespace) -> int:
+    """A new signing key replaces the site's release or gateway key. The old key stays in trust.json, retired now:
+    it still verifies what it signed before (old releases, old sessions), nothing signed after. A running gateway
+    re-reads its key file and signs its next seal with the new key; releases are signed with it from now on."""
+    import os
+
+    from deploy.provision import cli_actor
+    from deploy.records import Records
+    from deploy.site import GATEWAY_UID, give_to_gateway
+    from safeshare.signing import KeyFileError, rotate_key
+
+    site = _site(args)
+    gateway = args.purpose == "gateway"
+    path = site.gateway_signing_key if gateway else site.release_signing_key
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        key, retired = rotate_key(path, site.trust_file, args.purpose, GATEWAY_UID if gateway else None,
+                                  comment=f"{args.purpose} key of the site")
+    except (OSError, KeyFileError) as exc:
+        return _fail("custodian key rotate", ValueError(str(exc)))
+    if gateway:
+        give_to_gateway(path.parent)
+        give_to_gateway(path)
+    records = Records(site.db_url)
+    try:
+        records.audit(cli_actor(), "signing-key-rotate", "ok", None, purpose=args.purpose, key_id=key.key_id,
+                      retired=retired)
+    finally:
+        records.dispose()
+    if args.json:
+        print(json.dumps({"purpose": args.purpose, "key_id": key.key_id, "path": str(path), "retired": retired,
+                          "trust": str(site.trust_file)}))
+    else:
+        print(f"{args.purpose} key {key.key_id} at {path}; retired: {', '.join(retired) or 'none'} (still trusted "
+              f"for what they signed before now)")
+    return EXIT_OK
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     from deploy.records import Records
 
@@ -184,8 +223,10 @@ def cmd_events(args: argparse.Namespace) -> int:
         for event in events:  # nested details (an auth-failed summary's reasons) compactly, as JSON
             detail = ", ".join(f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
                                for k, v in event.detail.items() if k not in ("containers",))
-            print(f"{event.at:%Y-%m-%d %H:%M:%S} {event.actor:<20} {event.action:<14} {event.outcome:<9} "
-                  f"{event.recipient or '-':<20} {detail}")
+            line = (f"{event.at:%Y-%m-%d %H:%M:%S} {event.actor:<20} {event.action:<14} {event.outcome:<9} "
+                    f"{event.recipient or '-':<20} {detail}")
+            # details can hold what a client sent (a path, a reason): no control characters reach the terminal
+            print("".join(c if c.isprintable() else repr(c)[1:-1] for c in line))
     return EXIT_OK
 
 
@@ -284,6 +325,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kr.add_argument("name")
     _site_args(kr)
     kr.set_defaults(func=_guarded('key revoke', cmd_key_revoke))
+    kt = keys.add_parser(
+        "rotate", help="replace the site's release or gateway signing key (old signatures stay valid)",
+        description="Generate a new signing key in place of SITE/keys/release-signing.key (--purpose release) or "
+                    "SITE/secrets/gateway/signing.key (--purpose gateway) and trust it in SITE/trust.json; the old "
+                    "key is retired now: it still verifies what it signed before, nothing signed after. The "
+                    "running gateway signs its next seal with the new key (it re-reads the file).")
+    kt.add_argument("--purpose", choices=("release", "gateway"), default="gateway")
+    kt.add_argument("--json", action="store_true")
+    _site_args(kt)
+    kt.set_defaults(func=_guarded('key rotate', cmd_key_rotate))
 
     ev = sub.add_parser("events", help="the custodian audit log: who did what, when (also failed "
                                        "authentications, auth-failed, and session views, session-viewed)")

@@ -76,24 +76,27 @@ def test_each_kind_of_failed_authentication_is_recorded_and_shown(service) -> No
         response = client.get("/recipients", headers=headers)
         assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
     assert client.get("/audit/sessions", headers=auth("ssk_nobody")).status_code == 401
+    assert client.get("/recipients/%1b%5b2J%0a", headers=auth("ssk_nobody")).status_code == 401
     events = records.events(action="auth-failed")
-    assert [e.detail["reason"] for e in events] == [reason for _, reason in attempts] + ["unknown"]
+    assert [e.detail["reason"] for e in events] == [reason for _, reason in attempts] + ["unknown"] * 2
+    path = events[-1].detail["path"]  # no terminal escapes from a client's path
+    assert path.startswith("/recipients/?[2J") and path.isprintable()
     assert all(e.outcome == "refused" and e.detail["source"] == "testclient" for e in events)
     assert events[0].detail["path"] == "/recipients" and events[0].detail["method"] == "GET"
-    assert events[-1].detail["path"] == "/audit/sessions"
+    assert events[-2].detail["path"] == "/audit/sessions"
     assert events[1].detail["scheme"] == "Basic" and "dXNlcjpwdw" not in json.dumps([e.detail for e in events])
     assert events[5].detail["key"] == "old"  # whose revoked key is still in use
     assert keys["old"] not in json.dumps([e.detail for e in events])  # never the key itself
     # a valid key and a wrong role are not authentication failures
     assert client.get("/recipients", headers=auth(keys["auditor"])).status_code == 200
     assert client.post("/expire", headers=auth(keys["auditor"])).status_code == 403
-    assert len(records.events(action="auth-failed")) == len(attempts) + 1
+    assert len(records.events(action="auth-failed")) == len(attempts) + 2
     shown = subprocess.run([sys.executable, "-m", "safeshare.cli", "custodian", "events", "--site",
                             str(service["site"].root), "--action", "auth-failed"], cwd=REPO, capture_output=True,
                            text=True, timeout=120, env=dict(os.environ))
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert len(lines) == len(attempts) + 1 and all("auth-failed" in line for line in lines)
+    assert len(lines) == len(attempts) + 2 and all("auth-failed" in line for line in lines)
     assert "reason=revoked" in lines[5] and "source=testclient" in lines[5] and "key=old" in lines[5]
 
 
