@@ -285,7 +285,7 @@ def resolve_release(releases: str | Path, reference: str, trust: TrustStore | st
     that holds exactly one bundle; it must verify against `trust` (default RELEASES/../trust.json). Raises
     BundleError naming what exists when the reference fits nothing."""
     releases = Path(releases)
-    store = _trust_store(trust if trust is not None else default_trust(releases))
+    trust = trust if trust is not None else default_trust(releases)  # loaded once a candidate is found
     if not reference or reference.startswith(("/", ".")) or ".." in Path(reference).parts:
         raise BundleError(f"release {reference!r}: not a release reference")
     candidate = releases / reference
@@ -293,12 +293,12 @@ def resolve_release(releases: str | Path, reference: str, trust: TrustStore | st
         target = candidate.resolve()
         if releases.resolve() not in target.parents:
             raise BundleError(f"release {reference!r}: {candidate} points outside {releases}")
-        verify_bundle(target, store)
+        verify_bundle(target, trust)
         return target
     if candidate.is_dir():
         bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())
         if len(bundles) == 1:
-            verify_bundle(bundles[0], store)
+            verify_bundle(bundles[0], trust)
             return bundles[0].resolve()
         if len(bundles) > 1:
             choices = ", ".join(f"{reference}/{p.name}" for p in bundles)
