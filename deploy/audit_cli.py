@@ -27,25 +27,61 @@ def _sessions_root(text: str | None) -> Path:
     return default_site() / "sessions"
 
 
-def _known_folders(db: str | None) -> list[str]:
-    if not db:
-        return []
-    from proxy.tokens import SessionBook, TokenStore
+def _trust(args: argparse.Namespace):
+    """The trust store signatures are checked against: --trust, else SITE/trust.json (--site, $SAFESHARE_SITE).
+    Never a file found next to the sessions: whoever can write those could put their own key there."""
+    from deploy.site import default_site
+    from safeshare.signing import TrustStore
 
-    store = TokenStore(db)
+    path = Path(args.trust) if args.trust else (Path(args.site) if args.site else default_site()) / "trust.json"
+    return TrustStore.load(path)
+
+
+def _anchors(db: str | None) -> tuple[dict | None, dict]:
+    """The gateways' sessions table by session id, and the sessions retention deleted (session -> seal hash, from
+    the custodian's `session-deleted` events), from the database at `db`; (None, {}) without one."""
+    if not db:
+        return None, {}
+    from sqlalchemy import inspect
+
+    from deploy.records import AuditEventRow, Records
+    from proxy.anchors import AnchorBook
+
+    book = AnchorBook(db)
     try:
-        return [info.folder for info in SessionBook(store).list()]
+        anchors = book.all()
+        deleted: dict = {}
+        if AuditEventRow.__tablename__ in inspect(book.engine).get_table_names():  # not in `safeshare up`'s
+            deleted = {e.detail.get("session"): e.detail.get("log_head")
+                       for e in Records(book.engine).events(action="session-deleted", limit=10 ** 9)}
     finally:
-        store.dispose()
+        book.dispose()
+    return anchors, deleted
+
+
+def _check(path: Path, args: argparse.Namespace):
+    from proxy.audit.verify import verify_path
+
+    anchors, deleted = _anchors(args.db)
+    return verify_path(path, trust=_trust(args), anchors=anchors, deleted=deleted,
+                       allow_unsigned=getattr(args, "allow_unsigned", False))
+
+
+def _status(check) -> str:
+    signed = f"signed by {check.signed_by}" if check.signed_by else check.signature
+    return f"{check.lines} lines, seal {check.head}, {signed}, anchor {check.anchor}"
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from proxy.audit.verify import verify_path
+    from safeshare.signing import KeyFileError
 
     try:
-        checks = verify_path(_sessions_root(args.path), _known_folders(args.db))
-    except FileNotFoundError as exc:
+        checks = _check(_sessions_root(args.path), args)
+    except (FileNotFoundError, KeyFileError) as exc:
         print(f"safeshare audit verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # a database URL that cannot be used
+        print(f"safeshare audit verify: --db: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     bad = [check for check in checks if not check.ok]
     if args.json:
@@ -55,7 +91,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         for check in checks:
             if check.ok:
-                print(f"ok       {check.session}  {check.lines} lines, seal {check.head}")
+                print(f"ok       {check.session}  {_status(check)}")
             else:
                 print(f"FAILED   {check.session}")
                 for finding in check.findings:
@@ -112,22 +148,81 @@ def _session_folder(text: str, site_text: str | None) -> Path:
     return (Path(site_text) if site_text else default_site()) / "sessions" / text
 
 
+def _site_db(args: argparse.Namespace) -> str | None:
+    """The database export records its audit event in: --db, else the site's SQLite file if it exists."""
+    if args.db:
+        return args.db
+    from deploy.site import Site, default_site
+
+    site = Site(Path(args.site) if args.site else default_site())
+    return site.db_url if (site.db_dir / "safeshare.db").is_file() else None
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    """Verify first (signature, seal, recording, anchor when there is a database): a video of a session that does
+    not verify is evidence of nothing, so it is refused unless --force, which stamps video and event unverified."""
+    import getpass
+
+    from deploy.site import SiteError
     from proxy.audit.player import export_video, prepare
+    from proxy.audit.sessions import read_meta
+    from safeshare.signing import KeyFileError
 
     folder = _session_folder(args.session, args.site)
     out = Path(args.out or f"{folder.name}.mp4")
     cache = Path(args.cache) if args.cache else folder.parent.parent / "player-cache"
     try:
+        db = _site_db(args)
+        args.db = db
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: no such session folder")
+        (check,) = _check(folder, args)
+    except (FileNotFoundError, KeyFileError, SiteError) as exc:
+        print(f"safeshare audit export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    findings = [str(finding) for finding in check.findings]
+    event = {"session": folder.name, "video": str(out.absolute()), "verified": check.ok, "seal": check.head,
+             "signed_by": check.signed_by, "anchor": check.anchor, "findings": findings[:20]}
+
+    def audit(outcome: str) -> None:
+        if db is None:
+            return
+        from deploy.records import Records
+
+        records = Records(db)
+        try:
+            records.audit(f"cli:{getpass.getuser()}", "session-exported", outcome,
+                          read_meta(folder).get("recipient"), **event)
+        finally:
+            records.dispose()
+
+    if not check.ok and not args.force:
+        for finding in findings:
+            print(f"safeshare audit export: {finding}", file=sys.stderr)
+        print(f"safeshare audit export: {folder.name} does not verify: not exported (--force exports it stamped "
+              f"unverified)", file=sys.stderr)
+        audit("refused")
+        return EXIT_FINDINGS
+    if check.ok:
+        stamp = (f"safeshare: verified session {folder.name}: seal {check.head}, "
+                 f"{'signed by ' + check.signed_by if check.signed_by else check.signature}, anchor {check.anchor}")
+    else:
+        stamp = f"safeshare: UNVERIFIED session {folder.name} (exported with --force): " + "; ".join(findings)[:900]
+    try:
         player = prepare(folder, cache)
-        export_video(player, out, fps=args.fps)
+        export_video(player, out, fps=args.fps, metadata={"comment": stamp})
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"safeshare audit export: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT if isinstance(exc, (FileNotFoundError, ValueError)) else EXIT_FINDINGS
+    audit("ok" if check.ok else "unverified")
     summary = {"session": folder.name, "video": str(out), "duration": player.index["duration"],
-               "width": player.index["width"], "height": player.index["height"], "fps": args.fps}
-    print(json.dumps(summary, indent=2) if args.json else f"{out}: {summary['duration']:.1f} s at "
-          f"{summary['width']}x{summary['height']}, {args.fps:g} frames/s")
+               "width": player.index["width"], "height": player.index["height"], "fps": args.fps,
+               "verified": check.ok, "findings": findings}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{out}: {summary['duration']:.1f} s at {summary['width']}x{summary['height']}, {args.fps:g} frames/s"
+              f"{'' if check.ok else ', UNVERIFIED'}")
     return EXIT_OK
 
 
@@ -164,13 +259,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     sub.required = True
     verify = sub.add_parser(
-        "verify", help="check hash chains, seals, recordings and captures; exit 1 on any finding",
-        description="Check one session folder or every session under a sessions root: the event log's hash chain, "
-                    "sequence and seal, the recording's and capture's sealed SHA-256 and size, meta.json's log "
-                    "head. Every finding names the file, the line (event log) and the problem.")
+        "verify", help="check hash chains, signed seals, anchors, recordings and captures; exit 1 on any finding",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Check one session folder or every session under a sessions root: the event log's hash chain,
+sequence and seal, the seal's signature (by a gateway key SITE/trust.json trusts), the recording's
+and capture's sealed SHA-256 and size, meta.json's log head, recipient and release; with --db, the
+anchors the gateway wrote in its sessions table. Every finding names the file, the line (event log:
+the altered line itself) and the problem.
+
+What a passing check proves, and against whom:
+  a reader of the folder     cannot forge anything: nothing secret is in the folder.
+  a writer of the folder     can delete or rewrite files, re-chain the log and re-seal it, but cannot
+                             sign the seal (the gateway's private key is not in the folder): found by the
+                             signature check; a genuine older or shorter session put in its place, or a
+                             deleted session, is found by the anchors (--db).
+  a writer of the folder     can rewrite both the folder and its anchor (seal hash, line count,
+  and of the database        recording hash), but still cannot produce a seal signed by the gateway's
+                             key: found by the signature check. What is left to them is deleting whole
+                             sessions with their rows; the next session's signed seal names the session
+                             sealed before it, so a deletion not recorded by retention is reported (--db).
+Not covered: someone holding the gateway's key (keep it readable only by the gateway; rotate it with
+`safeshare custodian key rotate --purpose gateway` if it may have leaked), and events after the last
+anchor of a gateway that was killed (anchored every few seconds).
+
+Sessions sealed before signing existed (or by `safeshare proxy`, which has no key) are reported as
+unsigned; --allow-unsigned accepts them (and their missing anchors) while still saying so.""")
     verify.add_argument("path", nargs="?", help="a session folder or a sessions root (default $SAFESHARE_SITE/sessions)")
-    verify.add_argument("--db", help="also report sessions the gateways' session table (this database URL) records "
-                                     "whose folder is missing")
+    verify.add_argument("--db", help="the gateways' database (SQLAlchemy URL): compare seal hash, line count and "
+                                     "recording hash with the anchors, report sessions without an anchor and "
+                                     "recorded sessions whose folder is missing")
+    verify.add_argument("--trust", help="trust store whose 'gateway' keys may sign seals (default SITE/trust.json)")
+    verify.add_argument("--site", help="site folder whose trust.json to use (default $SAFESHARE_SITE or "
+                                       "/var/lib/safeshare)")
+    verify.add_argument("--allow-unsigned", action="store_true",
+                        help="accept unsigned seals (sessions sealed before signing existed); still reported")
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(func=cmd_verify)
 
@@ -188,14 +311,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sessions.set_defaults(func=cmd_sessions)
 
     export = sub.add_parser("export", help="export a recorded session to an MP4 video (ffmpeg) for case files",
-                            description="Decode the recording (prepared once into keyframes, cached next to the "
-                                        "sessions root in player-cache/) and encode the whole session, at its screen "
-                                        "size, with ffmpeg.")
+                            description="Verify the session first (as `audit verify`, with the site's trust store "
+                                        "and, when the site has one, its database): a session that does not verify "
+                                        "is refused (exit 1) unless --force. Then decode the recording (prepared "
+                                        "once into keyframes, cached next to the sessions root in player-cache/) "
+                                        "and encode the whole session, at its screen size, with ffmpeg; the video's "
+                                        "comment says whether it was verified, and the export is an audit event "
+                                        "(session-exported) in the site's database.")
     export.add_argument("session", help="a session folder, or a session id under SITE/sessions")
     export.add_argument("--out", help="video file (default SESSION.mp4)")
     export.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
     export.add_argument("--site", help="site folder (default $SAFESHARE_SITE or /var/lib/safeshare)")
     export.add_argument("--cache", help="player cache folder (default SITE/player-cache)")
+    export.add_argument("--db", help="SQLAlchemy URL of the site database (default: SQLite in SITE/db, if present)")
+    export.add_argument("--trust", help="trust store for the seal's signature (default SITE/trust.json)")
+    export.add_argument("--allow-unsigned", action="store_true", help="accept an unsigned seal (older sessions)")
+    export.add_argument("--force", action="store_true",
+                        help="export a session that does not verify, stamped UNVERIFIED in the video and the event")
     export.add_argument("--json", action="store_true")
     export.set_defaults(func=cmd_export)
 

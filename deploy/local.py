@@ -126,6 +126,15 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 
 
+GATEWAY_KEY = Path("secrets") / "gateway" / "signing.key"  # HOME/secrets/gateway/signing.key, as at a site
+
+
+def release_ref(bundle: Path) -> str:
+    """How sessions name a release: `dataset/id`, as provisioning stores it (RELEASES/<dataset>/<id>), so that
+    `audit sessions --release DATASET` finds sessions of `safeshare up` and of provisioned enclaves alike."""
+    return f"{bundle.parent.name}/{bundle.name}"
+
+
 class LocalEnclave:
     """Starts, supervises and stops the components; `run()` blocks until a signal or a component failure."""
 
@@ -189,15 +198,22 @@ class LocalEnclave:
 
                 expires = min(expires, end_of_day(recipient.expires))
             issued = store.issue(recipient.recipient, endpoint["upstream"], password_file=endpoint["password_file"],
-                                 target_name=f"local-{home.name}", expires_at=expires, release=bundle.name,
+                                 target_name=f"local-{home.name}", expires_at=expires, release=release_ref(bundle),
                                  policy_file=str(cfg.recipient_policy.resolve()))
         finally:
             store.dispose()
         self.token_id = issued.token_id
 
         self.say(f"[5/5] gateway on {cfg.gateway_listen}")
+        gateway_key = home / GATEWAY_KEY  # signs every session's seal; trusted in HOME/trust.json (first use)
+        from safeshare.signing import ensure_key
+
+        gateway_key.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(gateway_key.parent, 0o700)
+        ensure_key(gateway_key, home / "trust.json", "gateway", comment="gateway key of `safeshare up`")
         gateway = self._spawn("gateway", safeshare_argv(
             "gateway", "--listen", cfg.gateway_listen, "--sessions", str(home / "sessions"), "--db", cfg.db,
+            "--signing-key", str(gateway_key),
             "--limits", str(cfg.recipient_policy), "--novnc", cfg.novnc_dir))
         base = gateway.wait_for(_gateway_ready, READY_TIMEOUT, "the gateway's listening line")
         assert isinstance(base, str)

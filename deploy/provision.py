@@ -386,7 +386,7 @@ class Provisioner:
         settings = self.site.settings
         return {"image": self.images["gateway"], "ip": settings.gateway_ip, "host": settings.gateway_host,
                 "port": settings.gateway_port, "url": settings.url, "root": str(self.site.root),
-                "db": self.site.db_url}
+                "db": self.site.db_url, "signing_key": str(self.site.gateway_signing_key)}
 
     def _ensure_gateway(self, names: dict[str, str], notes: list[str]) -> Any:
         spec = self._gateway_spec()
@@ -404,7 +404,9 @@ class Provisioner:
         site, settings = self.site, self.site.settings
         db_args = ["--db", site.db_url]  # SQLite in the bind-mounted db/, or PostgreSQL over the front network
         command = ["--listen", f"{settings.gateway_ip}:{GATEWAY_PORT}", "--sessions", str(site.sessions), *db_args,
-                   "--name", f"{site.site_id}-gateway"]
+                   "--name", f"{site.site_id}-gateway",
+                   # signs every seal; SITE/secrets is mounted read-only, and a missing key stops the gateway
+                   "--signing-key", str(site.gateway_signing_key)]
         if settings.public_url:
             command += ["--allowed-origin", settings.public_url.rstrip("/"), "--secure-cookies"] \
                 if settings.public_url.startswith("https://") else ["--allowed-origin", settings.public_url.rstrip("/")]

@@ -6,6 +6,10 @@ the `safeshare token` command, an admin tool or plain SQL reaches all of them. O
 
 Tokens are stored as the SHA-256 of the token text, never the text itself: a copy of the database does not let anyone
 open a session. Times are stored in UTC.
+
+The sessions table is also where the gateway anchors each session's log outside its folder (seal hash, number of
+lines, recording hash; the running head every few seconds): see `proxy/anchors.py`. Columns added after a database
+was created are added by `make_engine` (`_add_missing_columns`), so an existing site keeps its database.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, create_engine, event
+from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, create_engine, event, inspect, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -101,6 +106,17 @@ class GatewaySession(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None, index=True)
     end_reason: Mapped[str | None] = mapped_column(String(500), default=None)
+    # The anchor: what the gateway sealed (hash of the seal line, lines in the log including the seal, the
+    # recording's SHA-256), written when the session ends; and while it runs, the head and line count every few
+    # seconds, so that a killed gateway leaves a prefix of the log that a rewrite must keep.
+    seal_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    events: Mapped[int | None] = mapped_column(Integer, default=None)
+    recording_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
+    anchor_head: Mapped[str | None] = mapped_column(String(64), default=None)
+    anchor_lines: Mapped[int | None] = mapped_column(Integer, default=None)
+    anchored_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # The session this gateway sealed before this one (it is named in this session's signed seal too).
+    previous_session: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -125,7 +141,27 @@ def make_engine(url: str | None = None) -> Engine:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     Base.metadata.create_all(engine)
+    _add_missing_columns(engine)
     return engine
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """ALTER TABLE ... ADD COLUMN for the model's columns an older database lacks (nullable ones only, which is
+    all this project adds). Idempotent; two processes migrating at once both succeed (the loser's duplicate-column
+    error is checked against the table again)."""
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspect(engine).get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            statement = text(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}')
+            try:
+                with engine.begin() as connection:
+                    connection.execute(statement)
+            except (OperationalError, ProgrammingError):
+                if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker:

@@ -3,8 +3,13 @@
 Each line is one JSON object carrying `prev`, the SHA-256 of the previous line's bytes (without its newline; 64 zeros
 for the first line), and is flushed as it is written, so a crash loses at most the event being written and changing,
 removing or inserting a line breaks the chain at the next line. `close()` writes a final `seal` line; a log without
-one was not closed cleanly. The chain proves integrity relative to its head: an auditor who wants to rule out a
-rewrite of the whole file compares the seal's hash with the one the proxy printed or stored elsewhere.
+one was not closed cleanly.
+
+The chain alone proves integrity only against a reader of the folder: a writer re-chains and re-seals. Two things
+reach further. The seal line carries the gateway's Ed25519 signature (`signature`, made with `safeshare.signing`)
+over the whole seal record, whose `prev` is the head of the chain: nobody without the gateway's key can re-seal a
+rewritten log. And the gateway anchors the seal hash, the number of lines and the recording's hash (and, while the
+session runs, the current head) in its database, outside the folder (`proxy/anchors.py`).
 """
 from __future__ import annotations
 
@@ -12,15 +17,53 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safeshare.signing import KeyFileError, SigningKey, canonical
+
 GENESIS = "0" * 64
+SEAL_FORMAT = b"safeshare-session-seal/1\n"
 
 
 def _line_hash(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def seal_message(seal: dict[str, Any]) -> bytes:
+    """The bytes a seal's signature covers: every field of the seal line but the signature itself. `prev` (the head
+    of the chain before the seal) makes that cover every earlier line; `session` binds it to its folder."""
+    return SEAL_FORMAT + canonical({key: value for key, value in seal.items() if key != "signature"})
+
+
+class KeySource:
+    """The gateway's signing key as the file holds it now: re-read when the file changes (a rotation replaces it by
+    rename), so that a running gateway signs with the new key from its next seal on without a restart. A key that
+    cannot be read any more keeps the last good one in use (and `error` says why); there is no key at all only if
+    the first load failed, which `load()` raises (the gateway refuses to start)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._key: SigningKey | None = None
+        self.error: str | None = None
+
+    def load(self) -> SigningKey:
+        """The current key; raises KeyFileError when no key was ever readable."""
+        try:
+            st = self.path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp or self._key is None:
+                self._key = SigningKey.load(self.path)
+                self._stamp = stamp
+            self.error = None
+        except (OSError, KeyFileError) as exc:
+            self.error = str(exc) if isinstance(exc, KeyFileError) else \
+                f"{self.path}: signing key not readable: {exc.strerror or exc}"
+            if self._key is None:
+                raise KeyFileError(self.error) from None
+        return self._key
 
 
 class EventLog:
@@ -54,22 +97,37 @@ class EventLog:
         """SHA-256 of the last line written."""
         return self._prev
 
-    def write(self, event: str, **fields: Any) -> None:
-        if self.closed:
-            raise RuntimeError("event log is sealed")
+    @property
+    def lines(self) -> int:
+        """Lines written so far (the head is the hash of line number `lines`)."""
+        return self._seq
+
+    def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
         record: dict[str, Any] = {"seq": self._seq, "t": round(time.time(), 6), "event": event}
         record.update(fields)
         record["prev"] = self._prev
+        return record
+
+    def _emit(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), ensure_ascii=True).encode("ascii")
         self._file.write(line + b"\n")  # unbuffered: one write(2) per event
         self._prev = _line_hash(line)
         self._seq += 1
 
-    def close(self, **fields: Any) -> str:
-        """Write the seal line, fsync and close; return the hash of the seal line."""
+    def write(self, event: str, **fields: Any) -> None:
+        if self.closed:
+            raise RuntimeError("event log is sealed")
+        self._emit(self._record(event, fields))
+
+    def close(self, signing_key: SigningKey | None = None, **fields: Any) -> str:
+        """Write the seal line (signed with `signing_key` when given), fsync and close; return the seal line's
+        hash."""
         if self.closed:
             return self._prev
-        self.write("seal", lines=self._seq, **fields)
+        record = self._record("seal", {"lines": self._seq, **fields})
+        if signing_key is not None:
+            record["signature"] = signing_key.sign(seal_message(record))
+        self._emit(record)
         self.closed = True
         try:
             os.fsync(self._file.fileno())
@@ -113,15 +171,61 @@ class LogVerification:
     sealed: bool
     head: str
     error: str | None = None
-    bad_line: int | None = None  # 1-based line number where the chain broke
+    bad_line: int | None = None  # 1-based number of the line the finding is about (see `verify_log`)
+    hashes: list[str] = field(default_factory=list, repr=False)  # SHA-256 of each line, in order
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "lines": self.lines, "sealed": self.sealed, "head": self.head, "error": self.error,
                 "bad_line": self.bad_line}
 
 
+def _seq_of(record: Any) -> int | None:
+    seq = record.get("seq") if isinstance(record, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def _prev_of(line: bytes) -> Any:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record.get("prev") if isinstance(record, dict) else None
+
+
+def _locate_break(index: int, record: dict[str, Any], lines: list[bytes], hashes: list[str]) -> tuple[str, int]:
+    """Which line a broken link points at. Line `index` (0-based) names a predecessor hash that is not the hash of
+    the line before it. Reported, as (problem, 1-based line):
+
+    * the line before was altered (the usual case: its content changed, so its hash is no longer the one this line
+      chains to) -> that line, "altered";
+    * this line's own `prev` field was altered (the line after it still chains to it) -> this line, "altered";
+    * lines were removed (its sequence number is ahead of its position) -> this line, "N line(s) removed before";
+    * lines were inserted (its sequence number is behind its position) -> the first inserted line, "inserted";
+    * lines were reordered (it chains to a line that comes later) -> this line, "out of order".
+    """
+    claimed, seq = record.get("prev"), _seq_of(record)
+    number = index + 1
+    later = [j for j in range(index + 1, len(hashes)) if hashes[j] == claimed]
+    if later:
+        return f"out of order: this line follows line {later[0] + 1} in the hash chain", number
+    if seq is not None and seq > index:
+        return (f"{seq - index} line(s) removed before this line (its sequence number is {seq}, line {number} "
+                f"should hold {index})"), number
+    if seq is not None and seq < index:
+        return (f"{index - seq} line(s) inserted here: line {number} has sequence number {seq}, so lines "
+                f"{seq + 1}-{index} are not part of the chain"), seq + 1
+    if seq == index:
+        if index + 1 < len(lines) and _prev_of(lines[index + 1]) != hashes[index]:
+            return "altered: its 'prev' field no longer names the line before it", number
+        if index == 0:
+            return "altered: the first line does not start the hash chain", number
+        return f"altered: line {number} chains to a different line than this one", index
+    return "hash chain broken", number
+
+
 def verify_log(path: Path, require_seal: bool = True) -> LogVerification:
-    """Check the chain line by line; `ok` needs an intact chain and, unless told otherwise, a final seal."""
+    """Check the chain line by line; `ok` needs an intact chain and, unless told otherwise, a final seal. A broken
+    link is located as `_locate_break` says (an altered line is reported as itself, not as the line after it)."""
     prev = GENESIS
     count = 0
     sealed = False
@@ -129,25 +233,32 @@ def verify_log(path: Path, require_seal: bool = True) -> LogVerification:
         data = handle.read()
     if data and not data.endswith(b"\n"):
         return LogVerification(False, count, False, prev, "last line is truncated", data.count(b"\n") + 1)
-    for number, line in enumerate(data.splitlines(), start=1):
+    lines = data.splitlines()
+    hashes = [_line_hash(line) for line in lines]
+
+    def failed(error: str, number: int | None, is_sealed: bool = False) -> LogVerification:
+        return LogVerification(False, count, is_sealed, prev, error, number, hashes)
+
+    for index, line in enumerate(lines):
+        number = index + 1
         if sealed:
-            return LogVerification(False, count, True, prev, "line after seal", number)
+            return failed("line after seal", number, True)
         try:
             record = json.loads(line)
         except ValueError:
-            return LogVerification(False, count, False, prev, "line is not JSON", number)
+            return failed("line is not JSON", number)
         if not isinstance(record, dict):
-            return LogVerification(False, count, False, prev, "line is not an object", number)
+            return failed("line is not an object", number)
         if record.get("prev") != prev:
-            return LogVerification(False, count, False, prev, "hash chain broken", number)
+            return failed(*_locate_break(index, record, lines, hashes))
         if record.get("seq") != count:
-            return LogVerification(False, count, False, prev, "sequence number out of order", number)
+            return failed("sequence number out of order", number)
         if record.get("event") == "seal":
             if record.get("lines") != count:
-                return LogVerification(False, count, False, prev, "seal counts a different number of lines", number)
+                return failed("seal counts a different number of lines", number)
             sealed = True
-        prev = _line_hash(line)
+        prev = hashes[index]
         count += 1
     if require_seal and not sealed:
-        return LogVerification(False, count, False, prev, "log is not sealed", None)
-    return LogVerification(True, count, sealed, prev)
+        return failed("log is not sealed", None)
+    return LogVerification(True, count, sealed, prev, hashes=hashes)

@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 
+from proxy.anchors import AnchorBook, Sealer, extends
+from proxy.eventlog import read_events, verify_log
 from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
@@ -260,9 +262,17 @@ class Gateway:
         on_session: Callable[[LiveSession], None] | None = None,
         on_session_end: Callable[[LiveSession, str], None] | None = None,
         name: str = "gateway",
+        signing_key: Any = None,
+        anchor_interval: float = 5.0,
     ) -> None:
         self.store = store
         self.name = name
+        # Seals are signed with `signing_key` (proxy.eventlog.KeySource, re-read after a rotation) and chained;
+        # their hashes are anchored in the sessions table, the running heads every `anchor_interval` seconds.
+        self.sealer = Sealer(name, signing_key)
+        self.anchors = AnchorBook(store)
+        self.anchor_interval = anchor_interval
+        self._anchorer: asyncio.Task[None] | None = None
         self.book = SessionBook(store)
         self.sessions_dir = Path(sessions_dir)
         self.novnc_dir = Path(novnc_dir) if novnc_dir is not None else None
@@ -309,6 +319,7 @@ class Gateway:
         # Sessions a previous run of this gateway left open ended with it: their rows are closed and their logs
         # sealed as recovered (a damaged log is left exactly as found, for the auditors).
         reason = "interrupted: the gateway stopped without ending it"
+        self.sealer.last = await asyncio.to_thread(self.anchors.last_sealed, self.name)
         interrupted = await asyncio.to_thread(self.book.close_interrupted, self.name, reason)
         if interrupted:
             log.warning("closed %d session(s) left open by a previous run: %s", len(interrupted),
@@ -316,21 +327,69 @@ class Gateway:
             wanted = set(interrupted)
             for info in await asyncio.to_thread(self.book.list):
                 if info.session_id in wanted and Path(info.folder).is_dir():
-                    head = await asyncio.to_thread(seal_interrupted, Path(info.folder), reason)
+                    head = await asyncio.to_thread(self._recover, info.session_id, Path(info.folder), reason)
                     if head is None:
-                        log.warning("session %s: log left unsealed (damaged or missing)", info.session_id)
+                        log.warning("session %s: log left as found (damaged, missing, or not extending its "
+                                    "anchor)", info.session_id)
         self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self._watcher = asyncio.create_task(self._watch(), name="gateway-token-watch")
+        self._anchorer = asyncio.create_task(self._anchor_loop(), name="gateway-anchors")
         return int(self._runner.addresses[0][1])
+
+    def _recover(self, session_id: str, folder: Path, reason: str) -> str | None:
+        """Seal (signed, chained) the log of a session the previous run left open, if it extends what that run
+        anchored, and anchor the seal; also anchors a log the previous run sealed but was killed before anchoring.
+        Returns the seal hash anchored, or None (the log stays as found, and `audit verify --db` reports it)."""
+        anchor = self.anchors.get(session_id)
+        prefix = (anchor.anchor_head, anchor.anchor_lines) if anchor is not None else (None, None)
+        seal_interrupted(folder, reason, self.sealer, prefix)
+        result = verify_log(folder / "events.jsonl")
+        if not result.ok or not extends(result.hashes, *prefix):
+            return None
+        if anchor is not None and anchor.seal_hash:
+            return anchor.seal_hash
+        seal = read_events(folder / "events.jsonl")[-1]
+        recording, previous = seal.get("recording"), seal.get("previous")
+        self.anchors.sealed(session_id, result.head, result.lines,
+                            recording.get("sha256") if isinstance(recording, dict) else None,
+                            previous.get("session") if isinstance(previous, dict) else None)
+        return result.head
+
+    async def _anchor_loop(self) -> None:
+        """Every `anchor_interval` seconds, anchor the head of each live session's log that moved (a gateway
+        killed now leaves a prefix that the log recovered at its next start, and any rewrite, must keep)."""
+        anchored: dict[str, int] = {}
+        while True:
+            await asyncio.sleep(self.anchor_interval)
+            heads = []
+            for live in self._all_live():
+                event_log = live.session.log
+                if event_log is not None and not event_log.closed \
+                        and anchored.get(live.session.session_id) != event_log.lines:
+                    heads.append((live.session.session_id, event_log.head, event_log.lines))
+            if not heads:
+                continue
+            try:
+                await asyncio.to_thread(self.anchors.progress, heads)
+            except Exception as exc:  # the database may be away for a moment; the next round retries
+                log.error("could not anchor session heads: %s", exc)
+                continue
+            live_ids = {live.session.session_id for live in self._all_live()}
+            anchored = {key: value for key, value in anchored.items() if key in live_ids}
+            anchored.update((session_id, lines) for session_id, _, lines in heads)
 
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
             self._watcher = None
+        if self._anchorer is not None:
+            self._anchorer.cancel()
+            await asyncio.gather(self._anchorer, return_exceptions=True)
+            self._anchorer = None
         for live in self._all_live():
             live.end("gateway shutting down", WSCloseCode.GOING_AWAY)
         deadline = time.monotonic() + 5
@@ -449,7 +508,7 @@ class Gateway:
         client = WebSocketClient(ws)
         session = ProxySession(
             client, upstream, limits, self.sessions_dir, peer=str(request.remote or ""), recipient=grant.recipient,
-            release=release, record=self.record,
+            release=release, record=self.record, sealer=self.sealer,
             extra_meta={"via": "gateway", "token_id": grant.token_id, "target": grant.target_name,
                         "token_expires": grant.expires_at.isoformat()},
         )
@@ -479,6 +538,14 @@ class Gateway:
                 group.discard(live)
                 if not group:
                     del self.live[grant.token_id]
+            if session.log is not None and session.log.closed:
+                try:
+                    await asyncio.to_thread(
+                        self.anchors.sealed, session.session_id, session.log.head, session.log.lines,
+                        session.recorder.sha256 if session.recorder is not None else None,
+                        self.sealer.previous_of.pop(session.session_id, None))
+                except Exception as exc:  # `audit verify --db` reports the missing anchor
+                    log.error("could not anchor the seal of session %s: %s", session.session_id, exc)
             try:
                 await asyncio.to_thread(self.book.ended, session.session_id, session.end_reason or reason)
             except Exception as exc:

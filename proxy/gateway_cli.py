@@ -48,6 +48,14 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         limits = load_recipient_policy(Path(args.limits)).limits if args.limits else SessionLimits()
         if args.poll_interval <= 0 or args.poll_interval > 1.0:
             raise ValueError("--poll-interval must be in (0, 1] so that revocation ends sessions within a second")
+        keys = None
+        if args.signing_key:
+            from proxy.eventlog import KeySource
+
+            keys = KeySource(args.signing_key)
+            keys.load()  # fail closed: a gateway told to sign does not start without its key
+        if args.anchor_interval <= 0:
+            raise ValueError("--anchor-interval must be positive")
         store = _store(args)
     except (ValueError, OSError, PolicyError) as exc:
         print(f"safeshare gateway: {exc}", file=sys.stderr)
@@ -69,7 +77,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
                       poll_interval=args.poll_interval, record=not args.no_record,
                       allowed_origins=tuple(args.allowed_origin or ()),
                       secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended,
-                      name=args.name)
+                      name=args.name, signing_key=keys, anchor_interval=args.anchor_interval)
+    if keys is None:
+        print("safeshare gateway: no --signing-key: session seals are not signed (`audit verify` reports them as "
+              "unsigned)", file=sys.stderr)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -205,6 +216,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--name", default="gateway",
                    help="this gateway's name in the session table (distinct per gateway sharing one database; "
                         "at start it closes the sessions its previous run left open)")
+    g.add_argument("--signing-key", metavar="FILE",
+                   help="Ed25519 key (PEM, mode 0600) that signs every session's seal, e.g. "
+                        "SITE/secrets/gateway/signing.key; re-read when it changes (`safeshare custodian key rotate "
+                        "--purpose gateway`). Missing or unreadable: the gateway does not start (exit 2)")
+    g.add_argument("--anchor-interval", type=float, default=5.0,
+                   help="seconds between anchors of live sessions' log heads in the database (default 5)")
     g.add_argument("-v", "--verbose", action="store_true", help="log requests and sessions")
     g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
     g.set_defaults(func=cmd_gateway)

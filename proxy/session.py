@@ -124,24 +124,34 @@ def _write_json_atomic(path: Path, value: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def seal_interrupted(folder: Path, reason: str) -> str | None:
+def seal_interrupted(folder: Path, reason: str, sealer: Any = None,
+                     anchor: tuple[str | None, int | None] = (None, None)) -> str | None:
     """Seal the log of a session whose proxy was killed (the gateway's container or process died): a `disconnect`
-    with the reason, then a seal marked `recovered` that records the recording's hash and size as found. Returns the
-    seal hash, or None when the log is missing, damaged or sealed already (then it stays as found: an auditor's
-    finding, not something to repair)."""
-    from proxy.eventlog import EventLog, file_digest
+    with the reason, then a seal marked `recovered` that records the recording's hash and size as found, signed
+    and chained by `sealer` (proxy.anchors.Sealer) when given. Returns the seal hash, or None when the log is
+    missing, damaged, sealed already, or does not extend `anchor` (head, lines: what the gateway anchored while the
+    session ran; a log cut or rewritten below it must not be signed). Then it stays as found: an auditor's finding,
+    not something to repair."""
+    from proxy.anchors import extends
+    from proxy.eventlog import EventLog, file_digest, verify_log
 
     try:
+        if not extends(verify_log(folder / "events.jsonl", require_seal=False).hashes, *anchor):
+            return None
         log = EventLog.resume(folder / "events.jsonl")
     except (OSError, ValueError):
         return None
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {"session": folder.name}
     screen = folder / "screen.rfbrec"
     if screen.is_file():
         digest, size = file_digest(screen)
         fields["recording"] = {"file": screen.name, "sha256": digest, "bytes": size, "complete": False}
     log.write("disconnect", reason=reason, recovered=True)
-    head = log.close(recovered=True, **fields)
+    if sealer is not None:
+        fields.update(sealer.fields())
+    head = log.close(sealer.key() if sealer is not None else None, recovered=True, **fields)
+    if sealer is not None:
+        sealer.sealed(folder.name, head)
     try:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, ValueError):
@@ -193,8 +203,10 @@ class ProxySession:
         extra_meta: dict[str, Any] | None = None,
         record: bool = True,
         capture: CaptureConfig | None = None,
+        sealer: Any = None,
     ) -> None:
         self.client = client
+        self.sealer = sealer  # proxy.anchors.Sealer: signs and chains the seal (the gateway's); None: unsigned
         self.upstream = upstream
         self.limits = limits
         self.session_id = new_session_id()
@@ -372,7 +384,12 @@ class ProxySession:
         if self.log is not None and not self.log.closed:
             self.log.write("disconnect", reason=reason, duration=round(time.monotonic() - self._start, 3),
                            **self.counters)
-            head = self.log.close(**self._recording_seal())
+            fields: dict[str, Any] = {"session": self.session_id, **self._recording_seal()}
+            if self.sealer is not None:
+                fields.update(self.sealer.fields())
+            head = self.log.close(self.sealer.key() if self.sealer is not None else None, **fields)
+            if self.sealer is not None:
+                self.sealer.sealed(self.session_id, head)
         else:
             head = None
         meta = self._meta()

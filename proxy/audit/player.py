@@ -322,8 +322,10 @@ def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[f
     return index
 
 
-def export_video(player: Player, path: str | Path, fps: float = 10.0, ffmpeg: str = "ffmpeg") -> Path:
-    """The session as an H.264 MP4 of its full duration at its screen size (written to a temporary name first)."""
+def export_video(player: Player, path: str | Path, fps: float = 10.0, ffmpeg: str = "ffmpeg",
+                 metadata: dict[str, str] | None = None) -> Path:
+    """The session as an H.264 MP4 of its full duration at its screen size (written to a temporary name first);
+    `metadata` adds container tags (the export's verification stamp goes in `comment`)."""
     if shutil.which(ffmpeg) is None:
         raise FileNotFoundError("ffmpeg is not installed (scripts/setup.sh installs Debian's ffmpeg)")
     path = Path(path)
@@ -334,7 +336,9 @@ def export_video(player: Player, path: str | Path, fps: float = 10.0, ffmpeg: st
                "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-preset", "veryfast", "-crf", "23",
                "-pix_fmt", "yuv420p", "-movflags", "+faststart",
                "-metadata", f"title=safeshare session {player.index['session']}",
-               "-metadata", f"creation_time={player.index['start_iso']}", str(temporary)]
+               "-metadata", f"creation_time={player.index['start_iso']}",
+               *[arg for key, value in (metadata or {}).items() for arg in ("-metadata", f"{key}={value}")],
+               str(temporary)]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     try:

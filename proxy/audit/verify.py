@@ -3,19 +3,27 @@
 What a sealed session folder guarantees, and how each guarantee is checked:
 
 * `events.jsonl`: each line carries the SHA-256 of the line before and a sequence number; the last line is the seal,
-  which counts the lines. Altered, inserted, removed or reordered lines break the chain or the sequence at a line
-  number; a cut-off file lacks its seal or ends mid-line.
+  which counts the lines. Altered, inserted, removed or reordered lines break the chain or the sequence; the finding
+  names the altered line itself (see `proxy.eventlog.verify_log`). A cut-off file lacks its seal or ends mid-line.
+* The seal is signed by the gateway's key (`signature`, over every field of the seal line, whose `prev` is the head
+  of the chain and whose `session` names the folder); checked against the site's trust store (purpose `gateway`).
+  Without the key nobody can re-seal a rewritten log. A seal without a signature is reported as unsigned (sessions
+  sealed before signing existed, or by `safeshare proxy`, which has no key).
 * `screen.rfbrec`: the seal line holds the recording's SHA-256 and size, so a truncated or altered recording (or a
   missing one) is found even though the recording has no chain of its own. The records are also parsed, to say where
   a damaged file stops being readable.
 * `network.pcap` (when capture was on): the `capture_stopped` event holds its SHA-256 and size.
-* `meta.json` is written after the seal and repeats the seal's hash as `log_head`; a different head means the log or
-  the metadata was replaced.
-* A sessions root may also be checked against the gateways' session table: a session the database knows whose
-  folder is gone is reported as missing.
+* `meta.json` is written after the seal and repeats the seal's hash as `log_head`, and the recipient and release of
+  the log's `connect` event; a difference means the log or the metadata was replaced.
+* With the gateways' sessions table (`anchors`, proxy/anchors.py): the seal hash, the number of lines and the
+  recording's hash must be the ones the gateway anchored when the session ended, the log must extend the head it
+  anchored while the session ran, a session without a row (or whose row has no seal) is reported, a row whose
+  folder is gone is reported (unless retention deleted it), and each signed seal names the session the gateway
+  sealed before it, which must be there with that seal (or have been deleted by retention).
 
-Proving that the whole log was not rewritten from scratch needs the seal hash kept elsewhere (the gateway's
-database keeps the folder; `meta.json` keeps the head), which is why the head is printed in every report.
+Against whom: a reader of the folder learns nothing they could use to forge; a writer of the folder can delete or
+rewrite files but cannot re-sign (the signature) nor change the database (the anchors); a writer of the folder and
+the database can rewrite both copies of the anchor, but still cannot sign a new seal without the gateway's key.
 """
 from __future__ import annotations
 
@@ -24,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.eventlog import file_digest, read_events, verify_log
+from proxy.anchors import Anchor, extends
+from proxy.eventlog import file_digest, read_events, seal_message, verify_log
+from safeshare.signing import SignatureError, TrustStore
 from proxy.recording import HEADER, MAGIC, read_recording
 
 EVENTS, META, SCREEN, PCAP = "events.jsonl", "meta.json", "screen.rfbrec", "network.pcap"
@@ -44,6 +54,13 @@ class Finding:
         return f"{self.file}{f':{self.line}' if self.line else ''}: {self.problem}"
 
 
+# signature states
+SIGNED, UNSIGNED, BAD_SIGNATURE, NOT_CHECKED = "signed", "unsigned", "invalid", "not checked"
+# anchor states
+ANCHORED, NO_ANCHOR, ANCHOR_DIFFERS, LIVE = "anchored", "missing", "differs", "running"
+_NO_ROW = object()
+
+
 @dataclass
 class SessionCheck:
     session: str
@@ -52,6 +69,10 @@ class SessionCheck:
     sealed: bool = False
     head: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    signature: str = NOT_CHECKED  # signed | unsigned | invalid | not checked
+    signed_by: str | None = None  # key id
+    anchor: str = NOT_CHECKED  # anchored | missing | differs | running | not checked
+    previous: dict[str, Any] | None = None  # the session the gateway sealed before this one (from the seal)
 
     @property
     def ok(self) -> bool:
@@ -59,7 +80,8 @@ class SessionCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {"session": self.session, "folder": self.folder, "ok": self.ok, "lines": self.lines,
-                "sealed": self.sealed, "head": self.head, "findings": [f.as_dict() for f in self.findings]}
+                "sealed": self.sealed, "head": self.head, "signature": self.signature, "signed_by": self.signed_by,
+                "anchor": self.anchor, "findings": [f.as_dict() for f in self.findings]}
 
 
 def _check_sealed_file(folder: Path, name: str, expected: dict[str, Any], what: str,
@@ -87,7 +109,84 @@ def _check_recording_readable(path: Path, findings: list[Finding], cut_end_expec
         findings.append(Finding(str(path), f"unreadable from byte {offset}: {exc}"))
 
 
-def verify_session(folder: str | Path) -> SessionCheck:
+def _check_signature(check: SessionCheck, seal: dict[str, Any], trust: TrustStore | None, allow_unsigned: bool,
+                     events_path: str) -> None:
+    """The seal's signature, by a key the site trusts for `gateway`, over this seal in this folder."""
+    previous = seal.get("previous")
+    check.previous = previous if isinstance(previous, dict) else None
+    record = seal.get("signature")
+    if not record:
+        check.signature = UNSIGNED
+        if trust is not None and not allow_unsigned:
+            check.findings.append(Finding(events_path, "seal is not signed (sealed before signing, by a proxy "
+                                                       "without a key, or its signature was removed): it proves "
+                                                       "nothing against a writer of the folder", check.lines))
+        return
+    if seal.get("session") != check.session:
+        check.signature = BAD_SIGNATURE
+        check.findings.append(Finding(events_path, f"seal names session {seal.get('session')!r}, not this folder "
+                                                   f"({check.session!r})", check.lines))
+        return
+    if trust is None:
+        return
+    try:
+        key = trust.verify("gateway", seal_message(seal), record)
+    except SignatureError as exc:
+        check.signature = BAD_SIGNATURE
+        check.findings.append(Finding(events_path, f"seal signature: {exc}", check.lines))
+        return
+    check.signature, check.signed_by = SIGNED, key.key_id
+
+
+def _check_anchor(check: SessionCheck, seal: dict[str, Any], hashes: list[str], anchor: Anchor | None,
+                  allow_unsigned: bool) -> None:
+    """The folder against what the gateway anchored in its sessions table."""
+    events_path, folder = str(Path(check.folder) / EVENTS), check.folder
+    legacy = allow_unsigned and check.signature == UNSIGNED
+    if anchor is None:
+        check.anchor = NO_ANCHOR
+        if not legacy:
+            check.findings.append(Finding(folder, "anchor missing: the gateways' session table has no row for this "
+                                                  "session"))
+        return
+    check.anchor = ANCHORED
+    if anchor.anchor_lines and not extends(hashes, anchor.anchor_head, anchor.anchor_lines):
+        check.anchor = ANCHOR_DIFFERS
+        if len(hashes) < anchor.anchor_lines:
+            check.findings.append(Finding(events_path, f"{anchor.anchor_lines - len(hashes)} line(s) missing: the "
+                                                       f"gateway anchored {anchor.anchor_lines} lines, the log has "
+                                                       f"{len(hashes)}"))
+        else:
+            check.findings.append(Finding(events_path, "rewritten: this is not the line the gateway anchored "
+                                                       f"(head {anchor.anchor_head})", anchor.anchor_lines))
+    if anchor.seal_hash:
+        if check.head != anchor.seal_hash or check.lines != anchor.events:
+            check.anchor = ANCHOR_DIFFERS
+            check.findings.append(Finding(events_path, f"seal differs from the anchor: the gateway sealed "
+                                                       f"{anchor.events} lines ending in {anchor.seal_hash}, the log "
+                                                       f"has {check.lines} lines ending in {check.head}"))
+        recording = seal.get("recording") if seal else None
+        sealed_sha = recording.get("sha256") if isinstance(recording, dict) else None
+        if anchor.recording_sha256 and sealed_sha != anchor.recording_sha256:
+            check.anchor = ANCHOR_DIFFERS
+            check.findings.append(Finding(str(Path(folder) / SCREEN), "recording hash in the seal differs from the "
+                                                                      "one the gateway anchored"))
+    elif anchor.ended:
+        check.anchor = NO_ANCHOR
+        if not legacy:
+            check.findings.append(Finding(folder, "anchor missing: the session ended but the gateways' session table "
+                                                  "holds no seal hash for it"))
+    else:
+        check.anchor = LIVE
+
+
+def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: Anchor | None | object = _NO_ROW,
+                   allow_unsigned: bool = False) -> SessionCheck:
+    """Check one session folder. `trust` (the site's trust store) checks the seal's signature: without it the
+    signature is `not checked`. `anchor` is the session's row in the gateways' sessions table, or None when the
+    table has none (a finding); leave it out to not compare with the database. `allow_unsigned` accepts unsigned
+    seals (and their missing anchors) of sessions sealed before signing existed: they are still reported as such.
+    """
     folder = Path(folder)
     check = SessionCheck(folder.name, str(folder))
     findings = check.findings
@@ -100,16 +199,21 @@ def verify_session(folder: str | Path) -> SessionCheck:
 
     seal: dict[str, Any] = {}
     events: list[dict[str, Any]] = []
+    hashes: list[str] = []
     if not events_path.is_file():
         findings.append(Finding(str(events_path), "missing"))
     else:
         result = verify_log(events_path)
-        check.lines, check.sealed, check.head = result.lines, result.sealed, result.head
+        check.lines, check.sealed, check.head, hashes = result.lines, result.sealed, result.head, result.hashes
         if not result.ok:
             findings.append(Finding(str(events_path), result.error or "invalid", result.bad_line))
         events = read_events(events_path)
         if result.ok and events and events[-1].get("event") == "seal":
             seal = events[-1]
+    if seal:
+        _check_signature(check, seal, trust, allow_unsigned, str(events_path))
+    if anchor is not _NO_ROW:
+        _check_anchor(check, seal, hashes, anchor, allow_unsigned)  # type: ignore[arg-type]
 
     meta: dict[str, Any] | None = None
     if not meta_path.is_file():
@@ -128,6 +232,11 @@ def verify_session(folder: str | Path) -> SessionCheck:
                                                     f"{folder.name!r}"))
         if check.head is not None and check.sealed and meta.get("log_head") != check.head:
             findings.append(Finding(str(meta_path), "field 'log_head' differs from the hash of the log's seal line"))
+        connect = events[0] if events and events[0].get("event") == "connect" else None
+        for name in ("recipient", "release"):
+            if connect is not None and name in connect and meta.get(name) != connect.get(name):
+                findings.append(Finding(str(meta_path), f"field '{name}' is {meta.get(name)!r}, the log's connect "
+                                                        f"event says {connect.get(name)!r}"))
 
     if seal:
         recording = seal.get("recording")
@@ -156,19 +265,54 @@ def is_session_folder(path: Path) -> bool:
     return (path / EVENTS).exists() or (path / META).exists()
 
 
-def verify_path(path: str | Path, known_folders: list[str] | None = None) -> list[SessionCheck]:
-    """One session folder, or every session under a sessions root. `known_folders` (from the gateways' session
-    table) adds a finding for each session the database knows whose folder is gone."""
+def verify_path(path: str | Path, known_folders: list[str] | None = None, *, trust: TrustStore | None = None,
+                anchors: dict[str, Anchor] | None = None, deleted: dict[str, Any] | None = None,
+                allow_unsigned: bool = False) -> list[SessionCheck]:
+    """One session folder, or every session under a sessions root (see `verify_session` for `trust` and
+    `allow_unsigned`). `anchors` (the gateways' sessions table by session id) compares each folder with its row,
+    reports rows whose folder is gone and, from the signed seals, sessions sealed before another whose folder is
+    gone; `deleted` (session id -> seal hash, from the `session-deleted` audit events) names the sessions retention
+    deleted, which are not missing. `known_folders` (folders the table records) is the older, folder-only form."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such session folder or sessions root")
+
+    def one(folder: Path) -> SessionCheck:
+        if anchors is None:
+            return verify_session(folder, trust, allow_unsigned=allow_unsigned)
+        return verify_session(folder, trust, anchors.get(folder.name), allow_unsigned)
+
     if is_session_folder(path):
-        return [verify_session(path)]
-    checks = [verify_session(folder) for folder in session_folders(path)]
-    present = {Path(check.folder).resolve() for check in checks}
+        return [one(path)]
+    checks = [one(folder) for folder in session_folders(path)]
+    deleted = deleted or {}
+    present = {Path(check.folder).resolve(): check for check in checks}
+    by_id = {check.session: check for check in checks}
+    missing: dict[str, tuple[str, str]] = {}  # folder -> (session, why)
+    root = path.resolve()
     for folder in known_folders or []:
-        if Path(folder).resolve().parent == path.resolve() and Path(folder).resolve() not in present:
-            check = SessionCheck(Path(folder).name, folder)
-            check.findings.append(Finding(folder, "missing: the gateway's session table records this session"))
-            checks.append(check)
+        missing[folder] = (Path(folder).name, "missing: the gateway's session table records this session")
+    for anchor in (anchors or {}).values():
+        missing[anchor.folder] = (anchor.session_id, "missing: the gateway's session table records this session")
+    for check in checks:
+        previous = check.previous if anchors is not None else None
+        if not previous or not isinstance(previous.get("session"), str):
+            continue
+        name, seal = previous["session"], previous.get("seal")
+        before = by_id.get(name)
+        if before is not None:
+            if before.head != seal:
+                before.findings.append(Finding(before.folder, f"not the session sealed before {check.session}: its "
+                                                              f"signed seal names {name} with seal {seal}"))
+        elif name not in deleted:
+            folder = str(path / name)
+            missing.setdefault(folder, (name, f"missing: {check.session}'s signed seal names it as the session "
+                                              f"sealed before, and no retention deletion is recorded"))
+    for folder, (session, why) in missing.items():
+        resolved = Path(folder).resolve()
+        if resolved.parent != root or resolved in present or session in deleted:
+            continue
+        check = SessionCheck(session, folder)
+        check.findings.append(Finding(folder, why))
+        checks.append(check)
     return checks

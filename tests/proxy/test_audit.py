@@ -3,6 +3,7 @@ each kind of tampering is found and located, summaries count what happened, filt
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from proxy.audit.sessions import find_sessions, summarize
 from proxy.audit.verify import verify_path, verify_session
 from proxy.eventlog import EventLog
 from proxy.limits import SessionLimits
+from safeshare.signing import TrustStore
 from tests.proxy.rfbtools import FakeVncServer, RfbClient
 from tests.proxy.test_controls import _with_proxy
 
@@ -76,17 +78,35 @@ def test_altered_removed_reordered_lines_are_located(recorded: Path, tmp_path: P
     changed = lines[:]
     changed[3] = changed[3].replace(b'"seq":3', b'"seq":3 ', 1)
     (altered / "events.jsonl").write_bytes(b"".join(changed))
-    assert findings(altered) == [("events.jsonl", 5, "hash chain broken")]
+    # the altered line is reported as itself (line 4), not as the line whose link broke (line 5)
+    assert findings(altered) == [("events.jsonl", 4, "altered: line 5 chains to a different line than this one")]
+
+    prev_field = copy(recorded, tmp_path / "p")
+    record = json.loads(lines[3])
+    record["prev"] = "1" * 64
+    (prev_field / "events.jsonl").write_bytes(b"".join(lines[:3] + [json.dumps(record).encode() + b"\n"]
+                                                       + lines[4:]))
+    assert findings(prev_field) == [("events.jsonl", 4, "altered: its 'prev' field no longer names the line "
+                                                        "before it")]
 
     removed = copy(recorded, tmp_path / "r")
     (removed / "events.jsonl").write_bytes(b"".join(lines[:2] + lines[3:]))
-    assert findings(removed) == [("events.jsonl", 3, "hash chain broken")]
+    assert findings(removed) == [("events.jsonl", 3, "1 line(s) removed before this line (its sequence number "
+                                                     "is 3, line 3 should hold 2)")]
+
+    inserted = copy(recorded, tmp_path / "i")  # a well-chained line slipped in after line 3
+    forged = {"seq": 3, "t": 1.0, "event": "key", "down": True, "keysym": 97,
+              "prev": hashlib.sha256(lines[2].rstrip(b"\n")).hexdigest()}
+    (inserted / "events.jsonl").write_bytes(b"".join(lines[:3] + [json.dumps(forged).encode() + b"\n"]
+                                                      + lines[3:]))
+    assert findings(inserted) == [("events.jsonl", 4, "1 line(s) inserted here: line 5 has sequence number 3, so "
+                                                      "lines 4-4 are not part of the chain")]
 
     swapped = copy(recorded, tmp_path / "s")
     order = lines[:]
     order[4], order[5] = order[5], order[4]
     (swapped / "events.jsonl").write_bytes(b"".join(order))
-    assert findings(swapped)[0][:2] == ("events.jsonl", 5)
+    assert findings(swapped)[0] == ("events.jsonl", 5, "out of order: this line follows line 6 in the hash chain")
 
 
 def test_truncated_files_are_found(recorded: Path, tmp_path: Path) -> None:
@@ -145,17 +165,25 @@ def test_audit_verify_cli_exit_codes(recorded: Path, tmp_path: Path) -> None:
         return subprocess.run([sys.executable, "-m", "safeshare.cli", "audit", *args], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
 
+    trust = tmp_path / "trust.json"
+    TrustStore().save(trust)
     good = copy(recorded, tmp_path / "g")
-    done = run("verify", str(good))
-    assert done.returncode == 0 and done.stdout.startswith("ok ")
+    # the standalone proxy has no key: its seals are unsigned, a finding unless accepted as such
+    done = run("verify", str(good), "--trust", str(trust))
+    assert done.returncode == 1 and "seal is not signed" in done.stdout
+    done = run("verify", str(good), "--trust", str(trust), "--allow-unsigned")
+    assert done.returncode == 0 and done.stdout.startswith("ok ") and "unsigned" in done.stdout
     bad = copy(recorded, tmp_path / "b")
     (bad / "events.jsonl").write_bytes(b"".join(_lines(recorded)[1:]))
-    done = run("verify", str(tmp_path / "b" / "sessions"), "--json")
+    done = run("verify", str(tmp_path / "b" / "sessions"), "--json", "--trust", str(trust), "--allow-unsigned")
     report = json.loads(done.stdout)
     assert done.returncode == 1 and report["sessions"] == 1 and report["findings"] == 1
-    assert report["checks"][0]["findings"][0] == {"file": str(bad / "events.jsonl"), "line": 1,
-                                                  "problem": "hash chain broken"}
-    assert run("verify", str(tmp_path / "none")).returncode == 2
+    assert report["checks"][0]["findings"][0] == {
+        "file": str(bad / "events.jsonl"), "line": 1,
+        "problem": "1 line(s) removed before this line (its sequence number is 1, line 1 should hold 0)"}
+    assert run("verify", str(tmp_path / "none"), "--trust", str(trust)).returncode == 2
+    missing_trust = run("verify", str(good), "--trust", str(tmp_path / "no-trust.json"))
+    assert missing_trust.returncode == 2 and "trust store missing" in missing_trust.stderr
     assert run("sessions", str(tmp_path / "g" / "sessions"), "--since", "yesterday").returncode == 2
 
 
@@ -170,7 +198,7 @@ def fake_session(root: Path, name: str, recipient: str, release: str, start: str
     folder = root / name
     folder.mkdir(parents=True)
     log = EventLog(folder / "events.jsonl")
-    log.write("connect", recipient=recipient)
+    log.write("connect", recipient=recipient, release=release)
     for event in events:
         log.write(event, down=True)
     head = log.close()

@@ -266,7 +266,9 @@ def test_log_verifies_and_tampering_is_detected(tmp_path: Path) -> None:
     changed[key_line] = changed[key_line].replace('"name":"h"', '"name":"j"')
     path.write_text("".join(changed))
     bad = verify_log(path)
-    assert not bad.ok and bad.bad_line == key_line + 2 and bad.error == "hash chain broken"
+    # the altered line itself (1-based key_line + 1), not the next one whose link broke
+    assert not bad.ok and bad.bad_line == key_line + 1
+    assert bad.error == f"altered: line {key_line + 2} chains to a different line than this one"
 
     path.write_text("".join(original[:key_line] + original[key_line + 1:]))
     assert not verify_log(path).ok

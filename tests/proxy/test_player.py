@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from proxy.audit.player import KEY, Player, export_video, key_label, prepare
+from safeshare.signing import TrustStore
 from proxy.limits import SessionLimits
 from tests.proxy.rfbtools import RfbClient
 from tests.proxy.test_audit import recorded  # noqa: F401 - fixture
@@ -104,8 +105,11 @@ def test_exported_video_has_the_sessions_duration_and_size(changing_session, tmp
     assert (stream["width"], stream["height"]) == (WIDTH, HEIGHT)
     assert abs(float(probe["format"]["duration"]) - player.index["duration"]) < 0.25
     assert not list(tmp_path.glob(".*part*"))
+    TrustStore().save(tmp_path / "trust.json")  # `safeshare proxy` seals unsigned: export verifies first
     done = subprocess.run([sys.executable, "-m", "safeshare.cli", "audit", "export", str(folder), "--out",
-                           str(tmp_path / "cli.mp4"), "--cache", str(tmp_path / "cache"), "--fps", "5", "--json"],
+                           str(tmp_path / "cli.mp4"), "--cache", str(tmp_path / "cache"), "--fps", "5", "--json",
+                           "--site", str(tmp_path / "site"), "--trust", str(tmp_path / "trust.json"),
+                           "--allow-unsigned"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["width"] == WIDTH and (tmp_path / "cli.mp4").stat().st_size > 1000
