@@ -59,6 +59,22 @@ def _anchors(db: str | None) -> tuple[dict | None, dict]:
     return anchors, deleted
 
 
+def verify_site_session(site, folder: Path):
+    """One session of `site` checked as `audit verify --db` checks it: its seal's signature against the site's
+    trust store (a missing trust store trusts nothing: signed seals then fail, fail closed) and its anchor in the
+    site's database. For the custodian service's audit endpoints."""
+    from proxy.anchors import AnchorBook
+    from proxy.audit.verify import verify_session
+    from safeshare.signing import TrustStore
+
+    book = AnchorBook(site.db_url)
+    try:
+        anchor = book.get(folder.name)
+    finally:
+        book.dispose()
+    return verify_session(folder, TrustStore.load_or_empty(site.trust_file), anchor)
+
+
 def _check(path: Path, args: argparse.Namespace):
     from proxy.audit.verify import verify_path
 

@@ -32,13 +32,13 @@ from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
+from deploy.audit_cli import verify_site_session
 from deploy.audit_limits import AuthFailureLog, ViewLog
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
 from proxy.audit.player import prepare, prepare_ended
 from proxy.audit.sessions import find_sessions, read_meta
-from proxy.audit.verify import verify_session
 from proxy.tokens import parse_ttl
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -223,7 +223,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
     def audit_verify(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
         folder = session_folder(session)
         viewed(key, folder, "verify")
-        return verify_session(folder).as_dict()
+        return verify_site_session(provisioner.site, folder).as_dict()
 
     @app.get("/audit/sessions/{session}/player", summary="the prepared player's index: frames, markers, key log")
     def audit_player(session: str, key: ApiKey = Depends(auditor)) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
             raise HTTPException(409, f"session {session}: {exc}") from None
         viewed(key, folder, "player", player.index.get("recipient"))
         return {**player.index, "frames_url": f"/audit/sessions/{session}/frames", "verified":
-                verify_session(folder).ok}
+                verify_site_session(provisioner.site, folder).ok}
 
     @app.get("/audit/sessions/{session}/frames", summary="the prepared frames (PNG images; HTTP Range supported)")
     def audit_frames(session: str, key: ApiKey = Depends(auditor)) -> FileResponse:

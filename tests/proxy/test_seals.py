@@ -518,3 +518,15 @@ def test_meta_json_must_agree_with_the_log(site: SiteFiles) -> None:
     (folder / "meta.json").write_text(json.dumps(meta))
     assert problems(site.check(folder), folder.name) == ["field 'recipient' is 'someone-else', the log's connect "
                                                          "event says 'ann'"]
+
+
+def test_the_custodian_services_verification_checks_signature_and_anchor(site: SiteFiles) -> None:
+    """`GET /audit/sessions/{id}/verify` and the player's `verified` use the site's trust store and database."""
+    from deploy.audit_cli import verify_site_session
+    from deploy.site import Site
+
+    first, second = ordered(site)
+    assert verify_site_session(Site(site.root), first).ok
+    forge(first, keep=lambda e: e.get("event") != "key", steal_signature=True)
+    got = [f.problem for f in verify_site_session(Site(site.root), first).findings]
+    assert any("does not match" in p for p in got) and any(p.startswith("seal differs from the anchor") for p in got)
