@@ -530,3 +530,23 @@ def test_the_custodian_services_verification_checks_signature_and_anchor(site: S
     forge(first, keep=lambda e: e.get("event") != "key", steal_signature=True)
     got = [f.problem for f in verify_site_session(Site(site.root), first).findings]
     assert any("does not match" in p for p in got) and any(p.startswith("seal differs from the anchor") for p in got)
+
+
+def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles) -> None:
+    """Retention deletes the folder and records `session-deleted` (with the seal) in the site's audit log; the row
+    and the next session's seal still name it, and `audit verify --db` reads the audit log to tell the two apart."""
+    from deploy.records import Records
+
+    first, second = ordered(site)
+    head = json.loads((first / "meta.json").read_text())["log_head"]
+    shutil.rmtree(first)
+    args = ("verify", str(site.sessions), "--trust", str(site.trust_file), "--db", site.db, "--json")
+    done = audit(*args)
+    assert done.returncode == 1
+    assert {f["problem"] for c in json.loads(done.stdout)["checks"] for f in c["findings"]} == {
+        "missing: the gateway's session table records this session"}
+    records = Records(site.db)
+    records.audit("system:retention", "session-deleted", "ok", "ann", session=first.name, log_head=head)
+    records.dispose()
+    done = audit(*args)
+    assert done.returncode == 0, done.stdout
