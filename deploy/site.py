@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safeshare.signing import SigningKey, ensure_key
+from safeshare.signing import KeyFileError, SigningKey, ensure_key
 
 DEFAULT_SITE = Path("/var/lib/safeshare")
 SITE_ENV = "SAFESHARE_SITE"
@@ -239,7 +239,14 @@ class Site:
 
         SITE/keys (0700) holds the release key of the custodian's user and is never mounted anywhere; the gateway
         key sits in SITE/secrets/gateway (0700, both owned by the gateway's uid when run as root), which only the
-        gateway container mounts. trust.json (0644) holds the public halves only."""
+        gateway container mounts. trust.json (0644) holds the public halves only. An unusable key (readable by
+        others, not a key) is a SiteError naming it."""
+        try:
+            return self._ensure_keys()
+        except KeyFileError as exc:
+            raise SiteError(str(exc)) from None
+
+    def _ensure_keys(self) -> tuple[SigningKey, SigningKey]:
         self.keys.mkdir(parents=True, exist_ok=True)
         os.chmod(self.keys, 0o700)
         release = ensure_key(self.release_signing_key, self.trust_file, "release", comment="release key of the site")
