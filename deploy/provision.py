@@ -407,9 +407,10 @@ class Provisioner:
                    "--name", f"{site.site_id}-gateway",
                    # signs every seal; SITE/secrets is mounted read-only, and a missing key stops the gateway
                    "--signing-key", str(site.gateway_signing_key)]
-        if settings.public_url:
-            command += ["--allowed-origin", settings.public_url.rstrip("/"), "--secure-cookies"] \
-                if settings.public_url.startswith("https://") else ["--allowed-origin", settings.public_url.rstrip("/")]
+        # The origin researchers' browsers open the gateway under: it never trusts the request's Host header.
+        command += ["--allowed-origin", settings.url.rstrip("/")]
+        if settings.url.startswith("https://"):
+            command += ["--secure-cookies"]
         volumes = {str(site.db_dir): {"bind": str(site.db_dir), "mode": "rw"},
                    str(site.sessions): {"bind": str(site.sessions), "mode": "rw"},
                    str(site.secrets): {"bind": str(site.secrets), "mode": "ro"},

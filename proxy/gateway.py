@@ -6,7 +6,9 @@
   token leaves the address bar and history); `GET /` with a valid cookie serves the noVNC page. Without a usable token
   the answer is a plain refusal page with HTTP 403.
 * `GET /websockify` (token in the cookie or `?token=`) checks the token *before* the upgrade: an unknown, expired or
-  revoked token gets the 403 page and no WebSocket. A cross-origin upgrade is refused the same way. With a valid token
+  revoked token gets the 403 page and no WebSocket. A cross-origin upgrade is refused the same way: a browser's Origin
+  must be one of the configured origins (`allowed_origins`, the site's public URL) or the gateway's own listening
+  address; the Host header is never evidence. With a valid token
   the WebSocket's binary frames become a byte stream for `ProxySession`, which terminates RFB towards the browser
   (RFB 3.8, security None: the token was the authentication) and towards the enclave's VNC server, with every control
   of the proxy on.
@@ -17,6 +19,11 @@
   `novnc` package by default).
 
 Tokens never appear in the gateway's own logs: the access log records the path without the query string.
+
+Bounds: a connection must send its whole request head within HEADER_TIMEOUT seconds; a refused `?token=` leaves a
+valid cookie alone (only a refused cookie is cleared); at most `proxy.session.MAX_PENDING_HANDSHAKES` WebSockets of
+this process may be waiting for their client's RFB handshake (more get 503), and none of them holds a connection to
+the VNC server until its handshake is complete.
 """
 from __future__ import annotations
 
@@ -51,6 +58,12 @@ WS_PATH = "/websockify"
 MAX_WS_MESSAGE = 1 << 20  # client-to-server RFB messages are small; a larger frame ends the session
 MISSING = "missing"
 CROSS_ORIGIN = "cross-origin"
+BUSY = "busy"
+# A connection must have sent its whole request head within this many seconds of opening (and an idle keep-alive
+# connection is closed after as long): slow-header sockets cannot pile up.
+HEADER_TIMEOUT = 5.0
+REPLACED_WAIT = 5.0  # how long a new session waits for the one it replaces to release its keys and seal
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -72,7 +85,24 @@ REFUSALS = {
     CROSS_ORIGIN: ("Refused", "The remote desktop can only be opened from this gateway's own page."),
     "unavailable": ("Enclave not available", "The enclave for this session is not available right now. Try again "
                                              "later or contact the data custodian."),
+    BUSY: ("Busy", "The gateway has too many connections being opened right now. Try again in a moment."),
 }
+
+
+def _origin_aliases(url: str) -> set[str]:
+    """The Origin values a browser sends for pages under `url` (scheme://host[:port], the default port left out as
+    browsers do); for a loopback host, under each of its usual names. Empty for something that is not a URL."""
+    parts = urlsplit(url.strip().rstrip("/").lower())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return set()
+    try:
+        port = parts.port
+    except ValueError:
+        return set()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    suffix = "" if port is None or port == {"http": 80, "https": 443}[parts.scheme] else f":{port}"
+    hosts = LOOPBACK_HOSTS if host in LOOPBACK_HOSTS else (host,)
+    return {f"{parts.scheme}://{name}{suffix}" for name in hosts}
 
 
 def refusal_page(reason: str, status: int = 403, clear_cookie: bool = True) -> web.Response:
@@ -116,7 +146,8 @@ def openapi_document() -> dict[str, Any]:
                               "403": {"description": "missing, unknown, expired or revoked token, or a cross-origin "
                                                      "request", **html_response},
                               "426": {"description": "not a WebSocket upgrade request"},
-                              "503": {"description": "the token's enclave target is not usable", **html_response}},
+                              "503": {"description": "the token's enclave target is not usable, or too many "
+                                                     "connections are waiting for their handshake", **html_response}},
             }},
             "/healthz": {"get": {
                 "summary": "liveness and database reachability",
@@ -280,7 +311,9 @@ class Gateway:
         self.poll_interval = poll_interval
         self.fail_closed_after = fail_closed_after
         self.record = record
-        self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
+        # Browser origins allowed to open the WebSocket: the configured ones (the site's public URL) and, once
+        # started, the gateway's own listening address when it is a specific one. Never derived from the request.
+        self.allowed_origins = {alias for origin in allowed_origins for alias in _origin_aliases(origin)}
         self.secure_cookies = secure_cookies  # None: Secure when the request came over TLS
         self.on_session = on_session
         self.on_session_end = on_session_end
@@ -331,10 +364,17 @@ class Gateway:
                     if head is None:
                         log.warning("session %s: log left as found (damaged, missing, or not extending its "
                                     "anchor)", info.session_id)
-        self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False)
+        self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False,
+                                     keepalive_timeout=HEADER_TIMEOUT)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
+        bound = int(self._runner.addresses[0][1])
+        if host and host not in ("0.0.0.0", "::", "*"):
+            self.allowed_origins |= _origin_aliases(f"http://{'[' + host + ']' if ':' in host else host}:{bound}")
+        elif not self.allowed_origins:
+            log.warning("listening on every address without --allowed-origin: browsers' WebSockets will be refused "
+                        "(give the public URL researchers open)")
         self._watcher = asyncio.create_task(self._watch(), name="gateway-token-watch")
         self._anchorer = asyncio.create_task(self._anchor_loop(), name="gateway-anchors")
         return int(self._runner.addresses[0][1])
@@ -422,14 +462,12 @@ class Gateway:
         return await asyncio.to_thread(self.store.verify, token)
 
     def _same_origin(self, request: web.Request) -> bool:
+        """A browser's WebSocket must come from a page of this gateway: its Origin must be one of the configured
+        origins. The Host header is not evidence (a DNS-rebound page sends a Host equal to its own Origin)."""
         origin = request.headers.get("Origin")
         if origin is None:
             return True  # not a browser: nothing ambient (cookies) to abuse
-        origin = origin.rstrip("/").lower()
-        if origin in self.allowed_origins:
-            return True
-        parts = urlsplit(origin)
-        return parts.scheme in ("http", "https") and parts.netloc == request.host.lower()
+        return origin.rstrip("/").lower() in self.allowed_origins
 
     # --- handlers --------------------------------------------------------------------------------------------------
 
@@ -439,7 +477,8 @@ class Gateway:
             grant = await self._verify(token)
         except TokenRefused as refused:
             log.info("page refused: token %s (%s)", refused.reason, source)
-            return refusal_page(refused.reason)
+            # Only a refused cookie is cleared: a bad ?token= (a link anyone can send) must not log the user out.
+            return refusal_page(refused.reason, clear_cookie=source == "cookie")
         if source == "url":
             assert token is not None
             response = web.Response(status=303, headers={"Location": request.path})
@@ -491,7 +530,7 @@ class Gateway:
             grant = await self._verify(token)
         except TokenRefused as refused:
             log.info("WebSocket refused: token %s (%s)", refused.reason, source)
-            return refusal_page(refused.reason)
+            return refusal_page(refused.reason, clear_cookie=source == "cookie")
         if request.headers.get("Upgrade", "").lower() != "websocket":
             return web.Response(status=426, text="WebSocket upgrade expected\n", headers={"Upgrade": "websocket"})
         try:
@@ -504,7 +543,6 @@ class Gateway:
             return refusal_page("unavailable", status=503, clear_cookie=False)
 
         ws = web.WebSocketResponse(protocols=("binary",), max_msg_size=MAX_WS_MESSAGE, heartbeat=30.0)
-        await ws.prepare(request)
         client = WebSocketClient(ws)
         session = ProxySession(
             client, upstream, limits, self.sessions_dir, peer=str(request.remote or ""), recipient=grant.recipient,
@@ -512,12 +550,32 @@ class Gateway:
             extra_meta={"via": "gateway", "token_id": grant.token_id, "target": grant.target_name,
                         "token_expires": grant.expires_at.isoformat()},
         )
+        if not session.claim_handshake_slot():
+            log.warning("WebSocket refused: too many pending handshakes")
+            return refusal_page(BUSY, status=503, clear_cookie=False)
+        try:
+            await ws.prepare(request)
+        except BaseException:
+            session.release_handshake_slot()
+            raise
         live = LiveSession(grant, session, client)
-        for older in list(self.live.get(grant.token_id, ())):
+        replaced = list(self.live.get(grant.token_id, ()))
+        for older in replaced:
             older.end("replaced by a new connection with the same token")
         self.live[grant.token_id] = {live}  # the replaced sessions are ending: no longer live
         if self.on_session is not None:
             self.on_session(live)
+        if replaced:  # let them release their keys towards the server before this session releases and starts
+            try:
+                await asyncio.wait_for(asyncio.gather(*(older.session.wait_closed() for older in replaced)),
+                                       REPLACED_WAIT)
+            except asyncio.TimeoutError:
+                log.warning("session %s: the session it replaces has not ended yet", session.session_id)
+            except BaseException:  # the request was cancelled: this session never runs
+                session.release_handshake_slot()
+                if self.live.get(grant.token_id) == {live}:
+                    del self.live[grant.token_id]
+                raise
         log.info("session %s: recipient %s, token %d, target %s", session.session_id, grant.recipient,
                  grant.token_id, grant.target_name)
         pump = asyncio.create_task(client.pump_in(), name=f"ws-in-{session.session_id}")
@@ -531,6 +589,7 @@ class Gateway:
                 log.warning("could not record the session in the database: %s", exc)
             reason = await session.run()
         finally:
+            session.release_handshake_slot()  # if it never ran
             # Out of the live set before any await: the session is over the moment its proxy stops, and a
             # replacement must not be counted next to the session it replaced.
             group = self.live.get(grant.token_id)

@@ -210,7 +210,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--limits", help="recipient policy YAML whose limits apply to tokens issued without --policy")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between revocation checks (default 0.5)")
     g.add_argument("--allowed-origin", action="append",
-                   help="extra browser Origin allowed to open the WebSocket (e.g. behind a TLS proxy)")
+                   help="the URL researchers open (an Origin allowed to open the WebSocket; repeatable). "
+                        "Needed unless they open the --listen address itself: the Host header is never trusted")
     g.add_argument("--secure-cookies", action="store_true",
                    help="mark the token cookie Secure (set this when TLS is terminated in front of the gateway)")
     g.add_argument("--name", default="gateway",

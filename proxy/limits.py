@@ -17,13 +17,25 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from proxy.rfb import Shortcut, modifier_of
+from proxy import keysyms
+from proxy.rfb import ClickShortcut, Shortcut, modifier_of
 
+# Chromium's shortcuts that leave the app or change the kiosk: new windows and tabs, closing, the address bar, files,
+# history/downloads/settings pages, developer tools, the task manager (Shift+Escape), quitting (Ctrl+Shift+Q), the
+# menu bar (F10, also Shift+F10's context menu), caret browsing's dialog (F7), reload and full screen; plus the
+# desktop's. A shortcut matches whatever other modifiers are held too (F10 also blocks Shift+F10).
 DEFAULT_BLOCKED_SHORTCUTS = [
     "Ctrl+N", "Ctrl+T", "Ctrl+W", "Ctrl+L", "Ctrl+O", "Ctrl+S", "Ctrl+P", "Ctrl+J", "Ctrl+H", "Ctrl+U",
-    "Ctrl+Shift+I", "Ctrl+Shift+J", "Ctrl+Shift+C", "Ctrl+Shift+N", "Ctrl+Shift+Delete", "Ctrl+Alt+Delete",
-    "Ctrl+Alt+BackSpace", "Alt+F4", "Alt+Tab", "Alt+Left", "Alt+Right", "Alt+Home", "F1", "F5", "F6", "F11", "F12",
-    "Super",
+    "Ctrl+Shift+I", "Ctrl+Shift+J", "Ctrl+Shift+C", "Ctrl+Shift+N", "Ctrl+Shift+Delete", "Ctrl+Shift+Q",
+    "Ctrl+Alt+Delete", "Ctrl+Alt+BackSpace", "Ctrl+F4", "Alt+F4", "Alt+Tab", "Alt+Left", "Alt+Right", "Alt+Home",
+    "Shift+Escape", "F1", "F5", "F6", "F7", "F10", "F11", "F12", "Super",
+]
+
+# Clicks with a modifier held open links elsewhere (Shift: new window, Ctrl or middle button: new tab, Alt: download,
+# Shift+right: the browser's own context menu); the button press is dropped while such a modifier is held.
+DEFAULT_BLOCKED_CLICKS = [
+    f"{modifier}+{button}" for modifier in ("Ctrl", "Shift", "Alt", "Super")
+    for button in ("Click", "MiddleClick", "RightClick")
 ]
 
 
@@ -46,6 +58,9 @@ class SessionLimits(_Strict):
     keys: KeyLimits = KeyLimits()
     pointer: PointerLimits = PointerLimits()
     blocked_shortcuts: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKED_SHORTCUTS))
+    blocked_clicks: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCKED_CLICKS),
+                                      description="MODIFIERS+Click|MiddleClick|RightClick: button presses dropped "
+                                                  "while the modifiers are held")
     idle_seconds: float = Field(900.0, gt=0)
     max_session_seconds: float = Field(8 * 3600.0, gt=0)
 
@@ -56,8 +71,18 @@ class SessionLimits(_Strict):
             Shortcut.parse(text)  # raises ValueError, which pydantic reports with the field
         return value
 
+    @field_validator("blocked_clicks")
+    @classmethod
+    def _clicks_parse(cls, value: list[str]) -> list[str]:
+        for text in value:
+            ClickShortcut.parse(text)
+        return value
+
     def shortcuts(self) -> list[Shortcut]:
         return [Shortcut.parse(text) for text in self.blocked_shortcuts]
+
+    def click_shortcuts(self) -> list[ClickShortcut]:
+        return [ClickShortcut.parse(text) for text in self.blocked_clicks]
 
 
 class RecipientPolicy(_Strict):
@@ -121,8 +146,9 @@ class TokenBucket:
 
 # Verdicts of InputFilter.
 FORWARD = "forward"
-DROPPED = "dropped"
-BLOCKED = "blocked"
+DROPPED = "dropped"  # over the rate limit
+BLOCKED = "blocked"  # a blocked shortcut
+REFUSED = "refused"  # a keysym outside the allowlist (proxy.keysyms)
 COALESCED = "coalesced"
 
 
@@ -132,15 +158,24 @@ class PointerVerdict:
     mask: int  # mask to forward (client's mask minus suppressed presses)
     dropped_buttons: int = 0  # button bits whose press was dropped by the click limit
     coalesced: int = 0  # motion events folded into this forwarded one
+    blocked_buttons: int = 0  # button bits whose press was dropped because a blocked modifier was held
+    blocked_by: str | None = None  # the blocked click's text, e.g. "Shift+Click"
 
 
 @dataclass
 class InputFilter:
-    """Per-session decisions on key and pointer events: shortcut blocking, press limits, motion coalescing."""
+    """Per-session decisions on key and pointer events: keysym allowlist, shortcut and modified-click blocking, press
+    limits, motion coalescing. It also knows which keys it let through pressed (`pressed_keys`), so that the
+    session can release them when it ends.
+
+    Modifier state: the filter only knows the modifiers it saw pressed. That is sound only because the session
+    releases every key towards the server before the first event is forwarded (`proxy.keysyms.RELEASE_KEYSYMS`):
+    a modifier held in X by an earlier client would otherwise be invisible here."""
 
     limits: SessionLimits
     clock: Callable[[], float] = time.monotonic
     _held: dict[int, str] = field(default_factory=dict)
+    _pressed: dict[int, None] = field(default_factory=dict)  # forwarded down, not yet released (ordered set)
     _client_mask: int = 0
     _suppressed: int = 0
     _server_mask: int = 0
@@ -148,6 +183,7 @@ class InputFilter:
 
     def __post_init__(self) -> None:
         self.shortcuts = self.limits.shortcuts()
+        self.click_shortcuts = self.limits.click_shortcuts()
         self.keys = TokenBucket(self.limits.keys.rate, self.limits.keys.burst, self.clock)
         self.clicks = TokenBucket(self.limits.pointer.click_rate, self.limits.pointer.click_burst, self.clock)
         # Motion: a small burst so that a quick drag start is smooth, then the configured rate.
@@ -158,11 +194,22 @@ class InputFilter:
     def held_modifiers(self) -> set[str]:
         return set(self._held.values())
 
+    @property
+    def pressed_keys(self) -> list[int]:
+        """Keysyms forwarded pressed and not released since, in the order they were pressed."""
+        return list(self._pressed)
+
     def key(self, down: bool, keysym: int) -> tuple[str, str | None]:
-        """Return (verdict, blocked shortcut text). Releases always pass so that no key sticks on the server."""
+        """Return (verdict, detail): the blocked shortcut's text for BLOCKED, why the keysym is not forwarded for
+        REFUSED. Refused keysyms never pass, pressed or released; other releases always pass so that no key sticks
+        on the server."""
+        refused = keysyms.refusal(keysym)
+        if refused is not None:
+            return REFUSED, refused
         group = modifier_of(keysym)
         if not down:
             self._held.pop(keysym, None)
+            self._pressed.pop(keysym, None)
             return FORWARD, None
         if group is not None:
             self._held[keysym] = group
@@ -172,6 +219,7 @@ class InputFilter:
                 return BLOCKED, shortcut.text
         if not self.keys.take():
             return DROPPED, None
+        self._pressed[keysym] = None
         return FORWARD, None
 
     def pointer(self, mask: int) -> PointerVerdict:
@@ -181,6 +229,15 @@ class InputFilter:
         self._client_mask = mask
         self._suppressed &= mask  # a released button is no longer suppressed
         new_press = pressed & ~self._suppressed
+        blocked, blocked_by = 0, None
+        if new_press:
+            held = self.held_modifiers
+            for click in self.click_shortcuts:
+                if new_press & click.button and click.modifiers <= held:
+                    blocked |= click.button
+                    blocked_by = blocked_by or click.text
+            self._suppressed |= blocked
+            new_press &= ~blocked
         dropped = 0
         if new_press and not self.clicks.take():
             self._suppressed |= new_press
@@ -189,12 +246,12 @@ class InputFilter:
         if forward_mask != self._server_mask:
             self._server_mask = forward_mask
             coalesced, self._coalesced = self._coalesced, 0
-            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced)
+            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced, blocked, blocked_by)
         if self.motion.take():
             coalesced, self._coalesced = self._coalesced, 0
-            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced)
+            return PointerVerdict(FORWARD, forward_mask, dropped, coalesced, blocked, blocked_by)
         self._coalesced += 1
-        return PointerVerdict(COALESCED, forward_mask, dropped)
+        return PointerVerdict(COALESCED, forward_mask, dropped, 0, blocked, blocked_by)
 
     def take_pending_motion(self) -> int | None:
         """For the coalescing timer: a token for the pending motion, returning how many events it stands for."""

@@ -247,6 +247,37 @@ class Shortcut:
         return keysym in self.keysyms and self.modifiers <= set(held)
 
 
+# PointerEvent button-mask bits by the names a blocked click uses.
+CLICK_BUTTONS = {"click": 1, "leftclick": 1, "middleclick": 2, "rightclick": 4}
+
+
+@dataclass(frozen=True)
+class ClickShortcut:
+    """A button press to drop while modifiers are held: "Shift+Click", "Ctrl+MiddleClick", "Alt+RightClick". As with
+    shortcuts, other modifiers may be held too; at least one modifier is required (a plain click is not a shortcut)."""
+
+    text: str
+    modifiers: frozenset[str]
+    button: int
+
+    @classmethod
+    def parse(cls, text: str) -> "ClickShortcut":
+        parts = text.split("+")
+        if len(parts) < 2 or any(not p.strip() for p in parts):
+            raise ValueError(f"bad blocked click {text!r} (MODIFIERS+Click|MiddleClick|RightClick)")
+        *mods, button = parts
+        bit = CLICK_BUTTONS.get(button.strip().lower())
+        if bit is None:
+            raise ValueError(f"unknown button {button!r} in blocked click {text!r} (Click, MiddleClick, RightClick)")
+        modifiers = set()
+        for mod in mods:
+            alias = MODIFIER_ALIASES.get(mod.strip().lower())
+            if alias is None:
+                raise ValueError(f"unknown modifier {mod!r} in blocked click {text!r}")
+            modifiers.add(alias)
+        return cls(text=text, modifiers=frozenset(modifiers), button=bit)
+
+
 def vnc_auth_response(password: bytes, challenge: bytes) -> bytes:
     """DES-encrypt the 16-byte challenge with the password as VNC authentication (RFC 6143 7.2.2) prescribes.
 

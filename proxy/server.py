@@ -6,12 +6,15 @@ over a WebSocket. Every connection gets all controls; there is no switch to turn
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from proxy.capture import CaptureConfig
 from proxy.limits import SessionLimits
 from proxy.session import STREAM_LIMIT, ProxySession, TcpClient, UpstreamTarget
+
+log = logging.getLogger("safeshare.proxy")
 
 
 class RfbProxyServer:
@@ -54,6 +57,11 @@ class RfbProxyServer:
         session = ProxySession(TcpClient(reader, writer), self.upstream, self.limits, self.sessions_dir, peer=peer,
                                recipient=self.recipient, release=self.release, record=self.record,
                                capture=self.capture)
+        if not session.claim_handshake_slot():
+            # A flood of half-open connections: refused before a session folder exists, so it writes nothing.
+            log.warning("connection from %s refused: too many pending handshakes", peer)
+            await session.client.close()
+            return
         self.sessions.add(session)
         if self.on_session is not None:
             self.on_session(session)

@@ -8,6 +8,15 @@ are parsed as byte streams with `readexactly`, so message boundaries do not depe
 Fail closed: anything unexpected (unknown message type, disallowed or oversized message, truncated stream, an
 exception anywhere) ends the session, and the reason is logged before the log is sealed.
 
+Order of a session: the client's part of the handshake first (at most MAX_PENDING_HANDSHAKES clients of a process may
+be at it; a half-open client holds no upstream connection), then the upstream's (authenticated), then every key and
+button is released towards the server (`input_reset`; the VNC server keeps keys pressed when its client leaves, and
+the filter must not start out believing nothing is held), then ServerInit to the client and the two pumps. When the
+session ends, everything is released again. Key events pass the keysym allowlist (`proxy.keysyms`), the shortcut
+filter and the rate limit; pointer presses with a blocked modifier held are dropped. A cut text is logged as soon as
+its header is in (`cut_text_dropped`, announced length), its payload read and discarded afterwards
+(`cut_text_discarded`, length and SHA-256).
+
 API for front ends (stable):
 - `await run_session(reader, writer, upstream, limits, sessions_dir, recipient=None, ...) -> Path`: one session over
   a client stream pair; returns the sealed session folder (its `meta.json` has `end_reason`).
@@ -41,11 +50,25 @@ from typing import Any, Protocol
 from proxy import rfb
 from proxy.capture import CAPTURE_FILE, CaptureConfig, CaptureError, NetworkCapture
 from proxy.eventlog import EventLog
-from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, InputFilter, SessionLimits
+from proxy.keysyms import RELEASE_KEYSYMS
+from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, REFUSED, InputFilter, SessionLimits
 from proxy.recording import Recorder, RecordingError
 from proxy.rfb import PixelFormat, ProtocolError
 
 HANDSHAKE_TIMEOUT = 15.0
+CLIENT_HANDSHAKE_TIMEOUT = 10.0  # the client's part (version, security, ClientInit), before the upstream is opened
+# Sessions of this process whose client has not completed its part of the handshake. Each holds no upstream
+# connection yet (the proxy authenticates to the VNC server only after the client's part), but a flood of half-open
+# clients must still be bounded: beyond this many the front ends refuse new connections.
+MAX_PENDING_HANDSHAKES = 32
+RESET_DRAIN_TIMEOUT = 2.0
+_pending_handshakes = 0
+_RELEASE_SET = frozenset(RELEASE_KEYSYMS)
+
+
+def pending_handshakes() -> int:
+    """How many sessions of this process are waiting for their client's handshake."""
+    return _pending_handshakes
 CHUNK = 256 * 1024  # forwarding unit for large rectangles; keeps memory flat whatever the rectangle size
 STREAM_LIMIT = 1 << 20
 
@@ -236,11 +259,38 @@ class ProxySession:
         self._pointer_xy = (0, 0)
         self._updates_requested = False
         self._motion_timer: asyncio.TimerHandle | None = None
-        self.counters = {"keys_forwarded": 0, "keys_dropped": 0, "keys_blocked": 0, "pointer_forwarded": 0,
-                         "pointer_coalesced": 0, "clicks_dropped": 0, "cut_text_dropped": 0,
-                         "server_bytes": 0, "updates": 0}
+        self.counters = {"keys_forwarded": 0, "keys_dropped": 0, "keys_blocked": 0, "keys_refused": 0,
+                         "pointer_forwarded": 0, "pointer_coalesced": 0, "clicks_dropped": 0, "clicks_blocked": 0,
+                         "cut_text_dropped": 0, "server_bytes": 0, "updates": 0}
+        self._slot = False  # holds one of the MAX_PENDING_HANDSHAKES slots
+        self._upstream_ready = False
+        self._closed = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------------------------------
+
+    def claim_handshake_slot(self) -> bool:
+        """Take one of the process's MAX_PENDING_HANDSHAKES slots, held until the client completes its part of the
+        handshake or the session ends. False when all are taken: the front end refuses the connection (before any
+        session folder exists, so a flood of half-open clients writes nothing). Synchronous, so that the check and the
+        claim cannot interleave with another connection's."""
+        global _pending_handshakes
+        if self._slot:
+            return True
+        if _pending_handshakes >= MAX_PENDING_HANDSHAKES:
+            return False
+        _pending_handshakes += 1
+        self._slot = True
+        return True
+
+    def release_handshake_slot(self) -> None:
+        global _pending_handshakes
+        if self._slot:
+            self._slot = False
+            _pending_handshakes -= 1
+
+    async def wait_closed(self) -> None:
+        """Until `run` has returned (the log sealed, every key released towards the server)."""
+        await self._closed.wait()
 
     def terminate(self, reason: str) -> None:
         if self.end_reason is None:
@@ -265,7 +315,22 @@ class ProxySession:
             self.recorder = Recorder(self.dir / "screen.rfbrec", start=self._start)
 
     async def run(self) -> str:
-        """Serve the session until either side closes, a limit ends it, or `terminate` is called."""
+        """Serve the session until either side closes, a limit ends it, or `terminate` is called.
+
+        A session that cannot claim a pending-handshake slot (see `claim_handshake_slot`) ends at once with the
+        reason "refused: too many pending handshakes" and leaves no folder."""
+        if not self.claim_handshake_slot():
+            self._set_reason("refused: too many pending handshakes")
+            self._closed.set()
+            await self.client.close()
+            return self.end_reason or "refused"
+        try:
+            return await self._run()
+        finally:
+            self.release_handshake_slot()
+            self._closed.set()
+
+    async def _run(self) -> str:
         self._prepare()
         assert self.log is not None
         self.log.write("connect", peer=self.peer, upstream=self.upstream.describe(), recipient=self.recipient,
@@ -357,6 +422,7 @@ class ProxySession:
     async def _close_all(self) -> None:
         if self._motion_timer is not None:
             self._motion_timer.cancel()
+        await self._reset_input("end")
         if self._up_writer is not None:
             self._up_writer.close()
             try:
@@ -403,8 +469,41 @@ class ProxySession:
     # --- handshakes ------------------------------------------------------------------------------------------------
 
     async def _handshakes(self) -> None:
+        """The client's part first: the upstream connection is opened and authenticated only for a client that has
+        completed it, so half-open clients hold no VNC connection. Then every key and button is released towards
+        the server before the client gets ServerInit (and with it the chance to send input)."""
+        version = await asyncio.wait_for(self._client_security(), CLIENT_HANDSHAKE_TIMEOUT)
+        self.release_handshake_slot()
         width, height, server_pf, name = await self._upstream_handshake()
-        await self._client_handshake(width, height, server_pf, name)
+        self._upstream_ready = True
+        await self._reset_input("start")
+        await self._client_init(version, width, height, server_pf, name)
+
+    async def _reset_input(self, when: str) -> None:
+        """Release every key and button towards the server: the standard keys (`proxy.keysyms.RELEASE_KEYSYMS`),
+        then any other key this session let through pressed, then the buttons (a PointerEvent with mask 0, at the
+        researcher's last position; at the start, where nothing is known, at 0,0). The VNC server keeps keys
+        pressed in X when its client leaves, so without this a modifier held when one session ended (or its proxy
+        was killed) would still be held in the next, unseen by that session's shortcut filter. Best effort at the
+        end: a server that has gone needs no releasing."""
+        if not self._upstream_ready or self._up_writer is None or self._up_writer.is_closing():
+            return
+        assert self.log is not None
+        extra = [keysym for keysym in self.filter.pressed_keys if keysym not in _RELEASE_SET]
+        held_buttons = self.filter.server_mask
+        x, y = self._pointer_xy if when == "end" else (0, 0)
+        data = b"".join(struct.pack(">BBxxI", rfb.C_KEY_EVENT, 0, keysym) for keysym in (*RELEASE_KEYSYMS, *extra))
+        data += struct.pack(">BBHH", rfb.C_POINTER_EVENT, 0, x, y)
+        try:
+            self._up_writer.write(data)
+            await asyncio.wait_for(self._up_writer.drain(), RESET_DRAIN_TIMEOUT)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+            if when == "start":
+                raise ConnectionResetError(f"releasing the keys failed: {exc}") from exc
+            return
+        if not self.log.closed:
+            self.log.write("input_reset", when=when, keys=len(RELEASE_KEYSYMS) + len(extra), extra=extra,
+                           buttons=held_buttons, x=x, y=y)
 
     async def _upstream_handshake(self) -> tuple[int, int, PixelFormat, bytes]:
         assert self.log is not None
@@ -458,8 +557,8 @@ class ProxySession:
         (length,) = struct.unpack(">I", await reader.readexactly(4))
         return (await reader.readexactly(min(length, 4096))).decode("utf-8", "replace")
 
-    async def _client_handshake(self, width: int, height: int, pixel_format: PixelFormat, name: bytes) -> None:
-        assert self.log is not None
+    async def _client_security(self) -> tuple[int, int]:
+        """ProtocolVersion, security (None: the front end authenticated the client), SecurityResult, ClientInit."""
         reader = self.client.reader
         self.client.write(b"RFB 003.008\n")
         await self.client.drain()
@@ -476,6 +575,12 @@ class ProxySession:
                 self.client.write(struct.pack(">I", 0))
         await self.client.drain()
         await reader.readexactly(1)  # ClientInit shared flag: the upstream connection is ours, so it is moot
+        return version
+
+    async def _client_init(self, version: tuple[int, int], width: int, height: int, pixel_format: PixelFormat,
+                           name: bytes) -> None:
+        """ServerInit towards the client, with the upstream's size, pixel format and name."""
+        assert self.log is not None
         self._pixel_format = pixel_format
         self._fb_width, self._fb_height = width, height
         self.client.write(struct.pack(">HH", width, height) + pixel_format.pack()
@@ -518,6 +623,10 @@ class ProxySession:
                 self._up_write(struct.pack(">BBxxI", rfb.C_KEY_EVENT, 1 if down else 0, keysym))
                 self.counters["keys_forwarded"] += 1
                 log.write("key", down=bool(down), keysym=keysym, name=name)
+            elif verdict == REFUSED:  # outside the keysym allowlist (proxy.keysyms), pressed or released
+                self.counters["keys_refused"] += 1
+                log.write("key_blocked", down=bool(down), keysym=keysym, name=name, shortcut=None,
+                          refused=shortcut)
             elif verdict == BLOCKED:
                 self.counters["keys_blocked"] += 1
                 log.write("key_blocked", down=True, keysym=keysym, name=name, shortcut=shortcut)
@@ -529,6 +638,10 @@ class ProxySession:
             self._last_input = time.monotonic()
             self._pointer_xy = (x, y)
             verdict = self.filter.pointer(mask)
+            if verdict.blocked_buttons:
+                self.counters["clicks_blocked"] += 1
+                log.write("click_dropped", buttons=verdict.blocked_buttons, x=x, y=y, shortcut=verdict.blocked_by,
+                          modifiers=sorted(self.filter.held_modifiers))
             if verdict.dropped_buttons:
                 self.counters["clicks_dropped"] += 1
                 log.write("click_dropped", buttons=verdict.dropped_buttons, x=x, y=y, limit="clicks")
@@ -569,10 +682,7 @@ class ProxySession:
             log.write("set_pixel_format", **pixel_format.as_dict())
         elif msg_type == rfb.C_CLIENT_CUT_TEXT:
             (length,) = struct.unpack(">3xi", await reader.readexactly(7))
-            size, digest = await self._discard(reader, abs(length))
-            self.counters["cut_text_dropped"] += 1
-            log.write("cut_text_dropped", direction="client_to_server", length=size, sha256=digest,
-                      extended=length < 0)
+            await self._drop_cut_text(reader, "client_to_server", length)
         else:
             raise ProtocolError(f"client message type {msg_type} not allowed")
 
@@ -604,6 +714,16 @@ class ProxySession:
             self.log.write("pointer", mask=mask, x=x, y=y, coalesced=coalesced)
         except Exception as exc:  # fail closed from a timer callback too
             self.terminate(f"internal error: {exc.__class__.__name__}: {exc}")
+
+    async def _drop_cut_text(self, reader: asyncio.StreamReader, direction: str, length: int) -> None:
+        """Log the attempt as soon as the header is in (`cut_text_dropped` with the announced length), then read and
+        discard the payload and log its hash (`cut_text_discarded`). A peer that announces 2 GiB and stalls is on
+        record although its payload never completes."""
+        assert self.log is not None
+        self.counters["cut_text_dropped"] += 1
+        self.log.write("cut_text_dropped", direction=direction, length=abs(length), extended=length < 0)
+        size, digest = await self._discard(reader, abs(length))
+        self.log.write("cut_text_discarded", direction=direction, length=size, sha256=digest)
 
     @staticmethod
     async def _discard(reader: asyncio.StreamReader, size: int) -> tuple[int, str]:
@@ -652,11 +772,7 @@ class ProxySession:
             await self._send(bytes([msg_type]))
         elif msg_type == rfb.S_SERVER_CUT_TEXT:
             (length,) = struct.unpack(">3xi", await reader.readexactly(7))
-            size, digest = await self._discard(reader, abs(length))
-            self.counters["cut_text_dropped"] += 1
-            assert self.log is not None
-            self.log.write("cut_text_dropped", direction="server_to_client", length=size, sha256=digest,
-                           extended=length < 0)
+            await self._drop_cut_text(reader, "server_to_client", length)
         else:
             raise ProtocolError(f"server message type {msg_type} not allowed")
         if self.recorder is not None:

@@ -13,6 +13,11 @@ import zlib
 from dataclasses import dataclass, field
 
 PF_32 = struct.pack(">BBBBHHHBBB3x", 32, 24, 0, 1, 255, 255, 255, 16, 8, 0)
+# The proxy releases every key and button when a session starts and ends: a run of key releases that begins with
+# Shift_L, Shift_R, Control_L, Control_R (over a hundred in all) and ends with a PointerEvent without buttons.
+# FakeVncServer sets such runs aside (in `resets`), so that tests compare what the client's input became.
+RESET_MIN_KEYS = 32
+RESET_START = [0xFFE1, 0xFFE2, 0xFFE3, 0xFFE4]
 
 
 def free_port() -> int:
@@ -175,6 +180,7 @@ class FakeVncServer:
     echo_bell_on_key: bool = False
     pixel_format: bytes = PF_32  # as announced in ServerInit
     handled: int = 0  # connections whose handler has finished
+    resets: list[list[int]] = field(default_factory=list)  # the proxy's input resets: the keysyms each released
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -202,6 +208,7 @@ class FakeVncServer:
             if self.close_after_script:
                 return
             sizes = {0: 19, 2: None, 3: 9, 4: 7, 5: 5, 6: None}
+            run: list[tuple[float, int, bytes]] = []  # this connection's trailing key releases
             while True:
                 (t,) = await reader.readexactly(1)
                 if t not in sizes:
@@ -216,7 +223,15 @@ class FakeVncServer:
                 else:
                     body = await reader.readexactly(sizes[t])
                 self.raw += bytes([t]) + body
-                self.messages.append((time.monotonic(), t, body))
+                record = (time.monotonic(), t, body)
+                self.messages.append(record)
+                if t == 4 and body[0] == 0:
+                    run.append(record)
+                elif t == 5 and body[0] == 0 and self._reset_start(run) is not None:
+                    self._set_aside_reset(run[self._reset_start(run):], record)  # type: ignore[misc]
+                    run = []
+                else:
+                    run = []
                 if t == 4 and self.echo_bell_on_key:
                     writer.write(b"\x02")
                     await writer.drain()
@@ -225,6 +240,20 @@ class FakeVncServer:
         finally:
             writer.close()
             self.handled += 1
+
+    @staticmethod
+    def _reset_start(run: list[tuple[float, int, bytes]]) -> int | None:
+        syms = [struct.unpack(">B2xI", body)[1] for _, _, body in run]
+        for start in range(len(syms) - RESET_MIN_KEYS, -1, -1):
+            if syms[start:start + len(RESET_START)] == RESET_START:
+                return start
+        return None
+
+    def _set_aside_reset(self, run: list[tuple[float, int, bytes]], pointer: tuple[float, int, bytes]) -> None:
+        drop = {id(record) for record in run} | {id(pointer)}
+        self.messages = [record for record in self.messages if id(record) not in drop]
+        self.raw = bytearray(b"".join(bytes([t]) + body for _, t, body in self.messages if t in (0, 2, 3, 4, 5, 6)))
+        self.resets.append([struct.unpack(">B2xI", body)[1] for _, _, body in run])
 
     def keys(self) -> list[tuple[float, bool, int]]:
         out = []

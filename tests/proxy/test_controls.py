@@ -203,7 +203,10 @@ def test_cut_text_dropped_both_ways(tmp_path: Path) -> None:
     assert not fake.of_type(6)
     cut = [e for e in events(session_dir) if e["event"] == "cut_text_dropped"]
     assert {e["direction"] for e in cut} == {"client_to_server", "server_to_client"}
-    assert all(e["length"] == len(secret) and len(e["sha256"]) == 64 for e in cut)
+    assert all(e["length"] == len(secret) for e in cut)  # logged when the header arrived
+    discarded = [e for e in events(session_dir) if e["event"] == "cut_text_discarded"]
+    assert {e["direction"] for e in discarded} == {"client_to_server", "server_to_client"}
+    assert all(e["length"] == len(secret) and len(e["sha256"]) == 64 for e in discarded)
     assert "SECRET" not in (session_dir / "events.jsonl").read_text()
     # the recording holds what the client got: init, then the bell and the update
     records = list(read_recording(session_dir / "screen.rfbrec"))

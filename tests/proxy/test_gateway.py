@@ -712,7 +712,7 @@ def test_real_vnc_framebuffer_through_gateway(tmp_path: Path, x11vnc_port: int) 
     assert corner == COLOUR and far == COLOUR
     session_dir = next((tmp_path / "sessions").iterdir())
     kinds = [e["event"] for e in events(session_dir)]
-    assert kinds[:3] == ["connect", "upstream_ready", "client_ready"] and "disconnect" in kinds
+    assert kinds[:4] == ["connect", "upstream_ready", "input_reset", "client_ready"] and "disconnect" in kinds
     meta = json.loads((session_dir / "meta.json").read_text())
     assert meta["target"] == "mia-enclave" and meta["counters"]["updates"] >= 1
     assert verify_log(session_dir / "events.jsonl").ok

@@ -280,14 +280,17 @@ def test_upstream_vnc_password(tmp_path: Path, display: str) -> None:
         assert pixel == expected_pixel(0, 0)
 
         async def refused(p: int) -> bytes:
+            """The client's part of the handshake completes (the proxy opens the upstream only then), and then the
+            connection closes without a ServerInit."""
             reader, writer = await asyncio.open_connection("127.0.0.1", p)
+            writer.write(b"RFB 003.008\n\x01\x01")
             data = await asyncio.wait_for(reader.read(), 10)
             writer.close()
             return data
 
         data, (session_dir, reason) = asyncio.run(run_with_proxy(tmp_path / "bad", UpstreamTarget(
             "127.0.0.1", port, password=b"wrong"), refused))
-        assert data == b"" and "authentication failed" in reason
+        assert data == b"RFB 003.008\n\x01\x01\0\0\0\0" and "authentication failed" in reason
         assert verify_log(session_dir / "events.jsonl").ok
     finally:
         stop_process(proc)
@@ -517,7 +520,7 @@ def test_real_session_log_verifies_and_a_changed_line_is_detected(tmp_path: Path
     lines[target] = lines[target].replace('"x":10', '"x":11')
     path.write_text("".join(lines))
     broken = verify_log(path)
-    assert not broken.ok and broken.bad_line == target + 2  # the next line's hash no longer matches
+    assert not broken.ok and broken.bad_line == target + 1  # the altered line itself (1-based)
     from safeshare.cli import main
 
     assert main(["verify-session", str(session_dir)]) == 1

@@ -2,6 +2,10 @@
 
     python tests/proxy/xkeys.py listen DISPLAY   prints "ready", then one line per key event:
                                                  "press|release KEYSYM X_TIME_MS MONOTONIC_NS"
+    python tests/proxy/xkeys.py listen DISPLAY --buttons
+                                                 key and button events with the modifier state X delivered with
+                                                 them (1 Shift, 4 Control, 8 Mod1): "press|release|bpress|brelease
+                                                 KEYSYM_OR_BUTTON STATE X_TIME_MS MONOTONIC_NS"
     python tests/proxy/xkeys.py held DISPLAY     prints the keycodes currently held down (XQueryKeymap), one line
 
 With no window manager and no windows, the X server's default focus (PointerRoot) delivers keyboard events to the root
@@ -16,8 +20,8 @@ import select
 import sys
 import time
 
-KEY_PRESS, KEY_RELEASE = 2, 3
-KEY_PRESS_MASK, KEY_RELEASE_MASK = 1 << 0, 1 << 1
+KEY_PRESS, KEY_RELEASE, BUTTON_PRESS, BUTTON_RELEASE = 2, 3, 4, 5
+KEY_PRESS_MASK, KEY_RELEASE_MASK, BUTTON_PRESS_MASK, BUTTON_RELEASE_MASK = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 
 
 class XKeyEvent(ctypes.Structure):
@@ -57,10 +61,13 @@ def _open(lib: ctypes.CDLL, name: str) -> int:
     return dpy
 
 
-def listen(name: str) -> None:
+def listen(name: str, *flags: str) -> None:
     lib = _xlib()
     dpy = _open(lib, name)
-    lib.XSelectInput(dpy, lib.XDefaultRootWindow(dpy), KEY_PRESS_MASK | KEY_RELEASE_MASK)
+    mask = KEY_PRESS_MASK | KEY_RELEASE_MASK
+    if "--buttons" in flags:  # only one client may select button presses on a window; the VNC server does not
+        mask |= BUTTON_PRESS_MASK | BUTTON_RELEASE_MASK
+    lib.XSelectInput(dpy, lib.XDefaultRootWindow(dpy), mask)
     lib.XSync(dpy, 0)
     print("ready", flush=True)
     fd = lib.XConnectionNumber(dpy)
@@ -73,7 +80,12 @@ def listen(name: str) -> None:
         if event.type in (KEY_PRESS, KEY_RELEASE):
             keysym = lib.XLookupKeysym(ctypes.byref(event.xkey), 0)
             kind = "press" if event.type == KEY_PRESS else "release"
-            print(f"{kind} {keysym} {event.xkey.time} {time.monotonic_ns()}", flush=True)
+            state = f" {event.xkey.state}" if "--buttons" in flags else ""
+            print(f"{kind} {keysym}{state} {event.xkey.time} {time.monotonic_ns()}", flush=True)
+        elif event.type in (BUTTON_PRESS, BUTTON_RELEASE):  # XButtonEvent: same layout, `button` where `keycode` is
+            kind = "bpress" if event.type == BUTTON_PRESS else "brelease"
+            print(f"{kind} {event.xkey.keycode} {event.xkey.state} {event.xkey.time} {time.monotonic_ns()}",
+                  flush=True)
 
 
 def held(name: str) -> None:
@@ -86,4 +98,4 @@ def held(name: str) -> None:
 
 
 if __name__ == "__main__":
-    {"listen": listen, "held": held}[sys.argv[1]](sys.argv[2])
+    {"listen": listen, "held": held}[sys.argv[1]](*sys.argv[2:])
