@@ -4,10 +4,10 @@
     endpoint = await Kiosk(KioskConfig(app_url="http://127.0.0.1:8000/", state_dir=Path("state"))).start()
     # endpoint.upstream ("unix:PATH") and endpoint.password_file are what the RFB proxy connects with
 
-Modules, one job each: `config` (inputs), `display` (Xvfb with a cookie), `vnc` (x11vnc), `browser_policy` (managed
-policy JSON), `browser` (Chromium command and user), `netns` and `forward` (the browser reaches only the app),
-`watchdog` (one fullscreen window), `xlib` (the X calls the watchdog needs), `kiosk` (start and stop in order),
-`cli` (`safeshare kiosk`).
+Modules, one job each: `config` (inputs), `display` (Xvfb with a cookie), `keyboard` (no key acts on the X
+server), `vnc` (x11vnc), `browser_policy` (managed policy JSON), `browser` (Chromium command, user and profile),
+`netns` and `forward` (the browser reaches only the app), `watchdog` (one fullscreen window on the app), `xlib` (the
+X calls the kiosk needs), `kiosk` (start and stop in order), `cli` (`safeshare kiosk`).
 """
 from __future__ import annotations
 

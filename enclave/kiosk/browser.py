@@ -5,10 +5,11 @@ that adds flags from `/etc/chromium.d/` and the environment, which would make wh
 does not control. As root, the browser runs as the unprivileged system user `safeshare-kiosk` (created on first use
 with `useradd`), which keeps Chromium's own sandbox on; only if no such user can exist does it run as root with
 `--no-sandbox`, and the log says so. The profile is new at every start (`--user-data-dir` in a fresh folder), so
-nothing a researcher did survives a restart.
+nothing a researcher did survives a restart; it starts with a few preferences no policy covers (PROFILE_PREFERENCES).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pwd
@@ -30,6 +31,25 @@ DISABLED_FEATURES = (
     "DownloadBubble", "DownloadBubbleV2", "HttpsUpgrades", "PrivacySandboxSettings4", "SidePanelPinning",
     "LensOverlay", "TabHoverCardImages", "ReadAnything", "SpareRendererForSitePerProcess", "BackForwardCache",
 )
+
+
+# Preferences every new profile starts with, for what no managed policy covers. F7 (caret browsing) otherwise opens a
+# dialog, a window of its own that takes the keyboard until it is answered; without the dialog F7 only toggles a text
+# caret in the page.
+PROFILE_PREFERENCES: dict = {"settings": {"a11y": {"caretbrowsing": {"enabled": False, "show_dialog": False}}}}
+
+
+def write_profile_preferences(profile: Path, uid: int | None = None, gid: int | None = None) -> Path:
+    """`profile/Default/Preferences` with PROFILE_PREFERENCES (Chromium adds its defaults to it on first start),
+    owned by the browser's user when that is another user."""
+    default = profile / "Default"
+    default.mkdir(parents=True, exist_ok=True)
+    target = default / "Preferences"
+    target.write_text(json.dumps(PROFILE_PREFERENCES))
+    if uid is not None:
+        for path in (default, target):
+            os.chown(path, uid, gid if gid is not None else -1)
+    return target
 
 
 class BrowserError(RuntimeError):

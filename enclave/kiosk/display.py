@@ -3,7 +3,8 @@
 Xvfb without `-auth` lets any local process connect, and an X client can read the screen and inject input, so the
 display gets a random MIT-MAGIC-COOKIE-1 that only the kiosk's own clients (VNC server, browser, watchdog) are given.
 The authority entry is written with a wildcard family and an empty display number, so it is valid for whatever
-display number Xvfb picks for itself with `-displayfd` (no race for a free number).
+display number Xvfb picks for itself with `-displayfd` (no race for a free number). `-accessx` turns off the AccessX
+keyboard gestures (Shift pressed five times for StickyKeys, held for SlowKeys); keyboard.py does the rest.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def start_xvfb(width: int, height: int, xauthority: Path, log_path: Path, timeou
     try:
         proc = spawn(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x24",
                       "-auth", str(xauthority), "-nolisten", "tcp", "-noreset", "-dpi", "96",
-                      "-extension", "GLX"],
+                      "-extension", "GLX", "-accessx"],
                      log_path, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)

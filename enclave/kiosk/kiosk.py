@@ -22,12 +22,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from enclave.kiosk.browser import (BrowserUser, browser_env, chromium_flags, ensure_kiosk_user, find_chromium)
+from enclave.kiosk.browser import (BrowserUser, browser_env, chromium_flags, ensure_kiosk_user, find_chromium,
+                                   write_profile_preferences)
 from enclave.kiosk.browser_policy import (POLICY_FILE_NAME, SYSTEM_POLICY_DIR, build_policy, write_policy)
 from enclave.kiosk.config import KioskConfig, KioskConfigError
 from enclave.kiosk.config import resolve_app_url, wait_for_app
 from enclave.kiosk.display import XDisplay, start_xvfb, write_xauthority
 from enclave.kiosk.forward import PortForward
+from enclave.kiosk.keyboard import harden_keyboard
 from enclave.kiosk.leftovers import clean_previous, remove_record, write_record
 from enclave.kiosk.netns import NetnsUnavailable, NetworkNamespace, netns_unavailable_reason
 from enclave.kiosk.procs import descendants, kill_pids, spawn, stop_group
@@ -99,6 +101,7 @@ class Kiosk:
         self.policy_path: Path | None = None
         self._wrote_system_policy = False
         self._home: Path | None = None
+        self._profile: Path | None = None  # the running browser's profile folder, new at every start
         self._chromium = ""
         self._network = ""
         self._restart_lock = asyncio.Lock()
@@ -202,6 +205,8 @@ class Kiosk:
         self._record()
         self.display = await asyncio.to_thread(start_xvfb, cfg.width, cfg.height, cfg.state_dir / "xauthority",
                                                cfg.log_dir / "xvfb.log")
+        # Before any other client connects: no key may act on the server (terminate it, switch StickyKeys on).
+        await asyncio.to_thread(harden_keyboard, self.display.name, self.display.cookie)
         self.vnc = await asyncio.to_thread(start_x11vnc, self.display, cfg.state_dir, cfg.log_dir / "x11vnc.log",
                                            port=cfg.vnc_port, listen=cfg.vnc_listen,
                                            password_from=cfg.vnc_password_file)
@@ -310,8 +315,8 @@ class Kiosk:
 
     def _browser_command(self) -> list[str]:
         cfg = self.config
-        assert self.user is not None and self._home is not None
-        profile = self._home / "profile"
+        assert self.user is not None and self._home is not None and self._profile is not None
+        profile = self._profile
         proxy = bypass = None
         if self.refusing_proxy is not None:
             proxy = f"http://127.0.0.1:{self.refusing_proxy.port}"
@@ -325,11 +330,16 @@ class Kiosk:
     def _launch_browser(self) -> None:
         """Start Chromium with a new, empty profile."""
         assert self._home is not None and self.display is not None and self.user is not None
-        profile = self._home / "profile"
-        shutil.rmtree(profile, ignore_errors=True)
+        # A new folder for every start: a process of the previous browser that is still being killed may hold files
+        # in its own folder (removing it could then fail, and reusing it would hand its leftovers to the new one).
+        for old in self._home.glob("profile-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        profile = self._home / f"profile-{self.browser_starts + 1}"
         profile.mkdir()
+        self._profile = profile
         if self.user.uid is not None:
             os.chown(profile, self.user.uid, self.user.gid)
+        write_profile_preferences(profile, self.user.uid, self.user.gid)
         env = browser_env({"DISPLAY": self.display.name, "XAUTHORITY": str(self._home / "xauthority")}, self._home)
         assert self.config.log_dir is not None
         self.browser = spawn(self._browser_command(), self.config.log_dir / "chromium.log", env=env)
@@ -345,7 +355,7 @@ class Kiosk:
                 kill_pids(leftovers)
             self.browser = None
         if self._home is not None:
-            stragglers = _processes_mentioning(str(self._home / "profile"))
+            stragglers = _processes_mentioning(str(self._home / "profile-"))
             if stragglers:
                 log.warning("killing %d leftover browser process(es)", len(stragglers))
                 kill_pids(stragglers)

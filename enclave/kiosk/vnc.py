@@ -33,6 +33,8 @@ HARDENING_FLAGS: tuple[str, ...] = (
     "-noxrecord",
     "-nowf",         # no wireframe moves (there is no window manager to move anything)
     "-nodpms", "-noserverdpms",
+    "-noadd_keysyms",  # a keysym the keyboard lacks is dropped, never added to the keymap (see keyboard.py)
+    "-clear_keys",     # release every key held down when x11vnc starts and when it exits
 )
 PASSWORD_LENGTH = 8  # VNC authentication uses the first eight characters only
 

@@ -5,7 +5,16 @@ ordinary window with an address bar. The proxy filters such shortcuts, and this 
 polls the X display's top-level windows, keeps the first browser window as *the* kiosk window (pinned to the full
 screen, raised and focused), asks every other mapped window to close (ICCCM WM_DELETE_WINDOW, as a window manager's
 close button would), disconnects the owner of a window that ignores that, and has the browser restarted on the app
-URL when the kiosk window is gone, the browser died, or (optionally) the window no longer shows the app.
+URL when the kiosk window is gone or the browser died.
+
+When the kiosk window stops showing the app (its title is a browser page such as chrome://history, or, after a
+short grace for a page that is still loading, not the app's title), the watchdog closes that tab at once with Ctrl+W
+(XTEST): a page that a shortcut opened in a new tab goes and the app's own tab, with the researcher's work, is back
+within a poll; if the bad page was the only tab, the window closes and the browser is restarted. Only if the page is
+still there a moment after Ctrl+W is the browser restarted. The window title is read every POLL_SECONDS.
+
+It also keeps the keyboard safe (keyboard.KeyboardGuard): an AccessX control such as StickyKeys that got switched on
+is switched off again, a keymap that regained an action on the server is disarmed again.
 
 There is no window manager on the display (one would add decorations and key bindings of its own), so the watchdog
 also does the one job a window manager would: sizing the kiosk window to the screen. Override-redirect windows
@@ -24,13 +33,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from enclave.kiosk.keyboard import KeyboardGuard
 from enclave.kiosk.xlib import TopLevel, XConnection, XError
 
 log = logging.getLogger("safeshare.kiosk")
 T = TypeVar("T")
 
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.1
 CLOSE_GRACE_SECONDS = 1.5  # after a polite close request, before the window's client is disconnected
+TITLE_GRACE_SECONDS = 1.0  # a title that is not the app's: a page may still be loading (its title is its address)
+STARTUP_GRACE_SECONDS = 5.0  # ... as long as a new browser window has not shown the app yet
+CLOSE_TAB_SECONDS = 1.0  # after Ctrl+W: if the bad page is still shown then, the browser is restarted
+MAX_TAB_CLOSES = 5  # Ctrl+W at most this often for one episode of bad pages, then a restart
+XK_CONTROL_L, XK_W = 0xFFE3, 0x77
 BROWSER_CLASSES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
 
@@ -45,6 +60,11 @@ def page_title(window_title: str) -> str:
         if window_title.endswith(suffix):
             return window_title[: -len(suffix)]
     return window_title
+
+
+def is_internal_title(window_title: str) -> bool:
+    """A browser page (chrome://..., view-source:, about:...): never the app, however briefly."""
+    return page_title(window_title).startswith(INTERNAL_TITLE_PREFIXES)
 
 
 def title_checker(app_title: str | None) -> Callable[[str], bool]:
@@ -76,6 +96,53 @@ class Plan:
     close: list[int] = field(default_factory=list)
     fix_geometry: bool = False
     restart: str | None = None
+    bad_title: str | None = None  # the kiosk window's title when it does not show the app
+    close_tab: bool = False  # send Ctrl+W to the kiosk window (decided by TitleTracker)
+
+
+@dataclass
+class TitleTracker:
+    """What to do about a kiosk window that does not show the app, over successive polls (pure, tested without X).
+
+    `step(bad_title, now)` returns None (wait or nothing to do), "close-tab" (send Ctrl+W now) or "restart"."""
+
+    grace: float = TITLE_GRACE_SECONDS
+    startup_grace: float = STARTUP_GRACE_SECONDS
+    shown_app: bool = False  # this window has shown the app at least once
+    bad_since: float | None = None
+    closed_at: float | None = None
+    closed_title: str | None = None
+    closes: int = 0
+
+    def reset(self, new_window: bool = False) -> None:
+        self.bad_since = self.closed_at = self.closed_title = None
+        self.closes = 0
+        if new_window:
+            self.shown_app = False
+
+    def step(self, bad_title: str | None, now: float) -> str | None:
+        if bad_title is None:
+            self.reset()
+            self.shown_app = True
+            return None
+        if self.bad_since is None:
+            self.bad_since = now
+        if not self.shown_app:
+            wait = self.startup_grace  # a new browser's first page (titled "Untitled" or by its address at first)
+        else:
+            wait = 0.0 if is_internal_title(bad_title) else self.grace
+        if now - self.bad_since < wait:
+            return None
+        if self.closed_at is None or (bad_title != self.closed_title and self.closes < MAX_TAB_CLOSES):
+            return "close-tab"
+        if now - self.closed_at >= CLOSE_TAB_SECONDS:
+            return "restart"
+        return None
+
+    def closed(self, bad_title: str, now: float) -> None:
+        """Ctrl+W was sent for the page titled `bad_title`."""
+        self.closed_at, self.closed_title = now, bad_title
+        self.closes += 1
 
 
 def assess(windows: list[TopLevel], kiosk: int | None, width: int, height: int,
@@ -93,7 +160,7 @@ def assess(windows: list[TopLevel], kiosk: int | None, width: int, height: int,
     plan = Plan(kiosk, close=[w.window for w in shown if w.window != kiosk])
     plan.fix_geometry = (current.x, current.y, current.width, current.height) != (0, 0, width, height)
     if title_ok is not None and current.title and not title_ok(current.title):
-        plan.restart = f"the kiosk window shows {current.title!r}, not the app"
+        plan.bad_title = current.title
     return plan
 
 
@@ -102,7 +169,7 @@ class Watchdog:
 
     def __init__(self, display: str, cookie: bytes, width: int, height: int,
                  restart_browser: Callable[[str], Awaitable[None]], browser_alive: Callable[[], bool],
-                 title_ok: Callable[[str], bool] | None = None, title_grace: float = 5.0,
+                 title_ok: Callable[[str], bool] | None = None, title_grace: float = TITLE_GRACE_SECONDS,
                  poll_seconds: float = POLL_SECONDS) -> None:
         self.display = display
         self.cookie = cookie
@@ -111,14 +178,15 @@ class Watchdog:
         self.restart_browser = restart_browser
         self.browser_alive = browser_alive
         self.title_ok = title_ok
-        self.title_grace = title_grace
         self.poll_seconds = poll_seconds
         self.kiosk: int | None = None
         self.closed = 0
         self.restarts = 0
+        self.tabs_closed = 0
         self.events: list[tuple[float, str]] = []
+        self.keyboard = KeyboardGuard()
         self._close_requested: dict[int, float] = {}
-        self._title_bad_since: float | None = None
+        self._titles = TitleTracker(grace=title_grace)
         self._conn: XConnection | None = None
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
@@ -160,7 +228,7 @@ class Watchdog:
         self.kiosk = None
         self._ready.clear()
         self._close_requested.clear()
-        self._title_bad_since = None
+        self._titles.reset(new_window=True)
 
     def _note(self, text: str) -> None:
         log.warning("kiosk watchdog: %s", text)
@@ -192,21 +260,20 @@ class Watchdog:
         if plan.kiosk is not None and self.kiosk is None:
             self.kiosk = plan.kiosk
             self._ready.set()
-        if plan.close or plan.fix_geometry:
+        if plan.close or plan.fix_geometry or plan.close_tab:
             await self._in_x_thread(self._act, plan)
+        for found in await self._in_x_thread(self.keyboard.check, self._conn):
+            self._note(found)
 
     def _look(self) -> Plan:
         assert self._conn is not None
         windows = self._conn.top_levels()
         plan = assess(windows, self.kiosk, self.width, self.height, self.title_ok)
-        if plan.restart and plan.kiosk is not None:  # a bad title: only after a grace period (pages load)
-            now = time.monotonic()
-            if self._title_bad_since is None:
-                self._title_bad_since = now
-            if now - self._title_bad_since < self.title_grace:
-                plan.restart = None
-        elif plan.kiosk is not None:
-            self._title_bad_since = None
+        if plan.kiosk is not None and not plan.restart:
+            what = self._titles.step(plan.bad_title, time.monotonic())
+            if what == "restart":
+                plan.restart = f"the kiosk window still shows {plan.bad_title!r}, not the app"
+            plan.close_tab = what == "close-tab"
         return plan
 
     def _act(self, plan: Plan) -> None:
@@ -231,8 +298,14 @@ class Watchdog:
         if plan.kiosk is not None:
             if plan.fix_geometry:
                 self._conn.move_resize(plan.kiosk, 0, 0, self.width, self.height)
-            if plan.close:
+            if plan.close or plan.close_tab:
                 self._conn.raise_and_focus(plan.kiosk)
+            if plan.close_tab and plan.bad_title is not None:
+                self._note(f"closing the tab showing {plan.bad_title!r} (Ctrl+W)")
+                self._titles.closed(plan.bad_title, now)
+                self.tabs_closed += 1
+                if not self._conn.send_keys(XK_CONTROL_L, XK_W):
+                    self._titles.closed_at = now - CLOSE_TAB_SECONDS  # no XTEST: restart at the next poll
 
     async def _restart(self, reason: str) -> None:
         self._note(f"restarting the browser: {reason}")

@@ -118,6 +118,114 @@ _x11.XCreateSimpleWindow.argtypes = [_Display_p, Window, ctypes.c_int, ctypes.c_
 _x11.XMapWindow.argtypes = [_Display_p, Window]
 _x11.XStoreName.argtypes = [_Display_p, Window, ctypes.c_char_p]
 
+# XKB (part of libX11): the keyboard controls behind StickyKeys and the other AccessX features.
+XKB_USE_CORE_KBD = 0x0100
+XKB_ALL_COMPONENTS_MASK = 0x7F
+XKB_ALL_CONTROLS = 0xF8001FFF  # XkbAllControlsMask
+XKB_CONTROLS = {  # XKB's boolean controls (XkbRepeatKeysMask ...), by the names xkbcomp and the XKB spec use
+    "RepeatKeys": 1 << 0, "SlowKeys": 1 << 1, "BounceKeys": 1 << 2, "StickyKeys": 1 << 3, "MouseKeys": 1 << 4,
+    "MouseKeysAccel": 1 << 5, "AccessXKeys": 1 << 6, "AccessXTimeout": 1 << 7, "AccessXFeedback": 1 << 8,
+    "AudibleBell": 1 << 9, "Overlay1": 1 << 10, "Overlay2": 1 << 11, "IgnoreGroupLock": 1 << 12,
+}
+# What no kiosk keyboard may have on: each changes what later keys mean for everyone on the display (StickyKeys turns
+# a tapped Ctrl into a held one, MouseKeys turns keys into clicks, SlowKeys/BounceKeys swallow keys, AccessXKeys
+# switches these on from the keyboard, Overlay1/2 remap keys).
+ACCESSX_CONTROLS = sum(XKB_CONTROLS[name] for name in (
+    "SlowKeys", "BounceKeys", "StickyKeys", "MouseKeys", "MouseKeysAccel", "AccessXKeys", "AccessXTimeout",
+    "AccessXFeedback", "Overlay1", "Overlay2"))
+
+
+class XkbModsRec(ctypes.Structure):
+    _fields_ = [("mask", ctypes.c_ubyte), ("real_mods", ctypes.c_ubyte), ("vmods", ctypes.c_ushort)]
+
+
+class XkbControlsRec(ctypes.Structure):
+    """The leading fields of Xlib's XkbControlsRec, up to the enabled controls."""
+
+    _fields_ = [("mk_dflt_btn", ctypes.c_ubyte), ("num_groups", ctypes.c_ubyte), ("groups_wrap", ctypes.c_ubyte),
+                ("internal", XkbModsRec), ("ignore_lock", XkbModsRec), ("enabled_ctrls", ctypes.c_uint)]
+
+
+class XkbAnyAction(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_ubyte), ("data", ctypes.c_ubyte * 7)]
+
+
+class XkbSymInterpretRec(ctypes.Structure):
+    """One rule of the compatibility map: which action a key gets when it carries `sym`."""
+
+    _fields_ = [("sym", ctypes.c_ulong), ("flags", ctypes.c_ubyte), ("match", ctypes.c_ubyte),
+                ("mods", ctypes.c_ubyte), ("virtual_mod", ctypes.c_ubyte), ("act", XkbAnyAction)]
+
+
+class XkbCompatMapRec(ctypes.Structure):
+    _fields_ = [("sym_interpret", ctypes.POINTER(XkbSymInterpretRec)), ("groups", XkbModsRec * 4),
+                ("num_si", ctypes.c_ushort), ("size_si", ctypes.c_ushort)]
+
+
+class XkbServerMapRec(ctypes.Structure):
+    """The leading fields of Xlib's XkbServerMapRec: the actions the keys carry."""
+
+    _fields_ = [("num_acts", ctypes.c_ushort), ("size_acts", ctypes.c_ushort), ("acts", ctypes.POINTER(XkbAnyAction))]
+
+
+class XkbDescRec(ctypes.Structure):
+    """The leading fields of Xlib's XkbDescRec, up to the compatibility map."""
+
+    _fields_ = [("dpy", ctypes.c_void_p), ("flags", ctypes.c_ushort), ("device_spec", ctypes.c_ushort),
+                ("min_key_code", ctypes.c_ubyte), ("max_key_code", ctypes.c_ubyte),
+                ("ctrls", ctypes.POINTER(XkbControlsRec)), ("server", ctypes.POINTER(XkbServerMapRec)),
+                ("map", ctypes.c_void_p), ("indicators", ctypes.c_void_p), ("names", ctypes.c_void_p),
+                ("compat", ctypes.POINTER(XkbCompatMapRec))]
+
+
+# XKB key actions a kiosk key may carry: modifiers and groups (set, latch, lock) and none. Everything else acts on the
+# server or on everyone's input: Terminate (0x0c) ends the X server, LockControls/SetControls (0x0f/0x0e) switch
+# StickyKeys, MouseKeys and the like on, ISOLock (0x0b) may change controls, pointer actions (0x07-0x0a) click,
+# SwitchScreen (0x0d), RedirectKey (0x11), device actions (0x12-0x14) and private ones (0x86: XFree86's grab-breaking
+# and mode-switching actions) have no business on a kiosk.
+XKB_ALLOWED_ACTIONS = frozenset(range(0, 7))
+XKB_SYM_INTERP_MASK = 1 << 0
+XKB_ALL_COMPAT_MASK = 0x3
+XKB_KEY_ACTIONS_MASK = 1 << 4
+
+
+_x11.XkbAllocKeyboard.restype = ctypes.POINTER(XkbDescRec)
+_x11.XkbAllocKeyboard.argtypes = []
+_x11.XkbGetControls.argtypes = [_Display_p, ctypes.c_ulong, ctypes.POINTER(XkbDescRec)]
+_x11.XkbFreeKeyboard.argtypes = [ctypes.POINTER(XkbDescRec), ctypes.c_uint, ctypes.c_int]
+_x11.XkbGetCompatMap.argtypes = [_Display_p, ctypes.c_uint, ctypes.POINTER(XkbDescRec)]
+_x11.XkbSetCompatMap.argtypes = [_Display_p, ctypes.c_uint, ctypes.POINTER(XkbDescRec), ctypes.c_int]
+_x11.XkbGetMap.restype = ctypes.POINTER(XkbDescRec)
+_x11.XkbGetMap.argtypes = [_Display_p, ctypes.c_uint, ctypes.c_uint]
+_x11.XkbChangeEnabledControls.argtypes = [_Display_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
+_x11.XKeysymToKeycode.restype = ctypes.c_ubyte
+_x11.XKeysymToKeycode.argtypes = [_Display_p, ctypes.c_ulong]
+_x11.XQueryKeymap.argtypes = [_Display_p, ctypes.c_char * 32]
+
+# XTEST (libXtst, a dependency of x11vnc): the watchdog's own key presses, e.g. closing a tab that must not show.
+try:
+    _xtst: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("Xtst") or "libXtst.so.6")
+    _xtst.XTestFakeKeyEvent.argtypes = [_Display_p, ctypes.c_uint, ctypes.c_int, ctypes.c_ulong]
+except OSError:
+    _xtst = None
+
+
+class XDeviceInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_ulong), ("type", Atom), ("name", ctypes.c_char_p), ("num_classes", ctypes.c_int),
+                ("use", ctypes.c_int), ("inputclassinfo", ctypes.c_void_p)]
+
+
+IS_X_KEYBOARD = 1  # XInput's "use" of the core keyboard
+IS_X_EXTENSION_KEYBOARD = 3  # ... and of the keyboards attached to it (XInput 1 view of XInput 2 slaves)
+# XInput (libXi, a dependency of x11vnc and Chromium): the list of keyboard devices.
+try:
+    _xi: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("Xi") or "libXi.so.6")
+    _xi.XListInputDevices.restype = ctypes.POINTER(XDeviceInfo)
+    _xi.XListInputDevices.argtypes = [_Display_p, ctypes.POINTER(ctypes.c_int)]
+    _xi.XFreeDeviceList.argtypes = [ctypes.POINTER(XDeviceInfo)]
+except OSError:
+    _xi = None
+
 
 @_ERROR_HANDLER
 def _ignore_errors(_display: int, _event: int) -> int:
@@ -364,6 +472,128 @@ class XConnection:
         if stride != width * 4:
             raw = b"".join(raw[row * stride:row * stride + width * 4] for row in range(height))
         return width, height, raw
+
+    def keyboards(self) -> list[int]:
+        """Ids of every keyboard device of the server (XInput): the core keyboard and its slaves, among them the XTEST
+        keyboard a VNC server types with. Each has its own XKB keymap, controls and compatibility map, and the core
+        keyboard takes over the keymap of whichever slave typed last, so all of them must be made safe."""
+        self.check()
+        if _xi is None:
+            return [XKB_USE_CORE_KBD]
+        count = ctypes.c_int()
+        devices = _xi.XListInputDevices(self._dpy, ctypes.byref(count))
+        if not devices:
+            return [XKB_USE_CORE_KBD]
+        try:
+            return [int(devices[i].id) for i in range(count.value) if devices[i].use in (IS_X_KEYBOARD,
+                                                                                          IS_X_EXTENSION_KEYBOARD)]
+        finally:
+            _xi.XFreeDeviceList(devices)
+
+    def xkb_enabled_controls(self, device: int = XKB_USE_CORE_KBD) -> int:
+        """The XKB boolean controls that are on for `device` (a mask of XKB_CONTROLS values)."""
+        self.check()
+        desc = _x11.XkbAllocKeyboard()
+        if not desc:
+            raise XError("XkbAllocKeyboard failed")
+        try:
+            desc.contents.device_spec = device
+            if _x11.XkbGetControls(self._dpy, XKB_ALL_CONTROLS, desc) != SUCCESS or not desc.contents.ctrls:
+                raise XError("XkbGetControls failed (no XKEYBOARD extension?)")
+            return int(desc.contents.ctrls.contents.enabled_ctrls)
+        finally:
+            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
+
+    def xkb_disable_controls(self, mask: int, device: int = XKB_USE_CORE_KBD) -> None:
+        """Switch the XKB boolean controls in `mask` off for `device`."""
+        self.check()
+        if not _x11.XkbChangeEnabledControls(self._dpy, device, mask, 0):
+            raise XError("XkbChangeEnabledControls failed (no XKEYBOARD extension?)")
+        self.sync()
+
+    def xkb_disarm_compat_map(self, device: int = XKB_USE_CORE_KBD) -> int:
+        """Turn every rule of the server's compatibility map that would give a key an action outside
+        XKB_ALLOWED_ACTIONS into "no action", and have the server recompute the actions of all keys. A keysym that a
+        VNC server later adds to the keymap (e.g. Terminate_Server, StickyKeys_Enable) then does nothing. Returns how
+        many rules were changed."""
+        self.check()
+        desc = _x11.XkbAllocKeyboard()
+        if not desc:
+            raise XError("XkbAllocKeyboard failed")
+        try:
+            desc.contents.device_spec = device
+            if _x11.XkbGetCompatMap(self._dpy, XKB_ALL_COMPAT_MASK, desc) != SUCCESS or not desc.contents.compat:
+                raise XError("XkbGetCompatMap failed (no XKEYBOARD extension?)")
+            compat = desc.contents.compat.contents
+            changed = 0
+            for i in range(compat.num_si):
+                action = compat.sym_interpret[i].act
+                if action.type not in XKB_ALLOWED_ACTIONS:
+                    action.type = 0
+                    ctypes.memset(action.data, 0, 7)
+                    changed += 1
+            if not _x11.XkbSetCompatMap(self._dpy, XKB_SYM_INTERP_MASK, desc, 1):
+                raise XError("XkbSetCompatMap failed")
+            self.sync()
+            return changed
+        finally:
+            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
+
+    def xkb_armed_actions(self, device: int = XKB_USE_CORE_KBD) -> list[str]:
+        """What could still act on the server: action types outside XKB_ALLOWED_ACTIONS in the compatibility map's
+        rules (as "interpret 0xKEYSYM: 0xTYPE") and on the keys themselves (as "key action 0xTYPE")."""
+        self.check()
+        found: list[str] = []
+        desc = _x11.XkbAllocKeyboard()
+        if not desc:
+            raise XError("XkbAllocKeyboard failed")
+        try:
+            desc.contents.device_spec = device
+            if _x11.XkbGetCompatMap(self._dpy, XKB_ALL_COMPAT_MASK, desc) != SUCCESS or not desc.contents.compat:
+                raise XError("XkbGetCompatMap failed (no XKEYBOARD extension?)")
+            compat = desc.contents.compat.contents
+            found += [f"interpret 0x{compat.sym_interpret[i].sym:x}: 0x{compat.sym_interpret[i].act.type:02x}"
+                      for i in range(compat.num_si) if compat.sym_interpret[i].act.type not in XKB_ALLOWED_ACTIONS]
+        finally:
+            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
+        keymap = _x11.XkbGetMap(self._dpy, XKB_KEY_ACTIONS_MASK, device)
+        if not keymap or not keymap.contents.server:
+            raise XError("XkbGetMap failed (no XKEYBOARD extension?)")
+        try:
+            server = keymap.contents.server.contents
+            found += [f"key action 0x{server.acts[i].type:02x}" for i in range(server.num_acts)
+                      if server.acts[i].type not in XKB_ALLOWED_ACTIONS]
+        finally:
+            _x11.XkbFreeKeyboard(keymap, XKB_ALL_COMPONENTS_MASK, 1)
+        return found
+
+    def pressed_keycodes(self) -> list[int]:
+        """Keycodes the X server believes are held down now (XQueryKeymap)."""
+        self.check()
+        bits = (ctypes.c_char * 32)()
+        _x11.XQueryKeymap(self._dpy, bits)
+        raw = bytes(bits)
+        return [byte * 8 + bit for byte in range(32) for bit in range(8) if raw[byte] >> bit & 1]
+
+    def keycode(self, keysym: int) -> int:
+        """The keycode that produces `keysym` in the current keymap, 0 if none does."""
+        return int(_x11.XKeysymToKeycode(self._dpy, keysym))
+
+    def send_keys(self, *keysyms: int) -> bool:
+        """Press `keysyms` in order and release them in reverse (XTEST), e.g. Control_L, w for Ctrl+W.
+        False when XTEST or a keysym's key is missing (nothing is sent then)."""
+        self.check()
+        if _xtst is None:
+            return False
+        codes = [self.keycode(sym) for sym in keysyms]
+        if not all(codes):
+            return False
+        for code in codes:
+            _xtst.XTestFakeKeyEvent(self._dpy, code, 1, CURRENT_TIME)
+        for code in reversed(codes):
+            _xtst.XTestFakeKeyEvent(self._dpy, code, 0, CURRENT_TIME)
+        self.sync()
+        return True
 
     def sync(self) -> None:
         self.check()

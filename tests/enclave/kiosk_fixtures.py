@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 import zlib
 import struct
 from collections.abc import Awaitable, Callable, Coroutine
@@ -22,7 +23,7 @@ from enclave.kiosk.xlib import TopLevel, XConnection
 from proxy.limits import SessionLimits
 from proxy.server import RfbProxyServer
 from proxy.session import UpstreamTarget
-from tests.proxy.rfbtools import RfbClient
+from tests.proxy.rfbtools import PF_32, RfbClient
 
 T = TypeVar("T")
 
@@ -31,9 +32,12 @@ APP_BG = (0x2A, 0x7A, 0xB0)
 
 KEYSYMS = {
     "ctrl": 0xFFE3, "shift": 0xFFE1, "alt": 0xFFE9, "super": 0xFFEB, "return": 0xFF0D, "enter": 0xFF0D,
-    "escape": 0xFF1B, "tab": 0xFF09, "down": 0xFF54, "up": 0xFF52, "backspace": 0xFF08, "menu": 0xFF67,
+    "escape": 0xFF1B, "esc": 0xFF1B, "tab": 0xFF09, "down": 0xFF54, "up": 0xFF52, "left": 0xFF51, "right": 0xFF53,
+    "home": 0xFF50, "backspace": 0xFF08, "delete": 0xFFFF, "menu": 0xFF67, "q": 0x71,
     **{f"f{n}": 0xFFBE + n - 1 for n in range(1, 13)},
 }
+STICKYKEYS_ENABLE = 0xFE75
+TERMINATE_SERVER = 0xFED5
 
 
 def keysym(name: str) -> int:
@@ -270,13 +274,31 @@ class Researcher:
             await self.client.key(ord(char), False)
             await asyncio.sleep(self.pace)
 
-    async def click(self, x: int, y: int, button: int = 1, settle: float = 0.4) -> None:
+    async def click(self, x: int, y: int, button: int = 1, settle: float = 0.4, held: str = "") -> None:
+        """A click, with modifiers held around it if `held` names them ("shift", "ctrl+shift")."""
         mask = 1 << (button - 1)
+        modifiers = [keysym(part) for part in held.split("+")] if held else []
         await self.client.pointer(0, x, y)
         await asyncio.sleep(self.pace)
+        for key in modifiers:
+            await self.client.key(key, True)
+            await asyncio.sleep(self.pace)
         await self.client.pointer(mask, x, y)
         await asyncio.sleep(self.pace)
         await self.client.pointer(0, x, y)
+        await asyncio.sleep(self.pace)
+        for key in reversed(modifiers):
+            await self.client.key(key, False)
+            await asyncio.sleep(self.pace)
+        self.sent.append(f"{held}+click{button}" if held else f"click{button}")
+        await asyncio.sleep(settle)
+
+    async def tap(self, key: int, settle: float = 0.2) -> None:
+        """One key (by keysym) down and up."""
+        await self.client.key(key, True)
+        await asyncio.sleep(self.pace)
+        await self.client.key(key, False)
+        self.sent.append(f"0x{key:x}")
         await asyncio.sleep(settle)
 
     async def drag(self, start: tuple[int, int], end: tuple[int, int], steps: int = 12) -> None:
@@ -369,3 +391,88 @@ def headless_control(url: str, profile: Path, seconds: int = 8) -> None:
     subprocess.run(["/usr/lib/chromium/chromium", "--headless=new", "--no-sandbox", f"--user-data-dir={profile}",
                     "--disable-gpu", f"--virtual-time-budget={seconds * 1000}", "--dump-dom", url],
                    capture_output=True, timeout=60)
+
+
+async def vnc_direct(upstream: str, password: bytes, encodings: tuple[int, ...] = (0, 1)) -> RfbClient:
+    """An RFB client straight to the kiosk's VNC server (VNC authentication, no proxy in between): what a keysym
+    that got past the proxy would meet."""
+    from proxy.rfb import vnc_auth_response
+
+    if upstream.startswith("unix:"):
+        reader, writer = await asyncio.open_unix_connection(upstream[5:], limit=1 << 22)
+    else:
+        host, port = upstream.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
+    client = RfbClient()
+    client.reader, client.writer = reader, writer
+    async with asyncio.timeout(15):
+        assert (await reader.readexactly(12)).startswith(b"RFB 003.")
+        writer.write(b"RFB 003.008\n")
+        (count,) = await reader.readexactly(1)
+        assert 2 in await reader.readexactly(count), "the VNC server does not offer VNC authentication"
+        writer.write(b"\x02")
+        writer.write(vnc_auth_response(password, await reader.readexactly(16)))
+        assert await reader.readexactly(4) == b"\0\0\0\0", "VNC authentication failed"
+        writer.write(b"\x01")
+        client.width, client.height = struct.unpack(">HH", await reader.readexactly(4))
+        await reader.readexactly(16)
+        (length,) = struct.unpack(">I", await reader.readexactly(4))
+        client.name = await reader.readexactly(length)
+    client.fb = bytearray(client.width * client.height * 4)
+    writer.write(b"\x00\x00\x00\x00" + PF_32)
+    await client.set_encodings(encodings)
+    return client
+
+
+class WindowMonitor:
+    """Samples the kiosk display's shown windows every `step` seconds in a thread, so that a test sees a second
+    window or a wrong title even if the watchdog removes it a moment later."""
+
+    def __init__(self, running: "RunningKiosk", step: float = 0.05) -> None:
+        self.running = running
+        self.step = step
+        self.samples: list[tuple[float, list[tuple[int, str]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        display = self.running.kiosk.display
+        assert display is not None
+        with XConnection(display.name, display.cookie) as conn:
+            while not self._stop.is_set():
+                try:
+                    shown = [(w.window, w.title) for w in conn.top_levels() if w.viewable and not w.override_redirect]
+                except Exception as exc:  # the display went away: that is a finding too
+                    self.samples.append((time.monotonic(), [(-1, f"X error: {exc}")]))
+                    return
+                self.samples.append((time.monotonic(), shown))
+                self._stop.wait(self.step)
+
+    def __enter__(self) -> "WindowMonitor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def mark(self) -> int:
+        """Index of the next sample (to look at what happened after this point)."""
+        return len(self.samples)
+
+    def anomalies(self, ok_title: Callable[[str], bool], since: int = 0) -> list[tuple[float, list[tuple[int, str]]]]:
+        """Samples that showed anything but exactly one window whose title `ok_title` accepts."""
+        return [(t, shown) for t, shown in self.samples[since:]
+                if len(shown) != 1 or not ok_title(shown[0][1])]
+
+    def longest_run(self, bad: Callable[[list[tuple[int, str]]], bool], since: int = 0,
+                    until: int | None = None) -> float:
+        """The longest stretch of time (seconds) over which consecutive samples were all `bad`."""
+        longest, start = 0.0, None
+        for t, shown in self.samples[since:until]:
+            if bad(shown):
+                start = t if start is None else start
+                longest = max(longest, t - start)
+            else:
+                start = None
+        return longest

@@ -1,5 +1,48 @@
 // safeshare analytics: the cohort builder's live count. Pages work without this script; it only saves clicks.
 "use strict";
+
+// Kiosk guard: nothing of the app opens outside its one tab. In the enclave's kiosk a second window or tab is an
+// escape attempt (the watchdog closes it), and Shift/Ctrl/Alt/Meta + click, a middle click, Shift/Ctrl + Enter or a
+// drag on a link or a submit button asks the browser for a new window, a new tab or a download. Such activations are
+// cancelled before they reach the browser (capture phase, on the document, so nothing on the page can undo it); a plain
+// click or Enter still follows the link or submits the form in the same tab. Links and forms have no context menu either
+// ("Open link in new window"). Registered at once (this script is deferred, the listeners go on `document`).
+(function () {
+  const ACTIVATORS = "a[href], area[href], button, input[type=submit], input[type=image]";
+  function activator(event, selector) {
+    const target = event.target;
+    return target && target.closest ? target.closest(selector || ACTIVATORS) : null;
+  }
+  function modified(event) {
+    return event.shiftKey || event.ctrlKey || event.altKey || event.metaKey;
+  }
+  function cancel(event) {
+    event.preventDefault();
+    event.stopImmediatePropagation();
+  }
+  document.addEventListener("click", function (event) {
+    if ((event.button !== 0 || modified(event)) && activator(event)) cancel(event);
+  }, true);
+  document.addEventListener("auxclick", function (event) {
+    if (activator(event)) cancel(event);
+  }, true);
+  document.addEventListener("mousedown", function (event) {
+    if (event.button === 1) cancel(event); // no middle-click autoscroll or paste either
+  }, true);
+  document.addEventListener("keydown", function (event) {
+    if (!modified(event)) return;
+    // Enter follows a link or submits the form it is typed in; Space presses a button.
+    if ((event.key === "Enter" && activator(event, ACTIVATORS + ", form")) || (event.key === " " && activator(event))) {
+      cancel(event);
+    }
+  }, true);
+  document.addEventListener("dragstart", function (event) {
+    if (activator(event)) cancel(event);
+  }, true);
+  document.addEventListener("contextmenu", function (event) {
+    if (activator(event)) cancel(event);
+  }, true);
+})();
 (function () {
   const form = document.getElementById("cohort-form");
   if (!form) return;
