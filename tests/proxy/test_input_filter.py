@@ -345,7 +345,7 @@ def test_keysyms_outside_the_allowlist_never_reach_x(tmp_path: Path) -> None:
         stop_process(xvfb)
 
 
-# --- items 15 and 22: added default shortcuts and clicks with a modifier ------------------------------------------------
+# --- items 15 and 22: added default shortcuts and clicks with a modifier ----------------------------------------------
 
 def test_added_default_shortcuts_never_reach_x(tmp_path: Path, vnc: int, x: XInput) -> None:
     """Ctrl+F4 (closes the kiosk window), Ctrl+Shift+Q (quits), Shift+Escape (task manager), F10 and Shift+F10
