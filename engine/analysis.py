@@ -10,6 +10,7 @@ import numpy as np
 
 from .classes import group
 from .encoding import encode_table
+from .errors import InputError
 from .policy import DatasetPolicy, GateSpec, PopulationUniqueness
 from .table import load_input
 
@@ -53,22 +54,44 @@ def prosecutor_profile(sizes: np.ndarray) -> dict:
 
 
 def configured_populations(policy: DatasetPolicy) -> list[str | float]:
-    populations: list[str | float] = list((policy.gate or GateSpec()).populations)
-    for spec in policy.privacy:
-        if isinstance(spec, PopulationUniqueness) and spec.population not in populations:
-            populations.append(spec.population)
+    return [population for population, _ in _populations_with_fields(policy)]
+
+
+def _populations_with_fields(policy: DatasetPolicy) -> list[tuple[str | float, str]]:
+    """Each population the policy names once, with the field that names it first (for error messages)."""
+    gate = policy.gate or GateSpec()
+    populations = [(p, f"gate.populations[{i}]") for i, p in enumerate(gate.populations)]
+    for index, spec in enumerate(policy.privacy):
+        if isinstance(spec, PopulationUniqueness) and spec.population not in [p for p, _ in populations]:
+            populations.append((spec.population, f"privacy[{index}].population"))
     return populations
 
 
+def population_sizes(policy: DatasetPolicy, records: int) -> list[tuple[str | float, float]]:
+    """(population, size) for every configured population; InputError naming the field when a population is
+    unknown, not finite or smaller than the sample."""
+    from .risk import resolve_population
+    from .sitegate import check_population
+
+    sizes = []
+    for population, field_name in _populations_with_fields(policy):
+        try:
+            size = float(resolve_population(population))
+        except InputError as exc:
+            raise InputError(policy.source, field_name, exc.problem) from None
+        check_population(size, records, policy.source, field_name)
+        sizes.append((population, size))
+    return sizes
+
+
 def analyse(policy: DatasetPolicy) -> dict:
-    from .risk import population_uniqueness, resolve_population
+    from .risk import population_uniqueness
 
     sizes = class_sizes(policy)
     n = int(sizes.sum())
     c1 = int((sizes == 1).sum())
     estimates = []
-    for population in configured_populations(policy):
-        size = float(resolve_population(population))
+    for population, size in population_sizes(policy, n):
         entry = {"population": str(population), "size": size, "sampling_fraction": n / size, "models": {}}
         for estimator in ESTIMATORS:
             entry["models"][estimator] = population_uniqueness(sizes, size, estimator=estimator).to_dict()

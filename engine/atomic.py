@@ -1,12 +1,25 @@
-"""Atomic file output: write next to the target, fsync, then rename, so a reader never sees a half-written file."""
+"""Atomic output: write next to the target, fsync, then rename, so a reader never sees a half-written file or folder.
+
+`atomic_path` does it for one file. `atomic_folder` does it for a whole folder (a release: data, report, manifest):
+everything is written into a hidden temporary sibling (`.NAME.XXXX.partial`) and renamed into place at the end, by
+an atomic exchange with the old folder where the kernel offers one (Linux renameat2 RENAME_EXCHANGE), so an
+interrupted run leaves the previous output as it was and never new data beside an old manifest. `check_output_folder`
+refuses targets that cannot be or must not be replaced (an existing file, /dev/null, a pseudo-filesystem such as
+/proc, a folder holding something other than a previous release, an empty name) before any work is done.
+"""
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Iterator
+
+from .errors import InputError
 
 
 @contextmanager
@@ -44,3 +57,120 @@ def write_with(target: str | os.PathLike, writer: Callable[[Path], None]) -> Non
     """Let `writer` produce the file at a temporary path (e.g. a pandas or pyarrow writer), then rename it."""
     with atomic_path(target) as tmp:
         writer(tmp)
+
+
+def check_output_folder(target: str | os.PathLike, replaceable: Collection[str], option: str = "--out") -> Path:
+    """The absolute output folder `target`, after refusing what `atomic_folder` must not write or replace.
+
+    An existing folder is replaced only when it is empty or holds a previous output (`manifest.json` and nothing but
+    `replaceable` names): replacing a folder deletes its content, which must never hit a user's other files. The
+    parent is probed by creating and removing a temporary folder, which catches read-only and pseudo filesystems
+    (/proc, /sys) before the work starts. Raises InputError naming `option`."""
+    text = os.fspath(target)
+    if not str(text).strip():
+        raise InputError(None, option, "empty: name the output folder")
+    path = Path(text)
+    if path.is_symlink():
+        raise InputError(None, option, f"{text} is a symbolic link: name the folder itself")
+    path = path.absolute()
+    if path.parent == path:
+        raise InputError(None, option, f"{text} cannot be replaced")
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(None, option, f"{text} exists and is not a folder")
+        try:
+            entries = {entry.name for entry in path.iterdir()}
+        except OSError as exc:
+            raise InputError(None, option, f"{text}: {exc.strerror}") from None
+        foreign = sorted(entries - set(replaceable))
+        if entries and (foreign or "manifest.json" not in entries):
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "") if foreign else "no manifest.json"
+            raise InputError(None, option, f"{text} is a folder that does not hold a previous output ({shown}); "
+                                           f"name a new or empty folder")
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(None, option, f"{text}: {ancestor} is not a folder")
+    try:
+        probe = tempfile.mkdtemp(prefix=".probe.", dir=ancestor)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise InputError(None, option, f"{text}: cannot write in {ancestor} ({exc.strerror or exc})") from None
+    return path
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2); False when the system cannot, so the caller falls back."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _fsync_folder(folder: Path) -> None:
+    for entry in folder.iterdir():
+        if entry.is_file():
+            with open(entry, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_folder(target: str | os.PathLike, replaceable: Collection[str] = (), option: str = "--out"
+                  ) -> Iterator[Path]:
+    """Yield a hidden temporary sibling of `target`; when the block succeeds it replaces `target` as a whole.
+
+    On any exception (KeyboardInterrupt included) the temporary folder is removed and `target` is untouched. Only a
+    kill between the rename and the clean-up can leave a hidden `.NAME.*.partial` or `.NAME.*.old` sibling behind,
+    never a partial `target`."""
+    path = check_output_folder(target, replaceable, option)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    except OSError as exc:
+        raise InputError(None, option, f"{os.fspath(target)}: cannot create ({exc.strerror or exc})") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    aside: Path | None = None
+    try:
+        yield staging
+        os.chmod(staging, 0o777 & ~umask)   # mkdtemp makes 0700; outputs get the usual permissions
+        _fsync_folder(staging)
+        if not path.exists():
+            os.rename(staging, path)
+        elif not _exchange(staging, path):
+            # No atomic exchange here: move the old folder aside, move the new one in, put the old one back if that
+            # fails. A crash between the two renames leaves the old output in the hidden `.old` sibling.
+            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.rename(path, aside / "old")
+            try:
+                os.rename(staging, path)
+            except OSError:
+                os.rename(aside / "old", path)
+                raise
+        # After an exchange `staging` holds the old output; the finally below removes it.
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        for leftover in (staging, aside):
+            if leftover is not None and leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)

@@ -9,7 +9,10 @@ Every builder ends with the level `*` (one group, the same label suppressed reco
 monotone by construction: each level's groups are computed from the previous level's groups, never independently
 from the raw values, so floating point or calendar quirks cannot make a group straddle two parents. Specs that could
 not be monotone (an interval width that is not a multiple of the one before, ISO weeks mixed with months) are refused
-with an `InputError` naming the field, rather than producing a hierarchy that would make the lattice meaningless.
+with an `InputError` naming the field, rather than producing a hierarchy that would make the lattice meaningless. So
+are specs that are meaningless with the data at hand: an interval width so small that more than `MAX_INTERVALS`
+intervals lie between `start` and a value (`widths: [1e-300]` would overflow the bin index and put every age into
+`[0, 0[`), bounds that overflow or print alike, and a width more than `MAX_FACTOR` times the one before.
 
 Label formats:
 
@@ -36,6 +39,8 @@ TOP = "*"                     # the label of the last level of every builder (as
 _SHOWN = 5                    # offending values listed in an error message
 _REL_TOL = 1e-9               # tolerance for "is a multiple of" and bin edges, relative to the magnitude involved
 DATE_UNITS = ("week", "month", "quarter", "year", "decade")   # from fine to coarse
+MAX_INTERVALS = 10**9         # intervals between `start` and the farthest value: bin indices stay exact integers
+MAX_FACTOR = 10**9            # largest ratio between a width (or group size) and the one before
 
 BuilderSpec = IntervalBuilder | MaskingBuilder | DateBuilder | OrderedBuilder
 
@@ -75,14 +80,27 @@ def interval_labels(spec: IntervalBuilder, values: np.ndarray, name: str = "", s
     division, so a value can never land in a parent bin that does not contain its child bin.
     """
     widths = [float(w) for w in spec.widths]
+    start = float(spec.start)
+    for i, width in enumerate(widths):
+        if not (math.isfinite(width) and width > 0):
+            raise InputError(source, f"{_field(name, 'widths')}[{i}]", f"a width must be a finite positive number, "
+                                                                        f"got {width!r}")
+    if not math.isfinite(start):
+        raise InputError(source, _field(name, "start"), f"start must be a finite number, got {start!r}")
     factors = _integer_factors(widths, source, _field(name, "widths"), "width")
     numbers = _parse_numbers(values, name, source)
     order = np.lexsort((values, numbers))          # numerically, ties (e.g. "20" and "20.0") by text
     values, numbers = values[order], numbers[order]
 
-    start = float(spec.start)
     columns = [values.astype(object)]
-    ratio = (numbers - start) / widths[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = (numbers - start) / widths[0]
+    if ratio.size and not (np.isfinite(ratio).all() and np.abs(ratio).max() <= MAX_INTERVALS):
+        far = numbers[np.argmax(np.where(np.isfinite(ratio), np.abs(ratio), np.inf))]
+        raise InputError(source, f"{_field(name, 'widths')}[0]",
+                         f"width {widths[0]:g} puts more than {MAX_INTERVALS:.0e} intervals between start "
+                         f"{_number(start)} and the value {_number(far)}: use a wider first interval or a start "
+                         f"nearer the data")
     nearest = np.round(ratio)
     # A value on a bin edge must open its bin even when the division lands a hair below (0.3 / 0.1 = 2.9999...).
     on_edge = np.abs(ratio - nearest) <= _REL_TOL * np.maximum(1.0, np.abs(ratio))
@@ -90,8 +108,17 @@ def interval_labels(spec: IntervalBuilder, values: np.ndarray, name: str = "", s
     for level, width in enumerate(widths):
         if level > 0:
             index = np.floor_divide(index, factors[level - 1])
-        low = start + index * width
-        columns.append(_interval_strings(low, low + width))
+        with np.errstate(over="ignore", invalid="ignore"):
+            low = start + index * width
+            high = low + width
+        field = f"{_field(name, 'widths')}[{level}]"
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise InputError(source, field, f"width {width:g} makes interval bounds overflow to infinity")
+        labels = _interval_strings(low, high)
+        if np.unique(labels.astype(str)).size != np.unique(index).size or (high <= low).any():
+            raise InputError(source, field, f"width {width:g} is too small for values of this size: different "
+                                            f"intervals would print the same bounds")
+        columns.append(labels)
     columns.append(np.full(values.size, TOP, dtype=object))
     return np.column_stack(columns)
 
@@ -173,7 +200,10 @@ def date_labels(spec: DateBuilder, values: np.ndarray, name: str = "", source: s
         raise InputError(source, field,
                          f"levels must go from fine to coarse ({', '.join(DATE_UNITS)}), got {units}")
 
-    parsed = pd.to_datetime(pd.Series(values, dtype=object), format=spec.format, exact=True, errors="coerce")
+    try:
+        parsed = pd.to_datetime(pd.Series(values, dtype=object), format=spec.format, exact=True, errors="coerce")
+    except ValueError as exc:   # a format the policy check let through but pandas cannot use
+        raise InputError(source, _field(name, "format"), f"date format {spec.format!r} is not usable: {exc}") from None
     bad = values[parsed.isna().to_numpy()]
     if bad.size:
         raise InputError(source, _field(name, data=True),
@@ -246,6 +276,10 @@ def _integer_factors(sizes: list[float], source: str | None, field: str, what: s
     factors: list[int] = []
     for i in range(1, len(sizes)):
         ratio = sizes[i] / sizes[i - 1]
+        if not math.isfinite(ratio) or ratio > MAX_FACTOR:
+            raise InputError(source, f"{field}[{i}]",
+                             f"{what} {_number(sizes[i])} is more than {MAX_FACTOR:.0e} times the previous {what} "
+                             f"{_number(sizes[i - 1])}")
         factor = round(ratio)
         if factor < 2 or abs(ratio - factor) > _REL_TOL * ratio:
             raise InputError(

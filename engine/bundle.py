@@ -204,6 +204,9 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     dataset = str(manifest.get("dataset", ""))
     if not dataset or Path(dataset).name != dataset or dataset.startswith("."):
         raise BundleError(f"{output / MANIFEST}: field 'dataset' is not a usable name: {dataset!r}")
+    from .sitegate import site_gate_violations  # the site's gate (RELEASES/../gate.yaml), re-checked on the record
+    if below := site_gate_violations(manifest, releases.resolve().parent):
+        raise BundleError(f"{output / MANIFEST}: does not meet the site gate: {'; '.join(below)}")
     key = _signing_key(releases, signing_key, trust)
     store = trust if isinstance(trust, TrustStore) else TrustStore.load(trust or default_trust(releases))
     release_id = manifest["data_sha256"][:16]

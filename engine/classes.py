@@ -128,11 +128,16 @@ class Evaluation:
 class ClassCache:
     """Equivalence classes per transformation, computed by rolling up the classes of a cached specialization.
 
-    An LRU of class tables bounded by cells: the search mostly moves one level up from what it just looked at, so the
-    nearest cached specialization is usually a direct one with far fewer classes than the records.
+    An LRU of class tables bounded in bytes: the search mostly moves one level up from what it just looked at, so the
+    nearest cached specialization is usually a direct one with far fewer classes than the records. The bound holds
+    at every moment (`nbytes <= budget`): the oldest tables are evicted before a new one is stored, and a table
+    larger than the whole budget is not cached at all. The base classes of the table (level 0), which every roll-up
+    may start from, are kept outside the bound.
     """
 
-    def __init__(self, table: "EncodedTable", budget_cells: int = 40_000_000) -> None:
+    DEFAULT_BUDGET_BYTES = 256 << 20
+
+    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.table = table
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
         bottom = tuple(0 for _ in table.attributes)
@@ -148,8 +153,9 @@ class ClassCache:
         self.base = (bottom, codes, sizes, key)
         self._maps: dict[tuple[int, int, int], np.ndarray] = {}
         self._cache: OrderedDict[tuple[int, ...], tuple] = OrderedDict()
-        self._cells = 0
-        self.budget = budget_cells
+        self.nbytes = 0
+        self.peak_nbytes = 0
+        self.budget = int(budget_bytes)
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
         key = (attribute, source, target)
@@ -180,9 +186,20 @@ class ClassCache:
         self._store(node, new_codes, new_sizes, new_key)
         return new_codes, new_sizes
 
+    @staticmethod
+    def _size(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> int:
+        return codes.nbytes + sizes.nbytes + (0 if key is None else key.nbytes)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
     def _store(self, node: tuple[int, ...], codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> None:
+        size = self._size(codes, sizes, key)
+        if size > self.budget:
+            return   # larger than the whole cache: computing it again later is cheaper than breaking the bound
+        while self._cache and self.nbytes + size > self.budget:
+            _, old = self._cache.popitem(last=False)
+            self.nbytes -= self._size(*old)
         self._cache[node] = (codes, sizes, key)
-        self._cells += codes.size + sizes.size + (0 if key is None else key.size)
-        while self._cells > self.budget and len(self._cache) > 1:
-            _, (old_codes, old_sizes, old_key) = self._cache.popitem(last=False)
-            self._cells -= old_codes.size + old_sizes.size + (0 if old_key is None else old_key.size)
+        self.nbytes += size
+        self.peak_nbytes = max(self.peak_nbytes, self.nbytes)

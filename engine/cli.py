@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import InputError
@@ -19,7 +20,8 @@ def _summary(manifest: dict) -> str:
     lines = [
         f"dataset               {manifest['dataset']}",
         f"transformation        " + ", ".join(f"{k}={v}" for k, v in manifest["transformation"].items()),
-        f"optimized for         {manifest['optimized_for']} (optimum proven: {'yes' if manifest['optimal'] else 'no'})",
+        f"optimized for         {manifest['optimized_for']} (optimum proven: "
+        f"{'yes' if manifest['optimal'] else 'no, ' + str(manifest.get('search_stopped') or 'stopped early')})",
         "quality               " + ", ".join(f"{k}={v:.6f}" for k, v in manifest["quality"].items()),
         f"records               {manifest['records']} ({manifest['suppressed_records']} suppressed)",
         f"checked               {manifest['checked_transformations']} of {manifest['lattice_size']} transformations "
@@ -33,12 +35,16 @@ def _summary(manifest: dict) -> str:
 
 
 def run_deid(args: argparse.Namespace) -> int:
-    from .deid import NoSolutionError, deidentify, write_release
+    from .deid import NoSolutionError, check_output, deidentify, write_release
     from .policy import load_policy
+    from .sitegate import load_site_gate, site_folder
 
     try:
+        check_output(args.out)   # before the search: a run that cannot write its output should not start
         policy = load_policy(args.policy)
-        result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit)
+        site = load_site_gate(site_folder(args.site))
+        result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit,
+                            site=site, memory_mb=args.memory_mb)
         manifest = write_release(result, args.out)
     except InputError as exc:
         print(f"safeshare deid: {exc}", file=sys.stderr)
@@ -67,12 +73,41 @@ def run_hierarchy(args: argparse.Namespace) -> int:
         if args.attribute not in frame.columns:
             raise InputError(policy.source, f"attributes.{args.attribute}", "no such column in the input")
         hierarchy = resolve_hierarchy(policy, args.attribute, frame[args.attribute].to_numpy())
+        _check_output_file(args.out)
+        try:
+            hierarchy.to_csv(args.out)
+        except OSError as exc:
+            raise InputError(None, "--out", f"{args.out}: cannot write ({exc.strerror or exc})") from None
     except InputError as exc:
         print(f"safeshare hierarchy: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    hierarchy.to_csv(args.out)
     print(f"{args.out}: {len(hierarchy)} values, {hierarchy.levels} levels")
     return EXIT_OK
+
+
+def _check_output_file(out: str) -> None:
+    """An output file must be named, and must not be a folder or a device (which the atomic rename would try to
+    replace)."""
+    if not out.strip():
+        raise InputError(None, "--out", "empty: name the CSV file to write")
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(None, "--out", f"{out} is a folder: name the CSV file to write")
+    if path.exists() and not path.is_file():
+        raise InputError(None, "--out", f"{out} exists and is not a regular file")
+
+
+def _positive(kind: type) -> Callable[[str], float]:
+    """argparse type: a finite number above 0 (a zero or infinite limit would switch the limit off)."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (value > 0 and value != float("inf")):
+            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+        return value
+    return parse
 
 
 def run_risk(args: argparse.Namespace) -> int:
@@ -138,8 +173,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deid.add_argument("policy", help="dataset policy (YAML)")
     deid.add_argument("--out", required=True, help="output folder for the release bundle")
     deid.add_argument("--json", action="store_true", help="print manifest.json instead of a summary")
-    deid.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                      help="stop the search after this long and use the best solution so far")
+    deid.add_argument("--time-limit", type=_positive(float), default=None, metavar="SECONDS",
+                      help="stop the search after this long and use the best solution so far (default: the policy's "
+                           "search.time_limit_seconds, 600); the manifest then says optimal: false")
+    deid.add_argument("--memory-mb", type=_positive(int), default=None, metavar="MB",
+                      help="stop the search once it has grown the process by this much and use the best solution so "
+                           "far (default: the policy's search.memory_mb, 1024); a quarter of it bounds the class cache")
+    deid.add_argument("--site", metavar="SITE", default=None,
+                      help="site folder whose gate.yaml is the floor of the release gate (default: $SAFESHARE_SITE, "
+                           "else /var/lib/safeshare if it exists; without a gate.yaml the built-in floor applies: "
+                           "|PU|/|SU| <= 0.25 in USA, California and Los Angeles)")
     deid.add_argument("--quiet", action="store_true", help="no progress bar")
     deid.set_defaults(func=run_deid)
 

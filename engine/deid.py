@@ -1,13 +1,21 @@
 """The de-identification pipeline behind `safeshare deid`: policy -> encode -> search -> apply -> release files.
 
-`deidentify` is a plain function usable from Python; `write_release` writes the bundle atomically, manifest last, so
-that a folder with a manifest always holds the files the manifest describes.
+`deidentify` is a plain function usable from Python; `write_release` writes the whole bundle into a hidden sibling
+folder and renames it into place (engine.atomic.atomic_folder), so an output folder always holds exactly the files its
+manifest describes, and an interrupted re-run leaves the previous output as it was.
+
+The release gate is the policy's gate tightened to the site gate (engine.sitegate); the manifest records both. The
+search runs under the policy's time limit and memory bound (`search:`), releasing the best solution found so far with
+`optimal: false` when one is reached. The manifest is strict JSON: a non-finite number in it is an error, never
+`Infinity` or `NaN`.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .atomic import write_bytes, write_text, write_with
+from .atomic import atomic_folder, check_output_folder, write_with
 from .classes import Evaluation, combined_key
 from .encoding import EncodedTable, encode_table
 from .errors import InputError
@@ -25,9 +33,11 @@ from .policy import DatasetPolicy, load_policy
 from .privacy import PrivacyConfiguration, build_models
 from .quality import MODEL_NAMES, make_quality_model
 from .search import SearchResult, resolve_algorithm, search
+from .sitegate import EffectiveGate, SiteGateSource, check_population, combine, load_site_gate, site_folder
 from .table import load_input
 
 SUPPRESSED = "*"
+RELEASE_FILES = ("data.parquet", "data.csv", "report.html", "manifest.json")
 
 
 class NoSolutionError(RuntimeError):
@@ -99,13 +109,41 @@ def apply_transformation(policy: DatasetPolicy, frame: pd.DataFrame, table: Enco
     return out, record_suppressed
 
 
+def check_populations(policy: DatasetPolicy, gate: EffectiveGate, records: int) -> None:
+    """Every population the run will use (privacy models and gate) is known, finite and contains the sample; checked
+    before the search, so a bad population is bad input (exit 2), not a late failure."""
+    from .risk import resolve_population
+    from .sitegate import population_size
+
+    for index, spec in enumerate(policy.privacy):
+        population = getattr(spec, "population", None)
+        if population is None:
+            continue
+        field_name = f"privacy[{index}].population"
+        try:
+            size = float(resolve_population(population))
+        except InputError as exc:
+            raise InputError(policy.source, field_name, exc.problem) from None
+        check_population(size, records, policy.source, field_name)
+    for population in gate.populations:
+        population_size(population, records)
+
+
 def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False,
-               time_limit: float | None = None) -> DeidResult:
-    """Find the optimal transformation under the policy and apply it. Raises InputError or NoSolutionError."""
+               time_limit: float | None = None, site: SiteGateSource | str | os.PathLike | None = None,
+               memory_mb: int | None = None) -> DeidResult:
+    """Find the optimal transformation under the policy and apply it. Raises InputError or NoSolutionError.
+
+    `site` is the site gate (a loaded one, or a site folder); None looks for the site as `safeshare deid` does
+    ($SAFESHARE_SITE, /var/lib/safeshare) and falls back to the built-in floor. `time_limit` and `memory_mb`
+    override the policy's `search:` limits."""
     started = time.perf_counter()
     if not isinstance(policy, DatasetPolicy):
         policy = load_policy(policy)
+    site_gate = site if isinstance(site, SiteGateSource) else load_site_gate(site_folder(site))
+    effective_gate = combine(policy.gate, site_gate, policy.source)
     loaded = load_input(policy)
+    check_populations(policy, effective_gate, int(loaded.frame.shape[0]))
     bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
               for name in policy.quasi_identifiers}
     table = encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds)
@@ -114,23 +152,26 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                                        policy.quality.gs_factor)
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     limit = time_limit if time_limit is not None else policy.search.time_limit_seconds
+    memory = memory_mb if memory_mb is not None else policy.search.memory_mb
     try:
         algorithm = resolve_algorithm(configuration, quality_model, policy.search.algorithm, lattice.size)
     except ValueError as exc:   # an algorithm that cannot be exact under this configuration
         raise InputError(policy.source, "search.algorithm", str(exc)) from None
     result = search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=limit,
-                    progress=progress)
+                    progress=progress, memory_mb=memory)
     if result.best is None:
+        stopped = f"; the search stopped early: {result.stopped}" if result.stopped else ""
         raise NoSolutionError(
             f"{policy.source or policy.dataset}: no transformation satisfies the privacy models with at most "
-            f"{policy.suppression_limit:g} of the records suppressed ({result.checked} transformations checked)")
+            f"{policy.suppression_limit:g} of the records suppressed ({result.checked} transformations checked"
+            f"{stopped})")
     best = result.best
     released, record_suppressed = apply_transformation(policy, loaded.frame, table, best)
     quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
                                                       policy.quality.gs_factor)
     from .gate import evaluate_gate
 
-    risk, gate = evaluate_gate(policy.gate, best.sizes[~best.suppressed])
+    risk, gate = evaluate_gate(effective_gate, best.sizes[~best.suppressed])
     if "population_uniqueness" in best.details:
         risk["privacy_model_estimate"] = best.details["population_uniqueness"]
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
@@ -164,6 +205,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "attribute_quality": result.attribute_quality,
         "algorithm": result.search.algorithm,
         "optimal": result.search.optimal,
+        "search_stopped": result.search.stopped,
+        "search_limits": dict(result.search.limits or {}),
         "records": int(result.table.n),
         "suppressed_records": int(best.suppressed_records),
         "risk_model_evaluations": int(result.search.risk_evaluations),
@@ -180,23 +223,42 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
     return manifest
 
 
+def finite_json(value: object) -> object:
+    """`value` with every non-finite float replaced by None: JSON has no Infinity or NaN, and a consumer that reads
+    them (Python's json does) would compare them wrongly against limits."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def check_output(out_dir: str | Path) -> Path:
+    """Refuse an output folder `write_release` could not or must not replace (InputError naming --out)."""
+    return check_output_folder(out_dir, RELEASE_FILES)
+
+
 def write_release(result: DeidResult, out_dir: str | Path) -> dict:
-    """Write data.csv, data.parquet, report.html and manifest.json into `out_dir` (each atomically)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write data.csv, data.parquet, report.html and manifest.json as one folder: staged in a hidden sibling and
+    renamed into place as a whole (replacing a previous output of the same run in one step)."""
     data = parquet_bytes(result.released)
     csv_text = result.released.to_csv(index=False, sep=";", lineterminator="\n")
-    write_bytes(out / "data.parquet", data)
-    write_text(out / "data.csv", csv_text)
     files = {"data.parquet": _sha256(data), "data.csv": _sha256(csv_text.encode("utf-8"))}
-    manifest = build_manifest(result, files["data.parquet"], files)
-    from .report import render_report
+    manifest = finite_json(build_manifest(result, files["data.parquet"], files))
+    with atomic_folder(out_dir, RELEASE_FILES) as staging:
+        (staging / "data.parquet").write_bytes(data)
+        (staging / "data.csv").write_text(csv_text, encoding="utf-8")
+        from .report import render_report
 
-    html = render_report(result, manifest)
-    write_text(out / "report.html", html)
-    manifest["files"]["report.html"] = _sha256(html.encode("utf-8"))
-    write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+        html = render_report(result, manifest)
+        (staging / "report.html").write_text(html, encoding="utf-8")
+        manifest["files"]["report.html"] = _sha256(html.encode("utf-8"))
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False, allow_nan=False)
+                                               + "\n", encoding="utf-8")
     return manifest
 
 
-__all__ = ["DeidResult", "NoSolutionError", "apply_transformation", "deidentify", "write_release", "write_with"]
+__all__ = ["DeidResult", "NoSolutionError", "RELEASE_FILES", "apply_transformation", "check_output", "deidentify",
+           "write_release", "write_with"]

@@ -1,35 +1,47 @@
-"""The release gate: residual re-identification risk of the released records, checked against the policy.
+"""The release gate: residual re-identification risk of the released records, checked against the effective gate.
 
 For each configured population the gate estimates population uniqueness of the released (non-suppressed) records and
 the ratio |PU|/|SU| of population-unique to sample-unique shares, (PU / N) / (c1 / n): the probability that a sample
 unique is also unique in the population, which the paper recommends to keep at or below 0.25. A record can only be
 unique in the population if it is unique in the sample, so a release without sample uniques passes with ratio 0.
-Anything the gate cannot establish (a risk model without a solution, an error) refuses the release: fail closed.
+
+The limits are those of the effective gate (engine.sitegate): the dataset policy's gate tightened to the site's gate,
+so a policy can add populations and lower limits but never relax the custodian's floor; a refusal names which of the
+two set the limit that was exceeded. Anything the gate cannot establish (a risk model without a solution, an error)
+refuses the release: fail closed.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .policy import GateSpec
+from .sitegate import BUILT_IN_GATE, EffectiveGate, SiteGateSource, combine
 
 
-def gate_populations(spec: GateSpec) -> list[tuple[str, float]]:
-    from .risk import resolve_population
+def gate_populations(spec: GateSpec | EffectiveGate, records: int = 0) -> list[tuple[str, float]]:
+    """(label, size) of every population the gate checks; sizes are finite and at least `records`."""
+    from .sitegate import population_size
 
-    return [(str(p), float(resolve_population(p))) for p in spec.populations]
+    effective = spec if isinstance(spec, EffectiveGate) else combine(spec)
+    return [(p.label, population_size(p, records)) for p in effective.populations]
 
 
-def evaluate_gate(spec: GateSpec | None, kept_sizes: np.ndarray) -> tuple[dict, dict]:
-    """Return (risk, gate) sections of the manifest for the released class sizes."""
-    spec = spec or GateSpec()
+def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
+                  site: SiteGateSource | None = None) -> tuple[dict, dict]:
+    """Return (risk, gate) sections of the manifest for the released class sizes.
+
+    `spec` is the policy's gate (None: the default gate), combined here with `site` (None: the built-in floor), or
+    an already combined `EffectiveGate`."""
+    effective = spec if isinstance(spec, EffectiveGate) else combine(spec, site or BUILT_IN_GATE)
     reasons: list[str] = []
     kept_sizes = np.asarray(kept_sizes, dtype=np.int64)
     n = int(kept_sizes.sum())
     c1 = int((kept_sizes == 1).sum())
     sample_uniqueness = c1 / n if n else 0.0
+    max_ratio, max_pu = effective.max_pu_su_ratio, effective.max_population_uniqueness
     populations = []
     try:
-        for name, size in gate_populations(spec):
+        for name, size in gate_populations(effective, n):
             entry: dict = {"population": name, "size": size}
             if c1 == 0 or n == 0:
                 entry.update({"model": None, "solved": True, "population_uniques": 0.0,
@@ -38,35 +50,40 @@ def evaluate_gate(spec: GateSpec | None, kept_sizes: np.ndarray) -> tuple[dict, 
             else:
                 from .risk import population_uniqueness
 
-                estimate = population_uniqueness(kept_sizes, size, estimator=spec.estimator)
+                estimate = population_uniqueness(kept_sizes, size, estimator=effective.estimator)
                 entry.update({"model": estimate.model_used, "solved": bool(estimate.solved)})
-                if not estimate.solved:
+                pu = estimate.population_uniqueness
+                if not estimate.solved or pu is None or not np.isfinite(pu):
                     entry.update({"population_uniques": None, "population_uniqueness": None, "pu_su_ratio": None})
                     reasons.append(f"{name}: no risk model found a solution ({estimate.model_used}); risk unknown")
                 else:
-                    pu = float(estimate.population_uniqueness)
+                    pu = float(pu)
                     ratio = pu / sample_uniqueness
                     entry.update({"population_uniques": float(estimate.population_uniques),
                                   "population_uniqueness": pu, "pu_su_ratio": ratio})
-                    if ratio > spec.max_pu_su_ratio:
-                        reasons.append(f"{name}: |PU|/|SU| = {ratio:.4f} above the allowed {spec.max_pu_su_ratio:g}")
-                    if pu > spec.max_population_uniqueness:
-                        reasons.append(f"{name}: population uniqueness {pu:.6f} above the allowed "
-                                       f"{spec.max_population_uniqueness:g}")
+                    if not ratio <= max_ratio:
+                        reasons.append(f"{name}: |PU|/|SU| = {ratio:.4f} above the allowed {max_ratio:g} "
+                                       f"(set by the {effective.where('max_pu_su_ratio')})")
+                    if not pu <= max_pu:
+                        reasons.append(f"{name}: population uniqueness {pu:.6f} above the allowed {max_pu:g} "
+                                       f"(set by the {effective.where('max_population_uniqueness')})")
             populations.append(entry)
+        smallest = int(kept_sizes.min()) if kept_sizes.size else 0
+        if n and smallest < effective.min_k:
+            reasons.append(f"the smallest released class holds {smallest} record(s), below the minimum k = "
+                           f"{effective.min_k} (set by the {effective.where('min_k')})")
     except Exception as exc:  # fail closed: a gate that cannot decide refuses
         reasons.append(f"gate error: {type(exc).__name__}: {exc}")
     risk = {
         "released_records": n,
         "sample_uniques": c1,
         "sample_uniqueness": sample_uniqueness,
-        "estimator": spec.estimator,
+        "estimator": effective.estimator,
         "populations": populations,
     }
     gate = {
         "passed": not reasons,
         "reasons": reasons,
-        "max_pu_su_ratio": spec.max_pu_su_ratio,
-        "max_population_uniqueness": spec.max_population_uniqueness,
+        **effective.record(),
     }
     return risk, gate

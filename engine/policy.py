@@ -1,24 +1,64 @@
 """Dataset policies: what a custodian declares about a table before it is de-identified.
 
-The schema is strict (unknown keys are errors) because a typo in a privacy policy must never silently weaken it.
-Paths in a policy are relative to the policy file. `load_policy` returns a validated `DatasetPolicy`;
-every problem becomes an `InputError` naming the file and the field.
+The schema is strict because a typo in a privacy policy must never silently weaken it: unknown keys are errors,
+numbers are never coerced from strings or booleans (`k: '5'` and `k: true` are refused, not read as 5 and 1), and
+non-finite numbers (`.inf`, `.nan`) are refused everywhere, since `max_pu_su_ratio: .inf` would switch the gate off
+and a NaN compares false with every limit. Paths in a policy are relative to the policy file. `load_policy` returns a
+validated `DatasetPolicy`; every problem becomes an `InputError` naming the file and the field.
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+import math
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
+                      field_validator, model_validator)
 
 from .errors import InputError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys, coerced types and non-finite numbers are all validation errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# Characters that cannot separate the fields of a CSV file: the quote and the line ends.
+_NOT_SEPARATORS = {'"', "\n", "\r"}
+
+
+def _one_character_separator(value: str) -> str:
+    """A separator is one character: pandas reads a longer one as a regular expression and the csv module refuses
+    anything else, so `'.*'` or `';;'` would silently mis-split the table or fail deep inside the reader."""
+    if len(value) != 1:
+        raise ValueError(f"must be exactly one character, got {value!r}")
+    if value in _NOT_SEPARATORS:
+        raise ValueError(f"{value!r} cannot separate fields")
+    return value
+
+
+Separator = Annotated[str, Field(min_length=1, max_length=1), AfterValidator(_one_character_separator)]
+
+
+def _finite_population_name(value: str) -> str:
+    """A population given as text is a preset name or a number; a number written as text must be finite too."""
+    try:
+        number = float(value.strip().replace("_", ""))
+    except ValueError:
+        return value
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"a population must be a finite positive number or a preset name, got {value!r}")
+    return value
+
+
+Population = Union[Annotated[str, AfterValidator(_finite_population_name)], Annotated[float, Field(gt=0)]]
 
 
 # --- hierarchies --------------------------------------------------------------------------------------------------
@@ -26,7 +66,7 @@ class HierarchyFile(_Strict):
     """A hierarchy in the ARX CSV layout."""
 
     file: str
-    separator: str = ";"
+    separator: Separator = ";"
 
 
 class IntervalBuilder(_Strict):
@@ -34,14 +74,14 @@ class IntervalBuilder(_Strict):
 
     builder: Literal["intervals"]
     widths: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    start: float = 0.0
+    start: float = 0.0   # finite (like every number); engine.builders bounds the number of intervals
 
 
 class MaskingBuilder(_Strict):
     """Strings masked right to left (ZIP 12345 -> 1234* -> 123** ...), then `*`."""
 
     builder: Literal["masking"]
-    characters_per_level: Annotated[int, Field(ge=1)] = 1
+    characters_per_level: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     mask: str = Field(default="*", min_length=1, max_length=1)
 
 
@@ -54,13 +94,28 @@ class DateBuilder(_Strict):
         default_factory=lambda: ["month", "year", "decade"], min_length=1
     )
 
+    @field_validator("format")
+    @classmethod
+    def _usable_format(cls, value: str) -> str:
+        """The format must name the year (every level's label has one) and read back what it writes; `%` alone or
+        a stray directive would otherwise fail inside the date parser."""
+        if not any(d in value for d in ("%Y", "%y", "%G")):
+            raise ValueError(f"date format {value!r} has no year directive (%Y, %y or %G)")
+        sample = datetime(2024, 2, 29)
+        try:
+            text = sample.strftime(value)
+            datetime.strptime(text, value)
+        except ValueError as exc:
+            raise ValueError(f"date format {value!r} is not usable: {exc}") from None
+        return value
+
 
 class OrderedBuilder(_Strict):
     """Ordered categories grouped into runs of neighbours (sizes per level), then `*`."""
 
     builder: Literal["ordered"]
     order: list[str] = Field(min_length=1)
-    group_sizes: list[Annotated[int, Field(ge=2)]] = Field(min_length=1)
+    group_sizes: list[Annotated[int, Field(ge=2, le=1_000_000_000)]] = Field(min_length=1)
 
 
 def _hierarchy_kind(value: object) -> str:
@@ -85,8 +140,8 @@ class Attribute(_Strict):
     type: Literal["identifying", "quasi_identifying", "sensitive", "insensitive"]
     hierarchy: HierarchySpec | None = None
     # Levels the search may use (inclusive); default: all levels of the hierarchy.
-    min_level: Annotated[int, Field(ge=0)] | None = None
-    max_level: Annotated[int, Field(ge=0)] | None = None
+    min_level: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    max_level: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
 
     @model_validator(mode="after")
     def _hierarchy_only_for_quasi_identifiers(self) -> "Attribute":
@@ -103,14 +158,25 @@ class Attribute(_Strict):
 class InputSpec(_Strict):
     path: str
     format: Literal["csv", "parquet"] | None = None
-    separator: str = ";"
+    separator: Separator = ";"
     encoding: str = "utf-8"
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_text_encoding(cls, value: str) -> str:
+        try:
+            info = codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}") from None
+        if not getattr(info, "_is_text_encoding", True):
+            raise ValueError(f"{value!r} is not a text encoding")
+        return value
 
 
 # --- privacy models ------------------------------------------------------------------------------------------------
 class KAnonymity(_Strict):
     model: Literal["k_anonymity"]
-    k: Annotated[int, Field(ge=1)]
+    k: Annotated[int, Field(ge=1, le=1_000_000_000)]
 
 
 class PopulationUniqueness(_Strict):
@@ -119,7 +185,7 @@ class PopulationUniqueness(_Strict):
     model: Literal["population_uniqueness"]
     threshold: Annotated[float, Field(gt=0, le=1)]
     estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
-    population: str | Annotated[float, Field(gt=0)]
+    population: Population
 
 
 PrivacySpec = Annotated[Union[KAnonymity, PopulationUniqueness], Field(discriminator="model")]
@@ -132,22 +198,35 @@ class QualitySpec(_Strict):
     gs_factor: Annotated[float, Field(ge=0, le=1)] = 0.5
 
 
+DEFAULT_TIME_LIMIT_SECONDS = 600.0   # a search that has not finished in ten minutes releases its best so far
+DEFAULT_MEMORY_MB = 1024             # growth of the search's memory (class cache, tags, queues) it may cause
+MIN_MEMORY_MB = 16
+
+
 class SearchSpec(_Strict):
     """How to search the lattice: `auto` picks Flash, Flash2P or branch and bound from what the configuration makes
     monotone (engine.search); naming one overrides that."""
 
     algorithm: Literal["auto", "flash", "flash2p", "bnb"] = "auto"
-    time_limit_seconds: Annotated[float, Field(gt=0)] | None = None
+    # The search stops at the first of these limits and releases the best solution found so far, with
+    # `optimal: false` in the manifest (engine.search.common.Budget). No heuristic takes over yet.
+    time_limit_seconds: Annotated[float, Field(gt=0)] = DEFAULT_TIME_LIMIT_SECONDS
+    memory_mb: Annotated[int, Field(ge=MIN_MEMORY_MB, le=1 << 20)] = DEFAULT_MEMORY_MB
 
 
 class GateSpec(_Strict):
-    """Release gate (engine.gate): which populations to check and the largest residual risk allowed."""
+    """Release gate (engine.gate): which populations to check and the largest residual risk allowed.
 
-    populations: list[str | Annotated[float, Field(gt=0)]] = Field(
+    A policy's gate can only tighten the site's gate (engine.sitegate): the populations are added to the site's
+    required ones, and each limit in effect is the stricter of the two."""
+
+    populations: list[Population] = Field(
         default_factory=lambda: ["USA", "California", "Los Angeles"], min_length=1
     )
     max_pu_su_ratio: Annotated[float, Field(ge=0)] = 0.25
     max_population_uniqueness: Annotated[float, Field(ge=0, le=1)] = 1.0
+    # Smallest class a release may hold (k-anonymity checked on the released classes); 1: no minimum.
+    min_k: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1
     estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
 
 
@@ -212,12 +291,36 @@ def parse_policy(data: object, source: str | None = None, sha256: str | None = N
         return DatasetPolicy.model_validate({**data, "source": source, "sha256": sha256})
     except ValidationError as exc:
         errors = exc.errors()
-        # An unknown key is the most telling problem (usually a typo); report it before what follows from it.
-        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        problem = first["msg"]
+        # An unknown key is the most telling problem (usually a typo); report it before what follows from it. A
+        # non-finite number fails every branch of a union (`population: .inf` is no string either): name that.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"),
+                     next((e for e in errors if e["type"] == "finite_number"), errors[0]))
+        problem = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             problem = "unknown key"
+        elif first["type"] in {"int_type", "float_type"} and isinstance(first.get("input"), (str, bool)):
+            given = first.get("input")
+            kind = "a boolean" if isinstance(given, bool) else f"{type(given).__name__} {given!r}"
+            problem = f"{problem}, got {kind} (numbers are never converted: write the number unquoted)"
         raise InputError(source, _field_path(tuple(first["loc"])), problem) from None
+
+
+class PolicyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's floats: `1e-3` and `1e308` are numbers (YAML 1.1 wants `1.0e-3` and
+    reads `1e-3` as text), so a custodian's exponent is a number and still gets the strict number checks
+    (`1e309` overflows to infinity and is refused like `.inf`)."""
+
+
+PolicyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(raw: bytes | str) -> object:
+    """Parse policy-like YAML (dataset policies, the site gate) with `PolicyLoader`."""
+    return yaml.load(raw, Loader=PolicyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_policy(path: str | Path) -> DatasetPolicy:
@@ -226,7 +329,7 @@ def load_policy(path: str | Path) -> DatasetPolicy:
         raise InputError(str(path), None, "policy file does not exist")
     raw = path.read_bytes()
     try:
-        data = yaml.safe_load(raw)
+        data = load_yaml(raw)
     except yaml.YAMLError as exc:
         raise InputError(str(path), None, f"not valid YAML: {exc}") from None
     return parse_policy(data, source=str(path), sha256=hashlib.sha256(raw).hexdigest())

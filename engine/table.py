@@ -2,11 +2,17 @@
 
 Values are read as strings exactly as written (no type inference, no NA guessing) because they must match the
 labels of the hierarchy files character for character.
+
+Error messages never quote the content of a file that has not shown itself to be the declared table: a policy whose
+`input.path` names `/etc/shadow` or a binary must not turn the error into a way of reading it. Read errors are
+described by kind and position only, and the header is listed only once every declared attribute was found in it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -37,18 +43,38 @@ def read_table(policy: DatasetPolicy) -> tuple[pd.DataFrame, Path]:
                 encoding=policy.input.encoding,
             )
     except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise InputError(str(path), None, f"cannot read {fmt} table: {exc}") from None
+        raise InputError(str(path), None, f"cannot read {fmt} table: {_read_problem(exc, policy)}") from None
     if frame.shape[0] == 0:
         raise InputError(str(path), None, "the table has no records")
     return frame, path
+
+
+# Reader messages that carry only counts and positions; anything else is replaced by its kind.
+_SAFE_PARSER_MESSAGE = re.compile(r"Expected \d+ fields in line \d+, saw \d+")
+
+
+def _read_problem(exc: BaseException, policy: DatasetPolicy) -> str:
+    """What went wrong reading the input, without a byte of its content (reader messages can quote lines)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not {policy.input.encoding} text (undecodable byte at offset {exc.start}); a binary file?"
+    if isinstance(exc, pd.errors.ParserError):
+        found = _SAFE_PARSER_MESSAGE.search(str(exc))
+        return f"malformed CSV ({found.group(0)})" if found else "malformed CSV"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return f"not a readable table ({type(exc).__name__})"
 
 
 def check_columns(policy: DatasetPolicy, frame: pd.DataFrame, path: Path) -> None:
     declared = list(policy.attributes)
     missing = [name for name in declared if name not in frame.columns]
     if missing:
+        found = len(declared) - len(missing)
+        # Only the policy's own names are shown: a header without the declared attributes may not be a table at all.
         raise InputError(policy.source, f"attributes.{missing[0]}",
-                         f"no such column in {path.name} (columns: {', '.join(map(str, frame.columns))})")
+                         f"no such column in {path.name} ({len(missing)} of the {len(declared)} declared attributes "
+                         f"missing: {', '.join(missing[:10])}"
+                         + (")" if found else "; the file's header is not shown, as it holds none of them)"))
     undeclared = [str(c) for c in frame.columns if c not in policy.attributes]
     if undeclared:
         # Fail closed: an unclassified column might be identifying.

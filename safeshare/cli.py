@@ -34,9 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
+    try:  # building the parser imports every component: Ctrl+C there is an interruption too, not a traceback
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("safeshare: interrupted", file=sys.stderr)

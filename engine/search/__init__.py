@@ -10,6 +10,12 @@ does, unless the caller names one:
   and the optimum usually sits near the bottom.
 
 Every algorithm returns the same optimum under the same tie-breaking (engine.search.common).
+
+Limits: a time limit and a memory bound (the class cache gets a quarter of it, and the search ends once the process
+has grown by the bound: engine.search.common.Deadline). Reaching one ends the search with the best solution found so
+far, `optimal=False` and `stopped` saying which limit; `safeshare deid` always runs with both (the policy's
+`search.time_limit_seconds`, default 600 s, and `search.memory_mb`, default 1024 MB). There is no heuristic fallback
+yet: a search stopped before any solution is found finds none.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from .flash import FlashSearch
 from .tags import EXPLICIT_LIMIT
 
 ALGORITHMS = ("auto", "flash", "flash2p", "bnb")
+DEFAULT_CACHE_MB = 256     # the class cache's bound when the caller sets no memory bound
+CACHE_SHARE = 0.25         # share of the memory bound the class cache may hold
 
 
 def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, lattice_size: int = 0) -> str:
@@ -59,13 +67,14 @@ def resolve_algorithm(configuration: PrivacyConfiguration, quality: QualityModel
 
 def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfiguration, quality: QualityModel,
            suppression_limit: float | None = None, *, algorithm: str = "auto", lattice: Lattice | None = None,
-           time_limit: float | None = None, progress: bool | None = False, explicit: bool | None = None
-           ) -> SearchResult:
+           time_limit: float | None = None, progress: bool | None = False, explicit: bool | None = None,
+           memory_mb: float | None = None) -> SearchResult:
     """Find the transformation of least loss that satisfies every privacy model within the suppression limit.
 
     Returns the proven optimum when the search completes (`optimal=True`), or the best solution found when the time
-    limit ends it first. `best` is None when no transformation is a solution. `explicit` chooses the tag
-    representation of Flash (None: by lattice size).
+    limit or the memory bound ends it first. `best` is None when no transformation is a solution. `explicit` chooses
+    the tag representation of Flash (None: by lattice size). Without `memory_mb` only the class cache is bounded
+    (`DEFAULT_CACHE_MB`).
     """
     if isinstance(models, PrivacyConfiguration):
         configuration = models
@@ -76,8 +85,9 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     if lattice is None:
         lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     chosen = resolve_algorithm(configuration, quality, algorithm, lattice.size)
-    deadline = Deadline(time_limit)
-    evaluator = Evaluator(table, configuration, quality)
+    deadline = Deadline(time_limit, memory_mb)
+    cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
+    evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)))
     incumbent = Incumbent(quality)
     bar = Progress(lattice.size, progress, "transformations")
     evaluations_before = configuration.risk_evaluations
@@ -90,9 +100,13 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
             counters = flash.run()
     finally:
         bar.close()
-    return SearchResult(incumbent.best, evaluator.checked, counters["complete"], deadline.elapsed(), lattice.size,
+    limits = {"time_limit_seconds": time_limit, "memory_mb": memory_mb, "class_cache_mb": cache_mb,
+              "memory_growth_mb": round(deadline.peak_growth / (1 << 20), 1) if memory_mb is not None else None}
+    complete = bool(counters["complete"])
+    return SearchResult(incumbent.best, evaluator.checked, complete, deadline.elapsed(), lattice.size,
                         chosen, counters.get("pruned_by_bound", 0), counters.get("pruned_by_privacy", 0),
-                        configuration.risk_evaluations - evaluations_before, counters.get("phases"))
+                        configuration.risk_evaluations - evaluations_before, counters.get("phases"),
+                        None if complete else deadline.reason or "stopped early", limits)
 
 
 __all__ = ["ALGORITHMS", "Evaluator", "SearchResult", "choose_algorithm", "resolve_algorithm", "search"]

@@ -1,5 +1,5 @@
 """What every search algorithm shares: the best solution so far with the documented tie-breaking, the result, the
-deadline and the progress bar.
+budget (time limit and memory bound) and the progress bar.
 
 Tie-breaking (the same for every algorithm, so the algorithm never changes the answer): among transformations of
 equal loss, the one with the smaller lower bound wins, then the one with fewer generalization steps (sum of levels),
@@ -7,6 +7,8 @@ then the lexicographically smaller level vector.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -27,6 +29,8 @@ class SearchResult:
     pruned_by_privacy: int = 0
     risk_evaluations: int = 0   # calls of a risk model (population uniqueness), for benchmarks
     phases: dict | None = None  # per phase of a multi-phase search: transformations checked
+    stopped: str | None = None  # why the search ended before proving the optimum (a limit), None when it did not
+    limits: dict | None = None  # the limits it ran under, and the most memory it was seen to add
 
 
 class Incumbent:
@@ -70,13 +74,59 @@ class Incumbent:
         return best_rank < rank or (best_rank == rank and best_levels <= tuple(node))
 
 
+def resident_bytes() -> int | None:
+    """Memory the process holds now (Linux: /proc/self/statm), else its peak so far (getrusage), else None."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) * (1 if sys.platform == "darwin" else 1024)
+    except (ImportError, OSError, ValueError):
+        return None
+
+
 class Deadline:
-    def __init__(self, seconds: float | None) -> None:
+    """The search's budget: a time limit and a bound on the memory the search adds to the process.
+
+    The memory is measured, not estimated: resident memory now minus resident memory when the search started, read
+    at most every `MEMORY_CHECK_SECONDS`, so it covers everything that grows with the search (class cache, tags,
+    queues, visited sets) at the cost of a small overshoot between two readings. `passed()` stays true once a limit
+    was reached, and `reason` says which."""
+
+    MEMORY_CHECK_SECONDS = 0.05
+
+    def __init__(self, seconds: float | None, memory_mb: float | None = None) -> None:
         self.started = time.perf_counter()
+        self.seconds = seconds
         self.end = None if seconds is None else self.started + seconds
+        self.memory_mb = memory_mb
+        self.memory_limit = None if memory_mb is None else int(memory_mb * (1 << 20))
+        self.baseline = resident_bytes() if self.memory_limit is not None else None
+        self.peak_growth = 0
+        self._next_memory_check = self.started
+        self.reason: str | None = None
 
     def passed(self) -> bool:
-        return self.end is not None and time.perf_counter() > self.end
+        if self.reason is not None:
+            return True
+        now = time.perf_counter()
+        if self.end is not None and now > self.end:
+            self.reason = f"time limit of {self.seconds:g} s reached"
+            return True
+        if self.memory_limit is not None and self.baseline is not None and now >= self._next_memory_check:
+            self._next_memory_check = now + self.MEMORY_CHECK_SECONDS
+            current = resident_bytes()
+            if current is not None:
+                self.peak_growth = max(self.peak_growth, current - self.baseline)
+                if current - self.baseline > self.memory_limit:
+                    self.reason = f"memory bound of {self.memory_mb:g} MB reached"
+                    return True
+        return False
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

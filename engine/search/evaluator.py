@@ -24,13 +24,14 @@ SUPPRESSED_LABEL = "*"
 
 
 class Evaluator:
-    def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel) -> None:
+    def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel,
+                 cache_bytes: int | None = None) -> None:
         self.table = table
         self.configuration = configuration
         self.quality = quality
         self.max_suppressed = configuration.max_suppressed(table.n)
         self.minimal_class_size = configuration.minimal_class_size
-        self.cache = ClassCache(table)
+        self.cache = ClassCache(table) if cache_bytes is None else ClassCache(table, budget_bytes=cache_bytes)
         self.seen: set[Node] = set()
         # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
         # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.

@@ -202,9 +202,15 @@ class FlashSearch:
                 mask &= ~self.insufficient.flags
             nodes = [tuple(int(v) + lo for v, lo in zip(point, self.lattice.lower)) for point in np.argwhere(mask)]
         else:
-            nodes = [n for n in product(*(range(lo, hi + 1) for lo, hi in zip(self.lattice.lower,
-                                                                               self.lattice.upper)))
-                     if sum(n) - sum(self.lattice.lower) == rank]
+            # Enumerates the lattice: only feasible for lattices of moderate size, so it watches the budget too.
+            nodes = []
+            every = product(*(range(lo, hi + 1) for lo, hi in zip(self.lattice.lower, self.lattice.upper)))
+            for count, n in enumerate(every):
+                if sum(n) - sum(self.lattice.lower) == rank:
+                    nodes.append(n)
+                if count % 4096 == 4095 and self.deadline.passed():
+                    self.complete = False
+                    return []
         return sorted((n for n in nodes if not self.skip(n)), key=self.strategy.key)
 
     def run(self) -> dict:

@@ -1,0 +1,283 @@
+"""The site gate: the custodian's floor under every release gate, which a dataset policy can only tighten.
+
+A dataset policy's `gate:` is written by whoever prepares the dataset; nothing in it may relax what the custodian
+requires of every release at the site (`k: 1` with `gate: {max_pu_su_ratio: 1000}` would otherwise release a table
+whose records are nearly all unique). The custodian states that requirement once, in `SITE/gate.yaml`:
+
+    # SITE/gate.yaml: what every release of this site must meet; dataset policies can only tighten it
+    max_pu_su_ratio: 0.25            # largest |PU|/|SU| in every checked population
+    max_population_uniqueness: 1.0   # largest estimated population uniqueness in every checked population
+    min_k: 1                         # smallest class a release may hold (1: no minimum)
+    required_populations: [USA, California, Los Angeles]   # always checked, whatever the policy lists
+
+Every key is optional; a key left out keeps the built-in value below, so a custodian relaxes the built-in floor only
+by writing a number down. The file is validated as strictly as a dataset policy (unknown keys, numbers as text or
+booleans, `.inf` and `.nan` are errors naming the file and the key).
+
+Without a `gate.yaml` the built-in floor applies: exactly the gate every policy got by default before the site gate
+existed, and the paper's recommendation (Prasser et al., IEEE JBHI 2018): |PU|/|SU| at most 0.25, checked in USA,
+California and Los Angeles (the smallest of the three is the strictest), no limit of its own on population uniqueness
+or class size. Every example policy passes it unchanged; `k: 1` on ADULT (99 % sample uniques) does not, whatever its
+own gate says.
+
+The effective gate of a release is the stricter of each: the smaller ratio and population-uniqueness limits, the
+larger minimum k, and the union of the populations (the site's required ones plus the policy's). The manifest records
+the effective gate, the site gate and where it came from (`gate.site_gate.source`: the file, or `built-in`).
+
+Where the site is: `safeshare deid --site SITE`, else `$SAFESHARE_SITE`, else `/var/lib/safeshare` when that folder
+exists (the same default as `deploy.site`, which the engine does not import); `seal_release` uses the folder above
+the releases store (`SITE/releases/..`) and re-checks the manifest's recorded risk against that site's gate, so an
+output produced under another (or no) site gate cannot be sealed here.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError
+
+from .errors import InputError
+from .policy import GateSpec, Population, _field_path, _Strict, load_yaml
+
+SITE_ENV = "SAFESHARE_SITE"
+DEFAULT_SITE = Path("/var/lib/safeshare")
+GATE_FILE = "gate.yaml"
+BUILT_IN = "built-in"
+
+
+class SiteGate(_Strict):
+    """The custodian's floor (see the module docstring); the defaults are the built-in floor."""
+
+    max_pu_su_ratio: Annotated[float, Field(ge=0)] = 0.25
+    max_population_uniqueness: Annotated[float, Field(ge=0, le=1)] = 1.0
+    min_k: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1
+    required_populations: list[Population] = Field(
+        default_factory=lambda: ["USA", "California", "Los Angeles"])
+
+
+@dataclass(frozen=True)
+class SiteGateSource:
+    """A site gate and where it came from: a file (with its sha256) or the built-in floor."""
+
+    gate: SiteGate
+    source: str = BUILT_IN
+    sha256: str | None = None
+
+    def describe(self) -> str:
+        return "built-in site gate" if self.source == BUILT_IN else f"site gate {self.source}"
+
+    def record(self) -> dict:
+        return {"source": self.source, "sha256": self.sha256, **self.gate.model_dump()}
+
+
+BUILT_IN_GATE = SiteGateSource(SiteGate())
+
+
+def site_folder(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The site folder: `explicit` (--site), else $SAFESHARE_SITE, else /var/lib/safeshare if it exists, else None.
+
+    A site that is named but is not a folder is bad input: silently falling back to the built-in floor would ignore
+    the custodian's gate."""
+    if explicit is not None:
+        if not str(explicit).strip():
+            raise InputError(None, "--site", "empty: name the site folder")
+        path = Path(explicit)
+        if not path.is_dir():
+            raise InputError(str(path), "--site", "not a folder")
+        return path
+    named = os.environ.get(SITE_ENV, "")
+    if named.strip():
+        path = Path(named)
+        if not path.is_dir():
+            raise InputError(str(path), f"${SITE_ENV}", "not a folder")
+        return path
+    return DEFAULT_SITE if DEFAULT_SITE.is_dir() else None
+
+
+def load_site_gate(site: str | os.PathLike | None) -> SiteGateSource:
+    """The gate of a site folder: SITE/gate.yaml validated strictly, or the built-in floor when there is none."""
+    if site is None:
+        return BUILT_IN_GATE
+    path = Path(site) / GATE_FILE
+    if not path.exists():
+        return BUILT_IN_GATE
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(str(path), None, f"cannot read the site gate: {exc.strerror}") from None
+    try:
+        data = load_yaml(raw)
+    except Exception as exc:  # yaml.YAMLError and decoding errors alike
+        raise InputError(str(path), None, f"not valid YAML ({type(exc).__name__})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(str(path), None, "the site gate must be a YAML mapping")
+    try:
+        gate = SiteGate.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = next((e for e in errors if e["type"] == "extra_forbidden"),
+                     next((e for e in errors if e["type"] == "finite_number"), errors[0]))
+        problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+        raise InputError(str(path), _field_path(tuple(first["loc"])), problem) from None
+    return SiteGateSource(gate, str(path), hashlib.sha256(raw).hexdigest())
+
+
+@dataclass(frozen=True)
+class GatePopulation:
+    """One population the gate checks, and the file and field that asked for it (for error messages)."""
+
+    value: str | float
+    file: str | None
+    field: str
+
+    @property
+    def label(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class EffectiveGate:
+    """The gate a release is checked against: the stricter of the site gate and the policy's gate, per limit.
+
+    `origin` says for each limit whether the site or the policy set the value in force ("site" on a tie: the site's
+    floor is what binds), so a refusal can name the site gate."""
+
+    populations: tuple[GatePopulation, ...]
+    max_pu_su_ratio: float
+    max_population_uniqueness: float
+    min_k: int
+    estimator: str
+    site: SiteGateSource
+    origin: dict[str, str] = field(default_factory=dict)
+    policy: GateSpec | None = None   # the dataset policy's own gate, as written (None: it has none)
+
+    def where(self, limit: str) -> str:
+        return self.site.describe() if self.origin.get(limit) == "site" else "dataset policy"
+
+    def record(self) -> dict:
+        return {
+            "max_pu_su_ratio": self.max_pu_su_ratio,
+            "max_population_uniqueness": self.max_population_uniqueness,
+            "min_k": self.min_k,
+            "populations": [p.label for p in self.populations],
+            "estimator": self.estimator,
+            "limits_from": dict(self.origin),
+            "site_gate": self.site.record(),
+            "policy_gate": self.policy.model_dump() if self.policy is not None else None,
+        }
+
+
+def combine(policy_gate: GateSpec | None, site: SiteGateSource = BUILT_IN_GATE, policy_source: str | None = None
+            ) -> EffectiveGate:
+    """The effective gate: the policy's gate (or the default gate) tightened to the site gate."""
+    spec = policy_gate or GateSpec()
+    floor = site.gate
+    origin = {
+        "max_pu_su_ratio": "site" if floor.max_pu_su_ratio <= spec.max_pu_su_ratio else "policy",
+        "max_population_uniqueness": ("site" if floor.max_population_uniqueness <= spec.max_population_uniqueness
+                                      else "policy"),
+        "min_k": "site" if floor.min_k >= spec.min_k else "policy",
+    }
+    populations: list[GatePopulation] = []
+    seen: set[tuple] = set()
+    site_file = None if site.source == BUILT_IN else site.source
+    named = [(value, site_file, f"required_populations[{index}]") for index, value in
+             enumerate(floor.required_populations)]
+    named += [(value, policy_source, f"gate.populations[{index}]") for index, value in enumerate(spec.populations)]
+    for value, file, field_name in named:
+        key = ("size", float(value)) if isinstance(value, (int, float)) else ("name", str(value).strip().lower())
+        if key not in seen:
+            seen.add(key)
+            populations.append(GatePopulation(value, file, field_name))
+    return EffectiveGate(tuple(populations), min(floor.max_pu_su_ratio, spec.max_pu_su_ratio),
+                         min(floor.max_population_uniqueness, spec.max_population_uniqueness),
+                         max(floor.min_k, spec.min_k), spec.estimator, site, origin, policy_gate)
+
+
+def population_size(population: GatePopulation, records: int) -> float:
+    """The size of a gate population; InputError naming the file and field when it is unknown, not finite, or
+    smaller than the sample (a population always contains the sample)."""
+    from .risk import resolve_population
+
+    try:
+        size = float(resolve_population(population.value))
+    except InputError as exc:
+        raise InputError(population.file, population.field, exc.problem) from None
+    check_population(size, records, population.file, population.field)
+    return size
+
+
+def check_population(size: float, records: int, file: str | None, field_name: str) -> None:
+    if not math.isfinite(size) or size <= 0:
+        raise InputError(file, field_name, f"a population must be a finite positive number, got {size!r}")
+    if size < records:
+        raise InputError(file, field_name,
+                         f"population of {size:g} is smaller than the {records} records of the table (a population "
+                         f"contains the sample)")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def manifest_violations(manifest: dict, site: SiteGateSource) -> list[str]:
+    """Why a deid manifest does not meet a site gate, from the risk it records; [] when it does.
+
+    This is the check `seal_release` makes, so an output produced without this site's gate (another site, an older
+    engine, a hand-edited verdict) cannot be sealed: every population the site requires must appear with a solved
+    estimate, every recorded estimate must be within the site's limits, and the smallest class must reach min_k."""
+    floor = site.gate
+    where = site.describe()
+    risk = manifest.get("risk")
+    if not isinstance(risk, dict) or not isinstance(risk.get("populations"), list):
+        return [f"the manifest records no risk to check against the {where}"]
+    problems: list[str] = []
+    entries = [e for e in risk["populations"] if isinstance(e, dict)]
+    recorded_sizes = {_number(e.get("size")) for e in entries}
+    recorded_names = {str(e.get("population")) for e in entries}
+    from .risk import resolve_population
+
+    for required in floor.required_populations:
+        try:
+            size = float(resolve_population(required))
+        except InputError as exc:
+            problems.append(f"{where}: required population {required!r}: {exc.problem}")
+            continue
+        if str(required) not in recorded_names and size not in recorded_sizes:
+            problems.append(f"population {required} required by the {where} was not checked")
+    for entry in entries:
+        name = entry.get("population")
+        ratio = _number(entry.get("pu_su_ratio"))
+        uniqueness = _number(entry.get("population_uniqueness"))
+        if ratio is None or uniqueness is None:
+            problems.append(f"{name}: risk unknown (no solved estimate recorded)")
+            continue
+        if ratio > floor.max_pu_su_ratio:
+            problems.append(f"{name}: |PU|/|SU| = {ratio:.4f} above the {where}'s {floor.max_pu_su_ratio:g}")
+        if uniqueness > floor.max_population_uniqueness:
+            problems.append(f"{name}: population uniqueness {uniqueness:.6f} above the {where}'s "
+                            f"{floor.max_population_uniqueness:g}")
+    if floor.min_k > 1:
+        smallest = manifest.get("smallest_class")
+        released = _number(risk.get("released_records"))
+        if _number(smallest) is None or (released and smallest < floor.min_k):
+            problems.append(f"smallest class {smallest!r} below the {where}'s min_k = {floor.min_k}")
+    return problems
+
+
+def site_gate_violations(manifest: dict, site: str | os.PathLike) -> list[str]:
+    """`manifest_violations` against the gate of the site folder `site`; an unreadable gate is itself a violation
+    (fail closed)."""
+    try:
+        gate = load_site_gate(site)
+    except InputError as exc:
+        return [f"the site gate cannot be read: {exc}"]
+    return manifest_violations(manifest, gate)
