@@ -220,3 +220,25 @@ def test_non_finite_numbers_are_refused_everywhere(tmp_path, site, capsys, chang
     assert main(["deid", str(policy), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"{policy}: {field}: " in err, err
+
+
+def test_manifest_check_reads_the_recorded_risk():
+    from engine.sitegate import manifest_violations
+
+    listed = [{"population": "USA", "size": 318900000.0, "population_uniqueness": 0.001, "pu_su_ratio": 0.1}]
+    floor = BUILT_IN_GATE
+    with_uniques = {"risk": {"sample_uniques": 5, "released_records": 100, "populations": listed}}
+    assert [p.split(" required")[0] for p in manifest_violations(with_uniques, floor)] == [
+        "population California", "population Los Angeles"]
+    # No sample uniques: no record can be unique in any population, so unlisted populations are met too.
+    without = {"risk": {"sample_uniques": 0, "released_records": 100,
+                        "populations": [{**listed[0], "population_uniqueness": 0.0, "pu_su_ratio": 0.0}]}}
+    assert manifest_violations(without, floor) == []
+    unknown = {"risk": {"sample_uniques": 5, "released_records": 100,
+                        "populations": [{**listed[0], "pu_su_ratio": None}]}}
+    assert "USA: risk unknown (no solved estimate recorded)" in manifest_violations(unknown, floor)
+    assert manifest_violations({"gate": {"passed": True}}, floor) == [
+        "the manifest records no risk to check against the built-in site gate"]
+    strict = SiteGateSource(SiteGate(min_k=5, required_populations=[]), "/site/gate.yaml")
+    small = {"smallest_class": 2, "risk": {"sample_uniques": 0, "released_records": 100, "populations": []}}
+    assert manifest_violations(small, strict) == ["smallest class 2 below the site gate /site/gate.yaml's min_k = 5"]
