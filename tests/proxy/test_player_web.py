@@ -79,7 +79,12 @@ def test_player_plays_seeks_to_a_marker_and_shows_what_the_researcher_saw(servic
     assert httpx.get(f"{base}/audit/sessions/..%2Fdb/verify", headers=auth("auditor")).status_code == 404
     listed = httpx.get(f"{base}/audit/sessions", headers=auth("auditor")).json()
     assert [item["session"] for item in listed] == [session] and listed[0]["flagged"]
-    assert httpx.get(f"{base}/audit/sessions/{session}/verify", headers=auth("auditor")).json()["ok"]
+    # recorded by a bare proxy, not the site's gateway: intact, but neither signed nor anchored, so not verified
+    verdict = httpx.get(f"{base}/audit/sessions/{session}/verify", headers=auth("auditor")).json()
+    assert not verdict["ok"]
+    problems = " ".join(str(finding) for finding in verdict["findings"])
+    assert "not signed" in problems or "unsigned" in problems, verdict
+    assert "anchor missing" in problems and "chain broken" not in problems, verdict
     seen: dict[str, object] = {}
 
     async def run() -> None:
