@@ -201,6 +201,19 @@ def test_provisioning_twice_changes_nothing(site: dict) -> None:
     assert events[0]["actor"].startswith("cli:") and events[0]["detail"]["token_issued"] is True
 
 
+def test_app_checks_the_release_signature_with_the_sites_trust_store(site: dict) -> None:
+    """The app container gets SITE/trust.json read-only and --trust: its image can check the Ed25519 signature
+    itself (cryptography is in it), and the private key is nowhere in the container."""
+    s = site["site"]
+    (app,) = containers(s, site["results"]["alice"]["rid"], "app")
+    mounts = {m["Destination"]: m for m in app.attrs["Mounts"]}
+    assert mounts["/trust.json"]["Source"] == str(s.trust_file) and mounts["/trust.json"]["RW"] is False
+    assert not [m for m in app.attrs["Mounts"] if "keys" in m["Source"] or "secrets" in m["Source"]]
+    assert app.attrs["Args"][app.attrs["Args"].index("--trust") + 1] == "/trust.json"
+    result = app.exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json"])
+    assert result.exit_code == 0 and b"signed by release key" in result.output, result.output.decode()[-2000:]
+
+
 def test_researcher_sees_the_app_through_novnc(site: dict, tmp_path: Path) -> None:
     seen = novnc_sees_the_app(site["results"]["alice"]["url"], tmp_path)
     assert seen["state"] == "connected" and seen["pixels"]
@@ -321,7 +334,7 @@ def test_revocation_ends_a_live_session_within_a_second(site: dict) -> None:
 
     check = verify_session(Path(ended.folder))  # sealed by the gateway container as revocation ended it
     assert check.ok and check.sealed, check.findings
-    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--json")
+    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--site", str(s.root), "--json")
     assert audited.returncode == 0, audited.stdout[-2000:]
     refused = asyncio.run(_status(f"{base}/?token={token}"))
     assert refused == 403
@@ -368,3 +381,41 @@ def test_expiry_is_enforced(site: dict) -> None:
     refused = later.records.events(recipient="dave")
     assert refused[-1].outcome == "refused" and "expires" in refused[-1].detail["error"]
     later.close()
+
+
+def test_site_down_removes_the_gateway(site: dict) -> None:
+    """Issue 12, item 19: once no enclave is left, `safeshare site down` removes the gateway container and the
+    front network (idempotent), and `recipients` shows the gateway's state before and after."""
+    s = site["site"]
+    provisioner = Provisioner(s)
+    for row in provisioner.recipients():
+        provisioner.revoke(row["name"], "test:site-down")
+    # an enclave container left (here a created, never started one) makes it a refusal that names its recipient
+    client = docker.from_env()
+    leftover = client.containers.create(provisioner.images["gateway"],
+                                        ["--help"], labels={f"{LABEL}.site": s.site_id, f"{LABEL}.rid": "0" * 10,
+                                                            f"{LABEL}.recipient": "zed", f"{LABEL}.role": "app"})
+    provisioner.close()
+    try:
+        refused = cli("site", "down", "--site", str(s.root))
+        assert refused.returncode == 1 and "zed" in refused.stderr, refused.stderr
+        assert containers(s, role="gateway")
+    finally:
+        leftover.remove(force=True)
+        client.close()
+    listed = cli("recipients", "--site", str(s.root))
+    assert listed.returncode == 0 and listed.stdout.startswith(f"gateway running (ss-{s.site_id}-gateway"), listed.stdout
+    done = cli("site", "down", "--site", str(s.root), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["containers_removed"] == [f"ss-{s.site_id}-gateway"]
+    assert result["networks_removed"] == [f"ssf-{s.site_id}"]
+    assert not containers(s, role="gateway")
+    client = docker.from_env()
+    assert not client.networks.list(names=[f"ssf-{s.site_id}"])
+    client.close()
+    again = cli("site", "down", "--site", str(s.root))
+    assert again.returncode == 0 and "no gateway or front network to remove" in again.stdout
+    assert cli("recipients", "--site", str(s.root)).stdout.startswith("gateway absent")
+    events = json.loads(cli("custodian", "events", "--site", str(s.root), "--action", "site-down", "--json").stdout)
+    assert [e["outcome"] for e in events] == ["refused", "ok", "unchanged"]
