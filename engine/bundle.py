@@ -65,8 +65,12 @@ def site_release_key(releases: str | Path, trust: str | Path | None = None, uid:
     SITE/trust.json) on first use."""
     site = site_of_releases(releases)
     keys = site / KEYS_DIR
-    keys.mkdir(parents=True, exist_ok=True)
-    os.chmod(keys, 0o700)
+    try:
+        keys.mkdir(parents=True, exist_ok=True)
+        if keys.stat().st_mode & 0o077:
+            os.chmod(keys, 0o700)
+    except OSError as exc:
+        raise KeyFileError(f"{keys}: cannot make the keys folder private: {exc.strerror or exc}") from None
     return ensure_key(keys / RELEASE_KEY, trust or site / TRUST_FILE, PURPOSE, uid, comment="release key of the site")
 
 
@@ -87,23 +91,25 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_manifest(folder: Path) -> dict:
+def _load_manifest(folder: Path, raw: bytes | None = None) -> dict:
+    """The manifest, parsed from `raw` when given (the very bytes whose hash was checked against the seal)."""
     path = folder / MANIFEST
-    if not path.is_file():
+    if raw is None and not path.is_file():
         raise BundleError(f"{path}: missing")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        manifest = json.loads(raw.decode("utf-8") if raw is not None else path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{path}: not readable JSON: {exc}") from None
     if not isinstance(manifest, dict):
         raise BundleError(f"{path}: not a JSON object")
     return manifest
 
 
-def verify_output(folder: str | Path) -> dict:
-    """Check a deid output folder: every listed file matches its hash, data matches data_sha256, gate passed."""
+def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> dict:
+    """Check a deid output folder: every listed file matches its hash, data matches data_sha256, gate passed.
+    `manifest_bytes`: the manifest as already read (and checked against a seal), so that it is not read twice."""
     folder = Path(folder)
-    manifest = _load_manifest(folder)
+    manifest = _load_manifest(folder, manifest_bytes)
     files = manifest.get("files")
     if not isinstance(files, dict) or "data.parquet" not in files:
         raise BundleError(f"{folder / MANIFEST}: field 'files' must list data.parquet with its sha256")
@@ -160,10 +166,15 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> Verified
         raise BundleError(f"{seal_path}: signature refused: {exc}{hint}") from None
     if seal.get("format") != SEAL_FORMAT:
         raise BundleError(f"{seal_path}: field 'format' is {seal.get('format')!r}, not {SEAL_FORMAT!r}")
-    manifest_sha = _sha256_file(folder / MANIFEST) if (folder / MANIFEST).is_file() else None
-    if manifest_sha is None or seal.get("manifest_sha256") != manifest_sha:
+    # Read once: the bytes hashed against the signed seal are the bytes parsed (a swap between two reads by a
+    # writer of the folder would otherwise slip an unsigned manifest past the check).
+    try:
+        manifest_bytes = (folder / MANIFEST).read_bytes()
+    except OSError:
+        manifest_bytes = None
+    if manifest_bytes is None or seal.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():
         raise BundleError(f"{folder / MANIFEST}: does not match the seal (edited after sealing?)")
-    manifest = verify_output(folder)
+    manifest = verify_output(folder, manifest_bytes)
     data_sha = manifest["data_sha256"]
     for name, expected in (("data_sha256", data_sha), ("dataset", manifest.get("dataset")),
                            ("release", str(data_sha)[:16])):

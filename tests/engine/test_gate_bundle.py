@@ -299,3 +299,20 @@ def test_rotation_keeps_old_releases_valid(adult_release, tmp_path, capsys):
     (new_bundle / "seal.json").write_text(json.dumps(seal))
     assert main(["verify-release", str(new_bundle)]) == 1
     assert "after it was retired" in capsys.readouterr().err
+
+
+def test_manifest_swapped_after_the_seal_check_is_not_used(adult_release, tmp_path, monkeypatch):
+    """The manifest is read once: a writer who swaps it right after its hash was checked against the signed seal
+    (same data, so every file hash still matches, but other risk figures) does not get the swapped one returned."""
+    import engine.bundle as bundle_module
+
+    sealed = seal_release(adult_release, tmp_path / "releases")
+    genuine = json.loads((sealed / "manifest.json").read_text())
+    real = bundle_module.verify_output
+
+    def swap_then_verify(folder, *args):
+        (sealed / "manifest.json").write_text(json.dumps({**genuine, "risk": {"sample_uniques": -1}}))
+        return real(folder, *args)
+
+    monkeypatch.setattr(bundle_module, "verify_output", swap_then_verify)
+    assert verify_bundle(sealed, tmp_path / "trust.json")["risk"] == genuine["risk"]
