@@ -136,7 +136,8 @@ def test_provisioned_side_by_side_each_sees_only_its_release(site: dict) -> None
         denied = app.exec_run(["sh", "-c", "touch /release/x 2>&1; touch /opt/x 2>&1"]).output.decode()
         assert denied.count("Read-only file system") == 2, denied
         (other_app,) = containers(site["site"], other_rid, "app")
-        assert other_app.attrs["Mounts"][0]["Source"] != app.attrs["Mounts"][0]["Source"]
+        release_mount = lambda c: next(m["Source"] for m in c.attrs["Mounts"] if m["Destination"] == "/release")  # noqa: E731
+        assert release_mount(other_app) != release_mount(app)
     listed = cli("recipients", "--site", str(site["root"]), "--json")
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
     assert rows["alice"]["containers"] == {"app": "running", "kiosk": "running"}
