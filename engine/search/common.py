@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..classes import Evaluation
 
@@ -31,15 +31,23 @@ class SearchResult:
     phases: dict | None = None  # per phase of a multi-phase search: transformations checked
     stopped: str | None = None  # why the search ended before proving the optimum (a limit), None when it did not
     limits: dict | None = None  # the limits it ran under, and the most memory it was seen to add
+    # [seconds since the search started, quality] each time the best solution improved: the curve of a report
+    quality_over_time: list[list[float]] = field(default_factory=list)
+    choice: dict | None = None  # how `auto` chose the algorithm (estimate of the optimal search against the limit)
 
 
 class Incumbent:
-    """The best solution so far, and whether a transformation's bound rules out it and all its generalizations."""
+    """The best solution so far, and whether a transformation's bound rules out it and all its generalizations.
 
-    def __init__(self, quality) -> None:
+    Every improvement is also recorded in `trace` as [seconds since `started`, quality], so that a heuristic's (or
+    a stopped search's) quality over time can be reported and compared (Meurers et al. 2021, Fig. 7)."""
+
+    def __init__(self, quality, started: float | None = None) -> None:
         self.quality = quality
         self.best: Evaluation | None = None
         self.key: tuple | None = None
+        self.started = time.perf_counter() if started is None else started
+        self.trace: list[list[float]] = []
 
     @property
     def loss(self) -> float:
@@ -55,6 +63,9 @@ class Incumbent:
         key = self._key(evaluation)
         if self.key is None or key < self.key:
             self.best, self.key = evaluation, key
+            quality = min(1.0, max(0.0, 1.0 - float(evaluation.loss)))   # QualityModel.quality, without recomputing
+            if not self.trace or quality != self.trace[-1][1]:
+                self.trace.append([round(time.perf_counter() - self.started, 4), quality])
             return True
         return False
 
@@ -135,8 +146,11 @@ class Deadline:
 class Progress:
     """A tqdm bar over the lattice, shown only when asked for (and only on a terminal when `progress` is None)."""
 
+    STATUS_SECONDS = 0.5   # the status text is redrawn at most this often
+
     def __init__(self, total: int, progress: bool | None, description: str) -> None:
         self.bar = None
+        self._next_status = 0.0
         if progress is not False:
             from tqdm import tqdm
 
@@ -146,6 +160,19 @@ class Progress:
     def update(self, count: int = 1) -> None:
         if self.bar is not None:
             self.bar.update(count)
+
+    def status(self, incumbent: Incumbent, deadline: Deadline) -> None:
+        """Show the best quality so far and the time left (a heuristic's bar cannot show how much is done: it ends
+        at its time limit, not at the end of the lattice)."""
+        if self.bar is None:
+            return
+        now = time.perf_counter()
+        if now < self._next_status:
+            return
+        self._next_status = now + self.STATUS_SECONDS
+        best = "none yet" if incumbent.best is None else f"{1.0 - incumbent.loss:.4f}"
+        left = "" if deadline.end is None else f", {max(0.0, deadline.end - now):.0f} s left"
+        self.bar.set_postfix_str(f"best quality {best}{left}", refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:
