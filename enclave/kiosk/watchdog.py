@@ -304,6 +304,7 @@ class Watchdog:
                 self._note(f"closing the tab showing {plan.bad_title!r} (Ctrl+W)")
                 self._titles.closed(plan.bad_title, now)
                 self.tabs_closed += 1
+                self._conn.release_keys()  # a modifier held now would turn Ctrl+W into another shortcut
                 if not self._conn.send_keys(XK_CONTROL_L, XK_W):
                     self._titles.closed_at = now - CLOSE_TAB_SECONDS  # no XTEST: restart at the next poll
 

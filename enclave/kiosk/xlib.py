@@ -579,6 +579,17 @@ class XConnection:
         """The keycode that produces `keysym` in the current keymap, 0 if none does."""
         return int(_x11.XKeysymToKeycode(self._dpy, keysym))
 
+    def release_keys(self) -> list[int]:
+        """Release (XTEST) every key the server believes is held down; returns their keycodes."""
+        self.check()
+        held = self.pressed_keycodes()
+        if _xtst is None or not held:
+            return held if _xtst is not None else []
+        for code in held:
+            _xtst.XTestFakeKeyEvent(self._dpy, code, 0, CURRENT_TIME)
+        self.sync()
+        return held
+
     def send_keys(self, *keysyms: int) -> bool:
         """Press `keysyms` in order and release them in reverse (XTEST), e.g. Control_L, w for Ctrl+W.
         False when XTEST or a keysym's key is missing (nothing is sent then)."""
