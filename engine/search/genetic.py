@@ -1,0 +1,321 @@
+"""The genetic algorithm of Meurers, Bild, Do and Prasser (GigaScience 2021; digest P1.5), a heuristic for lattices far
+too large for an optimal search (creditcard: 24 quasi-identifiers, about 5 x 10^13 transformations).
+
+An individual is a transformation (one gene per quasi-identifier: its level); a subpopulation is a matrix of levels,
+one row per individual. Fitness is the engine's loss (lower is fitter). Two subpopulations evolve side by side:
+
+* initialization: subpopulation 1 starts with the "triangle" (row i has genes 0..i at their highest level and the
+  rest at their lowest), which spreads the start over the whole lattice; its other rows and all of subpopulation 2
+  are random;
+* each iteration, per subpopulation, sorted by fitness: the elite is copied, the crossover share is bred by uniform
+  crossover from parents drawn (with replacement, by scaled fitness) from the production share, and the rest are
+  mutants of uniformly drawn individuals of the current generation;
+* every `immigration_interval` iterations the fittest individuals of the two subpopulations are swapped.
+
+The defaults are the paper's Table 2. Where ARX's `GeneticAlgorithm` differs from the paper, the paper is followed,
+and the spot says so (subpopulation size, immigration, mutation count and values).
+
+Non-solutions (more suppression than the limit allows, or a risk model that cannot be met) are ranked by their loss
+like every other individual, as ARX ranks every checked transformation by its information loss: the suppression
+they would need is in that loss, so they mostly sort low, but a good one still passes its genes on. Only solutions
+are offered to the incumbent.
+
+The operators work on whole matrices with numpy; only the evaluation of a new individual is one at a time, through
+the evaluator's class cache (rolled up from the cheapest evaluated specialization in the current populations). A
+transformation is evaluated once; its fitness is remembered.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..lattice import Lattice
+from .common import Deadline, Incumbent, Progress
+from .evaluator import Evaluator
+
+Node = tuple[int, ...]
+
+# Below this, a fraction times a count that should be a whole number (0.2 * 50) is not rounded up by float noise.
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class GeneticParameters:
+    """The parameters of the paper's Table 2 (the defaults), and the seed of the random generator.
+
+    `iterations=None` runs until the deadline (a time limit is then required). The same seed, data and parameters
+    give the same result whenever no limit cuts the run short."""
+
+    subpopulation_size: int = 50
+    iterations: int | None = 50
+    elite_fraction: float = 0.2
+    crossover_fraction: float = 0.4
+    production_fraction: float = 0.2
+    mutation_probability: float = 0.05
+    immigration_fraction: float = 0.2
+    immigration_interval: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name.endswith(("_fraction", "_probability")):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                    raise ValueError(f"genetic {item.name} must be a number in [0, 1], got {value!r}")
+            elif value is not None or item.name != "iterations":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"genetic {item.name} must be an integer, got {value!r}")
+        if self.subpopulation_size < 2:
+            raise ValueError(f"genetic subpopulation_size must be at least 2, got {self.subpopulation_size}")
+        if self.iterations is not None and self.iterations < 1:
+            raise ValueError(f"genetic iterations must be at least 1, got {self.iterations}")
+        if self.immigration_interval < 1:
+            raise ValueError(f"genetic immigration_interval must be at least 1, got {self.immigration_interval}")
+        if self.seed < 0:
+            raise ValueError(f"genetic seed must not be negative, got {self.seed}")
+        if self.elite_fraction + self.crossover_fraction > 1 + _EPSILON:
+            raise ValueError("genetic elite_fraction + crossover_fraction must be at most 1, got "
+                             f"{self.elite_fraction} + {self.crossover_fraction}")
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Per subpopulation: elite, crossover children, parents (production share), immigrants.
+
+        Rounded up as in ARX; the children never crowd out the elite, and there is always at least one parent."""
+        size = self.subpopulation_size
+        elite = _share(self.elite_fraction, size)
+        children = min(_share(self.crossover_fraction, size), size - elite)
+        parents = max(1, _share(self.production_fraction, size))
+        immigrants = _share(self.immigration_fraction, size)
+        return elite, children, parents, immigrants
+
+
+def _share(fraction: float, size: int) -> int:
+    return min(size, max(0, math.ceil(fraction * size - _EPSILON)))
+
+
+# --- operators (pure functions of arrays and a generator, so each can be tested on a fixed seed) ----------------------
+
+def triangle(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """The paper's triangle pattern (Fig. 5): row i has genes 0..i at the highest level and the rest at the lowest,
+    one row per gene, from one attribute generalized fully to all of them (the top)."""
+    m = lower.size
+    at_top = np.tri(m, m, dtype=bool)   # row i: True in columns 0..i
+    return np.where(at_top, upper[None, :], lower[None, :]).astype(np.int64)
+
+
+def initial_population(lower: np.ndarray, upper: np.ndarray, size: int, rng: np.random.Generator,
+                       with_triangle: bool) -> np.ndarray:
+    """A subpopulation of `size` individuals: the triangle first (if asked for), the rest uniformly random levels.
+
+    ARX makes each subpopulation m + size large so the whole triangle always fits; the paper's subpopulation has
+    `size` individuals, so when the triangle has more rows than that, evenly spaced rows of it are kept, always
+    including the top."""
+    random_rows = rng.integers(lower, upper + 1, size=(size, lower.size))
+    if not with_triangle:
+        return random_rows
+    rows = triangle(lower, upper)
+    if rows.shape[0] > size:
+        rows = rows[np.unique(np.round(np.linspace(rows.shape[0] - 1, 0, size)).astype(int))]
+    return np.concatenate([rows, random_rows[rows.shape[0]:]])
+
+
+def select_parents(losses: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Two independent draws of `count` parents (indices into `losses`, the production share), with replacement,
+    each individual weighted by 1 - its loss scaled to [0, 1] within the share (the best weighs 1, the worst 0;
+    all equal when the losses are). Shape (2, count)."""
+    low, high = float(losses.min()), float(losses.max())
+    weights = np.ones(losses.size) if high <= low else 1.0 - (losses - low) / (high - low)
+    if weights.sum() <= 0:
+        weights = np.ones(losses.size)
+    return rng.choice(losses.size, size=(2, count), p=weights / weights.sum())
+
+
+def crossover(first: np.ndarray, second: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Uniform crossover: each gene of each child comes from either parent with probability 1/2."""
+    return np.where(rng.random(first.shape) < 0.5, first, second)
+
+
+def mutate(individuals: np.ndarray, lower: np.ndarray, upper: np.ndarray, probability: float,
+           rng: np.random.Generator) -> np.ndarray:
+    """Change between 1 and ceil(probability x genes) genes of each individual, at distinct random positions, each to
+    a different level drawn uniformly from the others.
+
+    The paper: "The number of changed genes is randomly chosen between 1 and an upper bound". ARX draws the count
+    from 0 (a mutant may be an unchanged copy) and redraws the level as min + round(U (max - min)), which can repeat
+    the old level and gives the extreme levels half the weight; here every counted gene really changes. Genes of
+    attributes with a single allowed level cannot change and are never picked; the genes available are the others.
+    """
+    n, m = individuals.shape
+    span = (upper - lower + 1).astype(np.int64)
+    mutable = span > 1
+    available = int(mutable.sum())
+    if available == 0 or n == 0:
+        return individuals.copy()
+    bound = min(available, max(1, math.ceil(probability * available - _EPSILON)))
+    counts = rng.integers(1, bound + 1, size=n)
+    keys = rng.random((n, m))
+    keys[:, ~mutable] = 2.0   # after every mutable gene
+    position = np.argsort(np.argsort(keys, axis=1, kind="stable"), axis=1, kind="stable")
+    chosen = position < counts[:, None]
+    shift = 1 + np.floor(rng.random((n, m)) * (span - 1)[None, :]).astype(np.int64)
+    changed = lower[None, :] + (individuals - lower[None, :] + shift) % span[None, :]
+    return np.where(chosen, changed, individuals)
+
+
+def immigrate(first: np.ndarray, first_losses: np.ndarray, second: np.ndarray, second_losses: np.ndarray,
+              count: int) -> None:
+    """Swap the `count` fittest individuals of two subpopulations sorted by fitness (in place).
+
+    ARX computes the count as `(int) fraction * k`, a cast of the fraction alone, which is 0 for any fraction below
+    1, so ARX never exchanges anybody; the paper swaps the fittest `immigration fraction`, as done here."""
+    if count <= 0:
+        return
+    first[:count], second[:count] = second[:count].copy(), first[:count].copy()
+    first_losses[:count], second_losses[:count] = second_losses[:count].copy(), first_losses[:count].copy()
+
+
+def sort_by_fitness(levels: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fittest first: least loss, then fewer generalization steps, then the earlier row (a stable order)."""
+    order = np.lexsort((levels.sum(axis=1), losses))
+    return levels[order], losses[order]
+
+
+# --- the search --------------------------------------------------------------------------------------------------------
+
+class _Stop(Exception):
+    """The deadline passed (or the lattice is exhausted) during an evaluation batch."""
+
+
+class GeneticSearch:
+    """One run of the genetic algorithm over `lattice`; `run()` returns the counters (`complete` is True only when
+    every transformation of the lattice was evaluated, which proves the best found optimal)."""
+
+    def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
+                 progress: Progress, parameters: GeneticParameters | None = None) -> None:
+        self.parameters = parameters or GeneticParameters()
+        if self.parameters.iterations is None and deadline.seconds is None:
+            raise ValueError("the genetic algorithm needs a number of iterations or a time limit")
+        self.evaluator = evaluator
+        self.lattice = lattice
+        self.incumbent = incumbent
+        self.deadline = deadline
+        self.progress = progress
+        self.lower = np.asarray(lattice.lower, dtype=np.int64)
+        self.upper = np.asarray(lattice.upper, dtype=np.int64)
+        self.rng = np.random.default_rng(self.parameters.seed)
+        self.fitness: dict[Node, tuple[float, int]] = {}   # transformation -> (loss, number of classes)
+        # Evaluated individuals a new one may roll its classes up from (the current populations).
+        self.pool = np.empty((0, self.lower.size), dtype=np.int64)
+        self.pool_classes = np.empty(0, dtype=np.int64)
+        self.iterations = 0
+        self.immigrations = 0
+
+    # evaluation ------------------------------------------------------------------------------------------------------
+    def _hint(self, row: np.ndarray) -> Node | None:
+        """The evaluated specialization of `row` in the pool with the fewest classes (cheapest to roll up from)."""
+        if self.pool.shape[0] == 0:
+            return None
+        below = np.all(self.pool <= row[None, :], axis=1)
+        if not below.any():
+            return None
+        index = np.flatnonzero(below)
+        return tuple(int(v) for v in self.pool[index[np.argmin(self.pool_classes[index])]])
+
+    def _evaluate(self, rows: np.ndarray) -> np.ndarray:
+        """The loss of each row, evaluating the transformations not seen before (and offering the solutions to the
+        incumbent). Raises _Stop when the deadline passes first."""
+        losses = np.empty(rows.shape[0])
+        for i, row in enumerate(rows):
+            node = tuple(int(v) for v in row)
+            known = self.fitness.get(node)
+            if known is None:
+                if self.deadline.passed():
+                    raise _Stop
+                before = self.evaluator.checked
+                evaluation = self.evaluator.evaluate(node, self._hint(row))
+                self.progress.update(self.evaluator.checked - before)
+                self.incumbent.offer(evaluation)
+                loss = evaluation.loss
+                if loss is None:   # not a solution: ranked by the loss of what it would suppress, as in ARX
+                    loss = self.evaluator.quality.loss(node, evaluation.codes, evaluation.sizes,
+                                                       evaluation.suppressed)
+                known = (float(loss), int(evaluation.sizes.size))
+                self.fitness[node] = known
+                self.pool = np.vstack([self.pool, row[None, :]])
+                self.pool_classes = np.append(self.pool_classes, known[1])
+            losses[i] = known[0]
+        return losses
+
+    def _reset_pool(self, populations: list[np.ndarray]) -> None:
+        rows = np.unique(np.concatenate(populations), axis=0)
+        self.pool = rows
+        self.pool_classes = np.array([self.fitness[tuple(int(v) for v in r)][1] for r in rows], dtype=np.int64)
+
+    # one generation --------------------------------------------------------------------------------------------------
+    def _next_generation(self, levels: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """From a subpopulation sorted fittest first: elite, crossover children, mutants (evaluated)."""
+        p = self.parameters
+        size = levels.shape[0]
+        elite, children, parents, _ = p.counts()
+        parents = min(parents, size)
+        mutants = size - elite - children
+        pairs = select_parents(losses[:parents], children, self.rng)
+        bred = crossover(levels[pairs[0]], levels[pairs[1]], self.rng)
+        chosen = self.rng.integers(0, size, size=mutants)
+        mutated = mutate(levels[chosen], self.lower, self.upper, p.mutation_probability, self.rng)
+        new = np.concatenate([bred, mutated])
+        return np.concatenate([levels[:elite], new]), np.concatenate([losses[:elite], self._evaluate(new)])
+
+    def run(self) -> dict:
+        p = self.parameters
+        counters = {"complete": False, "pruned_by_bound": 0, "pruned_by_privacy": 0, "iterations": 0,
+                    "immigrations": 0, "seed": p.seed}
+        size = p.subpopulation_size
+        _, _, _, immigrants = p.counts()
+        # Both subpopulations are drawn before either is evaluated, so the random stream (and the result) does not
+        # depend on where a deadline falls.
+        first = initial_population(self.lower, self.upper, size, self.rng, with_triangle=True)
+        second = initial_population(self.lower, self.upper, size, self.rng, with_triangle=False)
+        try:
+            first_losses = self._evaluate(first)
+            second_losses = self._evaluate(second)
+            t = 0
+            while p.iterations is None or t < p.iterations:
+                if len(self.fitness) >= self.lattice.size:
+                    counters["complete"] = True   # every transformation evaluated: the incumbent is the optimum
+                    break
+                if self.deadline.passed():
+                    break
+                self._reset_pool([first, second])
+                first, first_losses = self._next_generation(*sort_by_fitness(first, first_losses))
+                second, second_losses = self._next_generation(*sort_by_fitness(second, second_losses))
+                t += 1
+                counters["iterations"] = t
+                # After every `immigration_interval` iterations (ARX also swaps before the first, at t = 0, when
+                # subpopulation 2 has not evolved at all; the paper says "every interval iterations").
+                if t % p.immigration_interval == 0 and immigrants > 0:
+                    first, first_losses = sort_by_fitness(first, first_losses)
+                    second, second_losses = sort_by_fitness(second, second_losses)
+                    immigrate(first, first_losses, second, second_losses, immigrants)
+                    counters["immigrations"] += 1
+            else:
+                if len(self.fitness) >= self.lattice.size:
+                    counters["complete"] = True
+        except _Stop:
+            pass
+        counters["evaluated"] = len(self.fitness)
+        counters["stopped"] = (self.deadline.reason if self.deadline.reason is not None else
+                               None if counters["complete"] else f"{counters['iterations']} iterations done")
+        return counters
+
+
+def genetic_algorithm(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
+                      progress: Progress, parameters: GeneticParameters | None = None) -> dict:
+    """Run the genetic algorithm; the best solution ends up in `incumbent`. Returns the counters."""
+    return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters).run()
+
+
+__all__ = ["GeneticParameters", "GeneticSearch", "crossover", "genetic_algorithm", "immigrate",
+           "initial_population", "mutate", "select_parents", "sort_by_fitness", "triangle"]
