@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ..classes import Evaluation
 from ..lattice import Lattice
 from .common import Deadline, Incumbent, Progress
 from .evaluator import Evaluator
@@ -185,7 +186,7 @@ def sort_by_fitness(levels: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray,
 # --- the search --------------------------------------------------------------------------------------------------------
 
 class _Stop(Exception):
-    """The deadline passed (or the lattice is exhausted) during an evaluation batch."""
+    """A limit was reached in the middle of evaluating a generation."""
 
 
 class GeneticSearch:
@@ -193,10 +194,15 @@ class GeneticSearch:
     every transformation of the lattice was evaluated, which proves the best found optimal)."""
 
     def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
-                 progress: Progress, parameters: GeneticParameters | None = None) -> None:
+                 progress: Progress, parameters: GeneticParameters | None = None, check_limit: int | None = None,
+                 evaluated: dict[Node, Evaluation] | None = None) -> None:
         self.parameters = parameters or GeneticParameters()
-        if self.parameters.iterations is None and deadline.seconds is None:
-            raise ValueError("the genetic algorithm needs a number of iterations or a time limit")
+        if self.parameters.iterations is None and deadline.seconds is None and check_limit is None:
+            raise ValueError("the genetic algorithm needs a number of iterations, a time limit or a check limit")
+        self.check_limit = check_limit
+        # Evaluations made before the run (the automatic choice's samples), already offered to the incumbent.
+        self.evaluated = dict(evaluated or {})
+        self.stopped: str | None = None
         self.evaluator = evaluator
         self.lattice = lattice
         self.incumbent = incumbent
@@ -209,8 +215,6 @@ class GeneticSearch:
         # Evaluated individuals a new one may roll its classes up from (the current populations).
         self.pool = np.empty((0, self.lower.size), dtype=np.int64)
         self.pool_classes = np.empty(0, dtype=np.int64)
-        self.iterations = 0
-        self.immigrations = 0
 
     # evaluation ------------------------------------------------------------------------------------------------------
     def _hint(self, row: np.ndarray) -> Node | None:
@@ -225,18 +229,20 @@ class GeneticSearch:
 
     def _evaluate(self, rows: np.ndarray) -> np.ndarray:
         """The loss of each row, evaluating the transformations not seen before (and offering the solutions to the
-        incumbent). Raises _Stop when the deadline passes first."""
+        incumbent). Raises _Stop when a limit is reached first."""
         losses = np.empty(rows.shape[0])
         for i, row in enumerate(rows):
             node = tuple(int(v) for v in row)
             known = self.fitness.get(node)
             if known is None:
-                if self.deadline.passed():
-                    raise _Stop
-                before = self.evaluator.checked
-                evaluation = self.evaluator.evaluate(node, self._hint(row))
-                self.progress.update(self.evaluator.checked - before)
-                self.incumbent.offer(evaluation)
+                evaluation = self.evaluated.pop(node, None)
+                if evaluation is None:
+                    if self._must_stop():
+                        raise _Stop
+                    before = self.evaluator.checked
+                    evaluation = self.evaluator.evaluate(node, self._hint(row))
+                    self.progress.update(self.evaluator.checked - before)
+                    self.incumbent.offer(evaluation)
                 loss = evaluation.loss
                 if loss is None:   # not a solution: ranked by the loss of what it would suppress, as in ARX
                     loss = self.evaluator.quality.loss(node, evaluation.codes, evaluation.sizes,
@@ -247,6 +253,16 @@ class GeneticSearch:
                 self.pool_classes = np.append(self.pool_classes, known[1])
             losses[i] = known[0]
         return losses
+
+    def _must_stop(self) -> bool:
+        """The deadline (time, memory) or the check limit, as ARX's GA enforces both; refreshes the bar's status."""
+        if self.stopped is None:
+            if self.deadline.passed():
+                self.stopped = self.deadline.reason
+            elif self.check_limit is not None and self.evaluator.checked >= self.check_limit:
+                self.stopped = f"check limit of {self.check_limit} transformations reached"
+        self.progress.status(self.incumbent, self.deadline)
+        return self.stopped is not None
 
     def _reset_pool(self, populations: list[np.ndarray]) -> None:
         rows = np.unique(np.concatenate(populations), axis=0)
@@ -286,7 +302,7 @@ class GeneticSearch:
                 if len(self.fitness) >= self.lattice.size:
                     counters["complete"] = True   # every transformation evaluated: the incumbent is the optimum
                     break
-                if self.deadline.passed():
+                if self._must_stop():
                     break
                 self._reset_pool([first, second])
                 first, first_losses = self._next_generation(*sort_by_fitness(first, first_losses))
@@ -306,15 +322,16 @@ class GeneticSearch:
         except _Stop:
             pass
         counters["evaluated"] = len(self.fitness)
-        counters["stopped"] = (self.deadline.reason if self.deadline.reason is not None else
+        counters["stopped"] = (self.stopped if self.stopped is not None else
                                None if counters["complete"] else f"{counters['iterations']} iterations done")
         return counters
 
 
 def genetic_algorithm(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
-                      progress: Progress, parameters: GeneticParameters | None = None) -> dict:
+                      progress: Progress, parameters: GeneticParameters | None = None, check_limit: int | None = None,
+                      evaluated: dict[Node, Evaluation] | None = None) -> dict:
     """Run the genetic algorithm; the best solution ends up in `incumbent`. Returns the counters."""
-    return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters).run()
+    return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated).run()
 
 
 __all__ = ["GeneticParameters", "GeneticSearch", "crossover", "genetic_algorithm", "immigrate",
