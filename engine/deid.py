@@ -32,7 +32,7 @@ from .lattice import Lattice
 from .policy import DatasetPolicy, load_policy
 from .privacy import PrivacyConfiguration, build_models
 from .quality import MODEL_NAMES, make_quality_model
-from .search import SearchResult, resolve_algorithm, search
+from .search import GeneticParameters, SearchResult, resolve_algorithm, search
 from .sitegate import EffectiveGate, SiteGateSource, check_population, combine, load_site_gate, site_folder
 from .table import load_input
 
@@ -157,8 +157,11 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         algorithm = resolve_algorithm(configuration, quality_model, policy.search.algorithm, lattice.size)
     except ValueError as exc:   # an algorithm that cannot be exact under this configuration
         raise InputError(policy.source, "search.algorithm", str(exc)) from None
+    if policy.search.algorithm == "auto":
+        algorithm = "auto"   # validated above; the search weighs the optimal algorithm against the time limit
     result = search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=limit,
-                    progress=progress, memory_mb=memory)
+                    progress=progress, memory_mb=memory, check_limit=policy.search.check_limit,
+                    genetic=GeneticParameters(**policy.search.genetic.model_dump()))
     if result.best is None:
         stopped = f"; the search stopped early: {result.stopped}" if result.stopped else ""
         raise NoSolutionError(
@@ -207,6 +210,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "optimal": result.search.optimal,
         "search_stopped": result.search.stopped,
         "search_limits": dict(result.search.limits or {}),
+        "algorithm_choice": result.search.choice,
+        "quality_over_time": [list(point) for point in result.search.quality_over_time],
         "records": int(result.table.n),
         "suppressed_records": int(best.suppressed_records),
         "risk_model_evaluations": int(result.search.risk_evaluations),

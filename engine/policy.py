@@ -203,15 +203,45 @@ DEFAULT_MEMORY_MB = 1024             # growth of the search's memory (class cach
 MIN_MEMORY_MB = 16
 
 
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class GeneticSpec(_Strict):
+    """The genetic algorithm's parameters (engine.search.genetic); the defaults are Table 2 of Meurers et al. 2021.
+    `iterations: null` runs until the time limit. The seed makes runs reproducible (same seed, same result, when
+    no limit cuts the run short)."""
+
+    subpopulation_size: Annotated[int, Field(ge=2, le=1_000_000)] = 50
+    iterations: Annotated[int, Field(ge=1)] | None = 50
+    elite_fraction: Fraction = 0.2
+    crossover_fraction: Fraction = 0.4
+    production_fraction: Fraction = 0.2
+    mutation_probability: Fraction = 0.05
+    immigration_fraction: Fraction = 0.2
+    immigration_interval: Annotated[int, Field(ge=1)] = 10
+    seed: Annotated[int, Field(ge=0, le=(1 << 63) - 1)] = 0
+
+    @model_validator(mode="after")
+    def _elite_and_children_fit(self) -> "GeneticSpec":
+        if self.elite_fraction + self.crossover_fraction > 1 + 1e-9:
+            raise ValueError("elite_fraction + crossover_fraction must be at most 1 (the rest are mutants), got "
+                             f"{self.elite_fraction} + {self.crossover_fraction}")
+        return self
+
+
 class SearchSpec(_Strict):
     """How to search the lattice: `auto` picks Flash, Flash2P or branch and bound from what the configuration makes
-    monotone (engine.search); naming one overrides that."""
+    monotone (engine.search), or a heuristic (`lightning`: bottom-up greedy, `topdown`: top-down greedy, `genetic`)
+    when the optimal search is not expected to finish within the time limit; naming one overrides that."""
 
-    algorithm: Literal["auto", "flash", "flash2p", "bnb"] = "auto"
+    algorithm: Literal["auto", "flash", "flash2p", "bnb", "lightning", "topdown", "genetic"] = "auto"
     # The search stops at the first of these limits and releases the best solution found so far, with
-    # `optimal: false` in the manifest (engine.search.common.Budget). No heuristic takes over yet.
+    # `optimal: false` in the manifest (engine.search.common.Deadline).
     time_limit_seconds: Annotated[float, Field(gt=0)] = DEFAULT_TIME_LIMIT_SECONDS
     memory_mb: Annotated[int, Field(ge=MIN_MEMORY_MB, le=1 << 20)] = DEFAULT_MEMORY_MB
+    # Heuristics (lightning, topdown) also stop after this many transformations checked; null: no such limit.
+    check_limit: Annotated[int, Field(ge=1, le=1 << 62)] | None = None
+    genetic: GeneticSpec = Field(default_factory=GeneticSpec)   # used when algorithm is genetic
 
 
 class GateSpec(_Strict):

@@ -1,4 +1,4 @@
-"""Globally optimal full-domain generalization with record suppression: one entry point, three algorithms.
+"""Full-domain generalization with record suppression: one entry point, optimal algorithms and heuristics.
 
 `search` picks the algorithm from what the configuration makes monotone (engine.privacy.configuration), the way ARX
 does, unless the caller names one:
@@ -9,18 +9,33 @@ does, unless the caller names one:
 * `bnb`: no monotone privacy property (population uniqueness alone), where the quality bound does all the pruning
   and the optimum usually sits near the bottom.
 
-Every algorithm returns the same optimum under the same tie-breaking (engine.search.common).
+Every optimal algorithm returns the same optimum under the same tie-breaking (engine.search.common).
+
+Lattices of many quasi-identifiers are beyond any optimal search, so under a time limit `auto` first estimates
+whether the optimal algorithm can finish in time (`auto_choice`: the lattice size, the share of it the optimal
+algorithm checks on the benchmark tables, and the cost of a check measured on a few transformations) and otherwise
+runs a heuristic (`choose_heuristic`): the bottom-up greedy best-first search `lightning` (engine.search.lightning)
+or the top-down one `topdown` (engine.search.topdown), Meurers et al. 2021. A heuristic returns the best solution
+found when a limit ends it, `optimal=False` unless it provably exhausted the lattice.
 
 Limits: a time limit and a memory bound (the class cache gets a quarter of it, and the search ends once the process
-has grown by the bound: engine.search.common.Deadline). Reaching one ends the search with the best solution found so
-far, `optimal=False` and `stopped` saying which limit; `safeshare deid` always runs with both (the policy's
-`search.time_limit_seconds`, default 600 s, and `search.memory_mb`, default 1024 MB). There is no heuristic fallback
-yet: a search stopped before any solution is found finds none.
+has grown by the bound: engine.search.common.Deadline), and for the heuristics a check limit. Reaching one ends the
+search with the best solution found so far, `optimal=False` and `stopped` saying which limit; `safeshare deid` always
+runs with both (the policy's `search.time_limit_seconds`, default 600 s, and `search.memory_mb`, default 1024 MB).
+The heuristics check the top of the lattice first, so they end with a solution whenever the top is one.
+
+Algorithms are registered in `RUNNERS` (name -> function of a `SearchContext`); `ALGORITHMS` and `HEURISTICS`
+follow from it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
+
+from ..classes import Evaluation
 from ..encoding import EncodedTable
 from ..lattice import Lattice
 from ..privacy.base import PrivacyModel
@@ -30,11 +45,62 @@ from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress, SearchResult
 from .evaluator import Evaluator
 from .flash import FlashSearch
+from .genetic import GeneticParameters, genetic_algorithm
+from .lightning import lightning
 from .tags import EXPLICIT_LIMIT
+from .topdown import top_down
 
-ALGORITHMS = ("auto", "flash", "flash2p", "bnb")
+Node = tuple[int, ...]
 DEFAULT_CACHE_MB = 256     # the class cache's bound when the caller sets no memory bound
 CACHE_SHARE = 0.25         # share of the memory bound the class cache may hold
+
+
+@dataclass
+class SearchContext:
+    """Everything an algorithm runs with. `options` holds algorithm-specific settings by algorithm name (e.g. the
+    genetic algorithm's parameters under "genetic"); `evaluated` the evaluations the automatic choice made, already
+    offered to the incumbent."""
+
+    evaluator: Evaluator
+    lattice: Lattice
+    incumbent: Incumbent
+    deadline: Deadline
+    progress: Progress
+    explicit: bool | None = None
+    check_limit: int | None = None
+    options: dict = field(default_factory=dict)
+    evaluated: dict[Node, Evaluation] = field(default_factory=dict)
+
+
+def _flash(two_phase: bool) -> Callable[[SearchContext], dict]:
+    return lambda c: FlashSearch(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress, explicit=c.explicit,
+                                 two_phase=two_phase).run()
+
+
+# name -> runner returning the counters dict (at least `complete`: the optimum is proven)
+RUNNERS: dict[str, Callable[[SearchContext], dict]] = {
+    "flash": _flash(False),
+    "flash2p": _flash(True),
+    "bnb": lambda c: branch_and_bound(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress),
+    "lightning": lambda c: lightning(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress, c.check_limit,
+                                     c.evaluated),
+    "topdown": lambda c: top_down(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress, c.check_limit,
+                                  c.evaluated),
+    # a heuristic: options["genetic"] holds its parameters (default: the paper's Table 2)
+    "genetic": lambda c: genetic_algorithm(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress,
+                                           c.options.get("genetic"), c.check_limit, c.evaluated),
+}
+OPTIMAL = ("flash", "flash2p", "bnb")
+HEURISTICS = tuple(name for name in RUNNERS if name not in OPTIMAL)
+ALGORITHMS = ("auto", *RUNNERS)
+
+# Share of the lattice each optimal algorithm checks, at most, on the benchmark tables (ADULT, CUP, FARS with k = 5
+# and population uniqueness 1 %, Loss and Non-Uniform Entropy): Flash2P up to about a quarter (FARS k = 5: 23 %),
+# branch and bound under population uniqueness well under 1 % (FARS: 0.4 %; ARX's BFS on CUP: 1.7 %).
+EXPECTED_SHARE = {"flash": 0.25, "flash2p": 0.25, "bnb": 0.05}
+SAMPLE_CHECKS = 4          # transformations timed to measure the cost of a check (bottom, top, two in between)
+SAMPLE_SEED = 13
+NEAR_BOTTOM_SUPPRESSION = 0.1   # bottom suppressing at most this share of records: the optimum is near the bottom
 
 
 def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, lattice_size: int = 0) -> str:
@@ -48,9 +114,64 @@ def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel,
     return "flash2p"
 
 
+def choose_heuristic(configuration: PrivacyConfiguration, quality: QualityModel, lattice: Lattice,
+                     bottom: Evaluation | None, records: int) -> str:
+    """The heuristic `auto` runs when the optimal search cannot finish in time.
+
+    Top-down by default: good solutions of many quasi-identifiers lie far above the bottom (Meurers et al. 2021: the
+    best balance of speed and quality, far better than bottom-up under population uniqueness). Bottom-up when the
+    bottom itself is a solution that suppresses few records: the optimum then lies near the bottom, where Lightning
+    starts and where its bound pruning works."""
+    if bottom is not None and bottom.solution and bottom.suppressed_records <= NEAR_BOTTOM_SUPPRESSION * records:
+        return "lightning"
+    return "topdown"
+
+
+def _sample_nodes(lattice: Lattice) -> list[Node]:
+    """Bottom, top and transformations half-way up (random, seeded): the range of check costs a search meets."""
+    rng = np.random.default_rng(SAMPLE_SEED)
+    nodes = [lattice.bottom, lattice.top]
+    for _ in range(SAMPLE_CHECKS - 2):
+        node = tuple(int(lo + rng.integers(0, hi - lo + 1)) if hi > lo else lo
+                     for lo, hi in zip(lattice.lower, lattice.upper))
+        nodes.append(node)
+    return list(dict.fromkeys(nodes))
+
+
+def auto_choice(context: SearchContext, configuration: PrivacyConfiguration, quality: QualityModel,
+                time_limit: float | None) -> tuple[str, dict]:
+    """`auto`: the optimal algorithm when it can be expected to finish within the time limit, else a heuristic.
+
+    Expected time = lattice size x the share of it the optimal algorithm checks (`EXPECTED_SHARE`) x the cost of a
+    check, measured by evaluating a few transformations (kept in `context.evaluated` for the search). Without a
+    time limit the optimal algorithm always runs. Returns the algorithm and what the choice was based on."""
+    lattice = context.lattice
+    optimal = choose_algorithm(configuration, quality, lattice.size)
+    if time_limit is None:
+        return optimal, {"requested": "auto", "optimal_algorithm": optimal, "reason": "no time limit"}
+    costs = []
+    for node in _sample_nodes(lattice):
+        started = time.perf_counter()
+        evaluation = context.evaluator.evaluate(node)
+        costs.append(time.perf_counter() - started)
+        context.progress.update(1)
+        context.incumbent.offer(evaluation)
+        context.evaluated[node] = evaluation
+    per_check = float(np.mean(costs))
+    expected = lattice.size * EXPECTED_SHARE[optimal] * per_check
+    details = {"requested": "auto", "optimal_algorithm": optimal, "seconds_per_check": round(per_check, 6),
+               "estimated_optimal_seconds": float(f"{expected:.4g}"), "time_limit_seconds": time_limit}
+    if expected <= time_limit:
+        return optimal, {**details, "reason": "the optimal search is expected to finish within the time limit"}
+    chosen = choose_heuristic(configuration, quality, lattice, context.evaluated.get(lattice.bottom),
+                              context.evaluator.table.n)
+    return chosen, {**details, "reason": "the optimal search is not expected to finish within the time limit"}
+
+
 def resolve_algorithm(configuration: PrivacyConfiguration, quality: QualityModel, algorithm: str = "auto",
                       lattice_size: int = 0) -> str:
-    """The algorithm that will run; ValueError when the named one cannot be exact under this configuration."""
+    """The algorithm that will run (for `auto`: the optimal one, before `auto_choice` weighs it against the time
+    limit); ValueError when the named one cannot be exact under this configuration. Heuristics run under any."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
     if algorithm == "auto":
@@ -68,13 +189,16 @@ def resolve_algorithm(configuration: PrivacyConfiguration, quality: QualityModel
 def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfiguration, quality: QualityModel,
            suppression_limit: float | None = None, *, algorithm: str = "auto", lattice: Lattice | None = None,
            time_limit: float | None = None, progress: bool | None = False, explicit: bool | None = None,
-           memory_mb: float | None = None) -> SearchResult:
+           memory_mb: float | None = None, genetic: GeneticParameters | None = None, check_limit: int | None = None,
+           options: dict | None = None) -> SearchResult:
     """Find the transformation of least loss that satisfies every privacy model within the suppression limit.
 
     Returns the proven optimum when the search completes (`optimal=True`), or the best solution found when the time
-    limit or the memory bound ends it first. `best` is None when no transformation is a solution. `explicit` chooses
-    the tag representation of Flash (None: by lattice size). Without `memory_mb` only the class cache is bounded
-    (`DEFAULT_CACHE_MB`).
+    limit, the memory bound or (heuristics) the check limit ends it first. `best` is None when no transformation is
+    a solution. `explicit` chooses the tag representation of Flash (None: by lattice size). Without `memory_mb`
+    only the class cache is bounded (`DEFAULT_CACHE_MB`). `algorithm="auto"` with a time limit may choose a
+    heuristic (`auto_choice`); `result.choice` says why. `options` holds settings per algorithm name; `genetic` is
+    the genetic algorithm's (same as options["genetic"]).
     """
     if isinstance(models, PrivacyConfiguration):
         configuration = models
@@ -88,25 +212,31 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     deadline = Deadline(time_limit, memory_mb)
     cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
     evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)))
-    incumbent = Incumbent(quality)
+    incumbent = Incumbent(quality, started=deadline.started)
     bar = Progress(lattice.size, progress, "transformations")
+    options = dict(options or {})
+    if genetic is not None:
+        options["genetic"] = genetic
+    context = SearchContext(evaluator, lattice, incumbent, deadline, bar, explicit, check_limit, options)
     evaluations_before = configuration.risk_evaluations
+    choice = None
     try:
-        if chosen == "bnb":
-            counters = branch_and_bound(evaluator, lattice, incumbent, deadline, bar)
-        else:
-            flash = FlashSearch(evaluator, lattice, incumbent, deadline, bar, explicit=explicit,
-                                two_phase=chosen == "flash2p")
-            counters = flash.run()
+        if algorithm == "auto":
+            chosen, choice = auto_choice(context, configuration, quality, time_limit)
+        counters = RUNNERS[chosen](context)
     finally:
         bar.close()
     limits = {"time_limit_seconds": time_limit, "memory_mb": memory_mb, "class_cache_mb": cache_mb,
               "memory_growth_mb": round(deadline.peak_growth / (1 << 20), 1) if memory_mb is not None else None}
+    if check_limit is not None:
+        limits["check_limit"] = check_limit
     complete = bool(counters["complete"])
+    stopped = None if complete else counters.get("stopped") or deadline.reason or "stopped early"
     return SearchResult(incumbent.best, evaluator.checked, complete, deadline.elapsed(), lattice.size,
                         chosen, counters.get("pruned_by_bound", 0), counters.get("pruned_by_privacy", 0),
                         configuration.risk_evaluations - evaluations_before, counters.get("phases"),
-                        None if complete else deadline.reason or "stopped early", limits)
+                        stopped, limits, incumbent.trace, choice)
 
 
-__all__ = ["ALGORITHMS", "Evaluator", "SearchResult", "choose_algorithm", "resolve_algorithm", "search"]
+__all__ = ["ALGORITHMS", "Evaluator", "GeneticParameters", "HEURISTICS", "OPTIMAL", "RUNNERS", "SearchContext",
+           "SearchResult", "auto_choice", "choose_algorithm", "choose_heuristic", "resolve_algorithm", "search"]
