@@ -478,12 +478,12 @@ class XConnection:
         keyboard a VNC server types with. Each has its own XKB keymap, controls and compatibility map, and the core
         keyboard takes over the keymap of whichever slave typed last, so all of them must be made safe."""
         self.check()
-        if _xi is None:
-            return [XKB_USE_CORE_KBD]
+        if _xi is None:  # the core keyboard alone would leave the XTEST keyboard, the one a VNC server uses, unchecked
+            raise XError("libXi (XInput) is not installed: the display's keyboards cannot be listed")
         count = ctypes.c_int()
         devices = _xi.XListInputDevices(self._dpy, ctypes.byref(count))
         if not devices:
-            return [XKB_USE_CORE_KBD]
+            raise XError("XListInputDevices failed (no XInputExtension?)")
         try:
             return [int(devices[i].id) for i in range(count.value) if devices[i].use in (IS_X_KEYBOARD,
                                                                                           IS_X_EXTENSION_KEYBOARD)]
