@@ -17,6 +17,14 @@ they would do nothing even if one got through:
 
 `harden_keyboard` runs after Xvfb starts and before any other client (the VNC server, the browser) connects, and
 refuses to let the kiosk start if the result does not check out.
+
+Chromium's own shortcuts that leave the app or open something of the browser's (KIOSK_SHORTCUTS: new windows and
+tabs, closing, browser pages, developer tools, files, the task manager, caret browsing, menus, full screen) are also
+taken off the keyboard here, at the X server: the watchdog holds passive grabs on them (`grab_shortcuts`), as a window
+manager holds its global shortcuts, so the key press goes to the watchdog, which discards and logs it, never to the
+browser. The X server knows which modifiers are really down, whichever VNC session pressed them: a Ctrl left held by a
+session that ended, or latched by StickyKeys, still makes the next `n` a Ctrl+N that is caught here. The proxy's
+filter stays the first line (and the one that logs per session).
 """
 from __future__ import annotations
 
@@ -24,12 +32,52 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from enclave.kiosk.xlib import ACCESSX_CONTROLS, XKB_CONTROLS, XConnection
+from itertools import combinations
+
+from enclave.kiosk.xlib import ACCESSX_CONTROLS, MODIFIER_BITS, XKB_CONTROLS, XConnection
 
 log = logging.getLogger("safeshare.kiosk")
 
 CHECK_CONTROLS_SECONDS = 0.5  # how often the watchdog looks at the controls (a few small requests)
 CHECK_KEYMAP_SECONDS = 5.0  # and at the keymaps' actions (larger replies)
+
+
+# (keysym, modifiers that must be held, modifiers that may be held as well). The lock states (CapsLock, NumLock) and
+# Mod3/Mod5 (AltGr) may always be on too. Keys the app needs (Ctrl+C/V/X/A/Z/F, Ctrl+W which the watchdog itself sends
+# to close a wrong tab, Alt+Left/Right within the app) are not taken.
+_ANY = ("Shift", "Ctrl", "Alt", "Super")
+_NOT_CTRL = ("Shift", "Alt", "Super")
+KIOSK_SHORTCUTS: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = (
+    *((0xFFBE + n - 1, (), _ANY) for n in (1, 6, 7, 10, 11, 12)),  # help, focus the toolbar, caret browsing, menu...
+    (0xFF1B, ("Shift",), ("Ctrl", "Alt", "Super")),  # Shift+Escape: the task manager
+    *((ord(c), ("Ctrl",), _NOT_CTRL) for c in "nthjosupl"),  # windows, tabs, history, downloads, files, source...
+    *((ord(c), ("Ctrl", "Shift"), ("Alt", "Super")) for c in "qwicbmo"),  # quit, close, devtools, bookmarks, people
+    (0xFFFF, ("Ctrl", "Shift"), ("Alt", "Super")),  # Ctrl+Shift+Delete: clear browsing data
+    (0xFFC1, ("Ctrl",), _NOT_CTRL),  # Ctrl+F4: close the tab
+    (0xFFC1, ("Alt",), ("Shift", "Super")),  # Alt+F4: close the window
+    (0xFF50, ("Alt",), ("Shift", "Ctrl", "Super")),  # Alt+Home: the home page in this tab
+    *((ord(c), ("Alt",), ("Shift", "Super")) for c in "fed"),  # the browser's menu, the address bar
+)
+_ALWAYS_IGNORED = ("Lock", "Mod2", "Mod3", "Mod5")
+
+
+def shortcut_masks(required: tuple[str, ...], optional: tuple[str, ...]) -> list[int]:
+    """Every modifier mask under which a shortcut counts: the required bits plus any subset of the optional ones and
+    of the lock states."""
+    base = sum(MODIFIER_BITS[name] for name in required)
+    extra = [MODIFIER_BITS[name] for name in (*optional, *_ALWAYS_IGNORED)]
+    return sorted({base | sum(subset) for size in range(len(extra) + 1) for subset in combinations(extra, size)})
+
+
+def grab_shortcuts(conn: XConnection) -> int:
+    """Take KIOSK_SHORTCUTS off the keyboard (passive grabs on the root window held by `conn`); returns how many
+    key combinations were grabbed. The grabs last as long as the connection: the watchdog's."""
+    grabbed = 0
+    for keysym, required, optional in KIOSK_SHORTCUTS:
+        masks = shortcut_masks(required, optional)
+        if conn.grab_key(keysym, masks):
+            grabbed += len(masks)
+    return grabbed
 
 
 class KeyboardHardeningError(RuntimeError):

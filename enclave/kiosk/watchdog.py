@@ -13,8 +13,9 @@ short grace for a page that is still loading, not the app's title), the watchdog
 within a poll; if the bad page was the only tab, the window closes and the browser is restarted. Only if the page is
 still there a moment after Ctrl+W is the browser restarted. The window title is read every POLL_SECONDS.
 
-It also keeps the keyboard safe (keyboard.KeyboardGuard): an AccessX control such as StickyKeys that got switched on
-is switched off again, a keymap that regained an action on the server is disarmed again.
+It also keeps the keyboard safe (keyboard.py): it holds the grabs that keep the browser's escape shortcuts from the
+browser (and discards what they catch), switches off again an AccessX control such as StickyKeys that got switched on,
+and disarms again a keymap that regained an action on the server.
 
 There is no window manager on the display (one would add decorations and key bindings of its own), so the watchdog
 also does the one job a window manager would: sizing the kiosk window to the screen. Override-redirect windows
@@ -33,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from enclave.kiosk.keyboard import KeyboardGuard
+from enclave.kiosk.keyboard import KeyboardGuard, grab_shortcuts
 from enclave.kiosk.xlib import TopLevel, XConnection, XError
 
 log = logging.getLogger("safeshare.kiosk")
@@ -183,6 +184,7 @@ class Watchdog:
         self.closed = 0
         self.restarts = 0
         self.tabs_closed = 0
+        self.shortcuts_caught = 0  # key presses of KIOSK_SHORTCUTS taken off the keyboard by the grabs
         self.events: list[tuple[float, str]] = []
         self.keyboard = KeyboardGuard()
         self._close_requested: dict[int, float] = {}
@@ -203,6 +205,8 @@ class Watchdog:
     async def start(self) -> None:
         self._x_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiosk-x")
         self._conn = await self._in_x_thread(XConnection, self.display, self.cookie)
+        grabbed = await self._in_x_thread(grab_shortcuts, self._conn)
+        log.info("kiosk watchdog: %d shortcut key combinations taken off the keyboard", grabbed)
         self._task = asyncio.create_task(self._run(), name="kiosk-watchdog")
 
     async def stop(self) -> None:
@@ -264,6 +268,11 @@ class Watchdog:
             await self._in_x_thread(self._act, plan)
         for found in await self._in_x_thread(self.keyboard.check, self._conn):
             self._note(found)
+        caught = await self._in_x_thread(self._conn.grabbed_presses)
+        if caught:
+            self.shortcuts_caught += len(caught)
+            self._note(f"kept {len(caught)} shortcut key press(es) from the browser: "
+                       + ", ".join(f"keycode {code} state 0x{state:x}" for code, state in caught))
 
     def _look(self) -> Plan:
         assert self._conn is not None

@@ -55,8 +55,24 @@ class XClientMessageEvent(ctypes.Structure):
     ]
 
 
+class XKeyEvent(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+        ("display", ctypes.c_void_p), ("window", Window), ("root", Window), ("subwindow", Window),
+        ("time", ctypes.c_ulong), ("x", ctypes.c_int), ("y", ctypes.c_int), ("x_root", ctypes.c_int),
+        ("y_root", ctypes.c_int), ("state", ctypes.c_uint), ("keycode", ctypes.c_uint), ("same_screen", ctypes.c_int),
+    ]
+
+
 class XEvent(ctypes.Union):
-    _fields_ = [("xclient", XClientMessageEvent), ("pad", ctypes.c_long * 24)]
+    _fields_ = [("type", ctypes.c_int), ("xclient", XClientMessageEvent), ("xkey", XKeyEvent),
+                ("pad", ctypes.c_long * 24)]
+
+
+KEY_PRESS = 2
+GRAB_MODE_ASYNC = 1
+# Core modifier bits: Shift, Lock, Control, Mod1 (Alt), Mod2 (NumLock), Mod3, Mod4 (Super), Mod5 (AltGr).
+MODIFIER_BITS = {"Shift": 1, "Lock": 2, "Ctrl": 4, "Alt": 8, "Mod2": 16, "Mod3": 32, "Super": 64, "Mod5": 128}
 
 
 _ERROR_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -87,6 +103,9 @@ _x11.XRaiseWindow.argtypes = [_Display_p, Window]
 _x11.XSetInputFocus.argtypes = [_Display_p, Window, ctypes.c_int, ctypes.c_ulong]
 _x11.XKillClient.argtypes = [_Display_p, ctypes.c_ulong]
 _x11.XSync.argtypes = [_Display_p, ctypes.c_int]
+_x11.XGrabKey.argtypes = [_Display_p, ctypes.c_int, ctypes.c_uint, Window, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+_x11.XPending.argtypes = [_Display_p]
+_x11.XNextEvent.argtypes = [_Display_p, ctypes.POINTER(XEvent)]
 _x11.XSetErrorHandler.restype = ctypes.c_void_p
 _x11.XSetErrorHandler.argtypes = [_ERROR_HANDLER]
 _x11.XSetIOErrorExitHandler.argtypes = [_Display_p, _IO_ERROR_EXIT_HANDLER, ctypes.c_void_p]
@@ -589,6 +608,32 @@ class XConnection:
             _xtst.XTestFakeKeyEvent(self._dpy, code, 0, CURRENT_TIME)
         self.sync()
         return held
+
+    def grab_key(self, keysym: int, modifier_sets: list[int]) -> bool:
+        """Passive grabs on the root window for `keysym` with each of the modifier masks: the key pressed with one of
+        them goes to this connection instead of the focused window (as a window manager's global shortcuts do).
+        False if no key produces the keysym."""
+        self.check()
+        code = self.keycode(keysym)
+        if not code:
+            return False
+        for mask in modifier_sets:
+            _x11.XGrabKey(self._dpy, code, mask, self.root, 0, GRAB_MODE_ASYNC, GRAB_MODE_ASYNC)
+        self.sync()
+        return True
+
+    def grabbed_presses(self) -> list[tuple[int, int]]:
+        """(keycode, modifier state) of every grabbed key press that arrived since the last call (the queue is
+        drained: releases and anything else are discarded)."""
+        self.check()
+        presses = []
+        event = XEvent()
+        while _x11.XPending(self._dpy):
+            _x11.XNextEvent(self._dpy, ctypes.byref(event))
+            if event.type == KEY_PRESS:
+                presses.append((int(event.xkey.keycode), int(event.xkey.state)))
+        self.check()
+        return presses
 
     def send_keys(self, *keysyms: int) -> bool:
         """Press `keysyms` in order and release them in reverse (XTEST), e.g. Control_L, w for Ctrl+W.

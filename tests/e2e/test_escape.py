@@ -560,25 +560,26 @@ def _changed(before: bytes, after: bytes) -> float:
 
 
 def test_control_the_checks_see_a_window_the_watchdog_removes(enclave: Enclave) -> None:
-    """Ctrl+N straight to the VNC server (no proxy): Chromium opens a window, the watchdog closes it within a
-    fraction of a second, and the window samples still show it; the same checks then find nothing for each attempt
-    through the gateway below."""
-    from tests.enclave.kiosk_fixtures import vnc_direct
+    """A second browser window (a second Chromium invocation on the kiosk's profile asks the running browser for
+    one): the watchdog closes it within a fraction of a second, and the window samples still show it; the same
+    checks then find nothing for each attempt below."""
+    import subprocess
+
+    from enclave.kiosk.browser import browser_env
 
     enclave.clean_slate()
-    watchdog = enclave.kiosk.kiosk.watchdog
-    closed = watchdog.closed
-
-    async def ctrl_n() -> None:
-        client = await vnc_direct(enclave.kiosk.endpoint.upstream, enclave.kiosk.endpoint.password())
-        try:
-            await Researcher(client).combo("ctrl+n", settle=2.0)
-        finally:
-            client.writer.close()
-
+    k = enclave.kiosk.kiosk
+    closed = k.watchdog.closed
+    cmd = k._browser_command()
+    cmd[-1:] = ["--new-window", k.config.app_url]
+    env = browser_env({"DISPLAY": k.display.name, "XAUTHORITY": str(k._home / "xauthority")}, k._home)
     with WindowMonitor(enclave.kiosk) as monitor:
-        asyncio.run(ctrl_n())
-    assert watchdog.closed > closed
+        subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while k.watchdog.closed == closed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+    assert k.watchdog.closed > closed
     assert any(len(shown) == 2 for _, shown in monitor.samples), "the samples missed the second window"
     enclave.clean_slate()
 

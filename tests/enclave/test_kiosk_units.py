@@ -334,3 +334,29 @@ def test_kiosk_waits_for_an_app_that_starts_late() -> None:
     with pytest.raises(KioskConfigError, match=f"127.0.0.1:{port}.*did not answer within 1 s"):
         wait_for_app(f"http://127.0.0.1:{port}/", timeout=1)
     assert time.monotonic() - started < 2.5
+
+
+def test_kiosk_takes_the_escape_shortcuts_off_the_keyboard() -> None:
+    """Findings 20 and 22 at the X server: the shortcuts are grabbed with every modifier mask they can come with."""
+    from enclave.kiosk.keyboard import KIOSK_SHORTCUTS, shortcut_masks
+    from enclave.kiosk.xlib import MODIFIER_BITS
+
+    ctrl, shift, alt = MODIFIER_BITS["Ctrl"], MODIFIER_BITS["Shift"], MODIFIER_BITS["Alt"]
+    lock, numlock = MODIFIER_BITS["Lock"], MODIFIER_BITS["Mod2"]
+    masks = shortcut_masks(("Ctrl",), ("Shift",))
+    assert ctrl in masks and ctrl | shift in masks and ctrl | shift | lock | numlock in masks
+    assert 0 not in masks and shift not in masks and all(m & ctrl for m in masks)
+
+    def taken(keysym: int, mask: int) -> bool:
+        return any(sym == keysym and mask in shortcut_masks(req, opt) for sym, req, opt in KIOSK_SHORTCUTS)
+
+    f = {n: 0xFFBE + n - 1 for n in range(1, 13)}
+    for keysym, mask in ((ord("n"), ctrl), (ord("n"), ctrl | shift), (ord("t"), ctrl), (ord("h"), ctrl | numlock),
+                         (ord("j"), ctrl), (0xFFFF, ctrl | shift), (0xFF1B, shift), (f[4], ctrl), (f[4], alt),
+                         (f[7], 0), (f[10], shift), (f[11], 0), (f[12], 0), (ord("q"), ctrl | shift),
+                         (ord("i"), ctrl | shift), (0xFF50, alt), (ord("f"), alt)):
+        assert taken(keysym, mask), (hex(keysym), mask)
+    # what the app and the watchdog need stays on the keyboard
+    for keysym, mask in ((ord("c"), ctrl), (ord("v"), ctrl), (ord("a"), ctrl), (ord("f"), ctrl), (ord("w"), ctrl),
+                         (0xFF1B, 0), (ord("n"), shift), (ord("n"), 0), (0xFF51, alt), (f[5], 0)):
+        assert not taken(keysym, mask), (hex(keysym), mask)
