@@ -250,7 +250,8 @@ def test_heuristic_chosen_by_the_configuration():
     pu = PrivacyConfiguration([PopulationUniquenessModel(0.01, 10**6, "pitman")], 1.0)
     all_suppressed = SimpleNamespace(solution=True, suppressed_records=200)
     few_suppressed = SimpleNamespace(solution=True, suppressed_records=20)
-    assert choose_heuristic(k, quality, lattice, all_suppressed, 200) == "genetic"
+    assert choose_heuristic(k, quality, lattice, all_suppressed, 200) == "topdown"
+    assert choose_heuristic(k, quality, lattice, few_suppressed, 200) == "lightning"
     assert choose_heuristic(pu, quality, lattice, all_suppressed, 200) == "topdown"
     assert choose_heuristic(pu, quality, lattice, None, 200) == "topdown"
     assert choose_heuristic(pu, quality, lattice, few_suppressed, 200) == "lightning"
