@@ -41,14 +41,20 @@ ARX_BY_ALGORITHM = {
 TOLERANCE = 1e-9   # quality at least the optimum's minus this counts as reaching it
 
 
-def run_one(policy: str, algorithm: str, seconds: float | None) -> dict:
-    """De-identify `policy` with `algorithm` under a time limit in a fresh process; the search's figures."""
+def run_one(policy: str, algorithm: str, seconds: float | None,
+            genetic_iterations: int | None | str = "policy") -> dict:
+    """De-identify `policy` with `algorithm` under a time limit in a fresh process; the search's figures.
+    `genetic_iterations` replaces the policy's genetic iteration count (None: until the time limit, as under
+    `auto`); "policy" keeps it."""
     code = f"""
 import json, sys
 from engine.deid import deidentify
 from engine.policy import load_policy
 policy = load_policy({str(EXAMPLES / (policy + '.yaml'))!r})
-policy = policy.model_copy(update={{"search": policy.search.model_copy(update={{"algorithm": {algorithm!r}}})}})
+update = {{"algorithm": {algorithm!r}}}
+if {genetic_iterations!r} != "policy":
+    update["genetic"] = policy.search.genetic.model_copy(update={{"iterations": {genetic_iterations!r}}})
+policy = policy.model_copy(update={{"search": policy.search.model_copy(update=update)}})
 result = deidentify(policy, time_limit={seconds!r} if {seconds!r} is not None else 10**9)
 search = result.search
 print(json.dumps({{"algorithm": search.algorithm, "optimal": search.optimal, "seconds": search.seconds,
@@ -69,13 +75,14 @@ def reached_at(trace: list[list[float]], quality: float) -> float | None:
     return None
 
 
-def high(algorithms: list[str], policies: list[str], limits: list[float], rows: list[dict]) -> None:
+def high(algorithms: list[str], policies: list[str], limits: list[float], rows: list[dict],
+         genetic_iterations: int | None | str = "policy") -> None:
     print(f"{'policy':<16}{'algorithm':<11}{'limit s':>8}{'quality':>9}{'at s':>8}{'checked':>9}"
           f"{'ARX best':>10}{'share':>8}{'ARX same alg':>13}")
     for policy in policies:
         for limit in limits:
             for algorithm in algorithms:
-                out = run_one(policy, algorithm, limit)
+                out = run_one(policy, algorithm, limit, genetic_iterations)
                 row = {"experiment": "high", "policy": policy, "algorithm": algorithm, "limit": limit, **out}
                 rows.append(row)
                 if "error" in out:
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--high-only", action="store_true")
     which.add_argument("--low-only", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print every run as JSON at the end")
+    parser.add_argument("--genetic-iterations", default="policy",
+                        help="the genetic algorithm's iterations in the high-dimensional runs: a number, 'none' "
+                             "(until the time limit, as when auto chooses it) or 'policy' (the policy's; default)")
     args = parser.parse_args(argv)
     from engine.search import HEURISTICS
 
@@ -135,10 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in algorithms if a not in HEURISTICS]
     if unknown:
         parser.error(f"not a heuristic: {', '.join(unknown)} (known: {', '.join(HEURISTICS)})")
+    iterations: int | None | str = args.genetic_iterations
+    if iterations == "none":
+        iterations = None
+    elif iterations != "policy":
+        try:
+            iterations = int(iterations)
+        except ValueError:
+            parser.error(f"--genetic-iterations: a number, 'none' or 'policy', got {iterations!r}")
     rows: list[dict] = []
     if not args.low_only:
         high(algorithms, [p for p in args.policies.split(",") if p],
-             [float(s) for s in args.seconds.split(",") if s], rows)
+             [float(s) for s in args.seconds.split(",") if s], rows, iterations)
     if not args.high_only:
         if not args.low_only:
             print()
