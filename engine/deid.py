@@ -159,9 +159,14 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         raise InputError(policy.source, "search.algorithm", str(exc)) from None
     if policy.search.algorithm == "auto":
         algorithm = "auto"   # validated above; the search weighs the optimal algorithm against the time limit
-    result = search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=limit,
-                    progress=progress, memory_mb=memory, check_limit=policy.search.check_limit,
-                    genetic=GeneticParameters(**policy.search.genetic.model_dump()))
+    def run_search(table: EncodedTable, quality_model, seconds: float) -> SearchResult:
+        return search(table, configuration, quality_model, algorithm=algorithm, lattice=lattice, time_limit=seconds,
+                      progress=progress, memory_mb=memory, check_limit=policy.search.check_limit,
+                      genetic=GeneticParameters(**policy.search.genetic.model_dump()))
+
+    if policy.search.recoding == "local":
+        return _deidentify_local(policy, loaded, table, configuration, run_search, limit, effective_gate, started)
+    result = run_search(table, quality_model, limit)
     if result.best is None:
         stopped = f"; the search stopped early: {result.stopped}" if result.stopped else ""
         raise NoSolutionError(
@@ -179,6 +184,33 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         risk["privacy_model_estimate"] = best.details["population_uniqueness"]
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
                       time.perf_counter() - started, loaded.frame, extra={"risk": risk, "gate": gate})
+
+
+def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
+                      run_search, limit: float, effective_gate: EffectiveGate, started: float) -> DeidResult:
+    """Local recoding (engine.local): the iterations' parts combined, re-checked and measured over the whole table;
+    `best` is the first (global) part's evaluation, the manifest's `local` block lists every part."""
+    from .gate import evaluate_gate
+    from .local import local_recoding
+
+    bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
+              for name in policy.quasi_identifiers}
+    local = local_recoding(policy, loaded.frame, loaded.hierarchies, bounds, table, configuration, run_search, limit,
+                           policy.search.local_iterations)
+    if local is None:
+        raise NoSolutionError(
+            f"{policy.source or policy.dataset}: no transformation satisfies the privacy models with at most "
+            f"{policy.suppression_limit:g} of the records suppressed (local recoding, first iteration)")
+    first = local.parts[0]
+    combined = local.combined
+    best = Evaluation(first.best.levels, combined.codes, combined.sizes, combined.suppressed,
+                      int(combined.sizes[combined.suppressed].sum()), True, first.best.loss, dict(combined.details))
+    risk, gate = evaluate_gate(effective_gate, combined.sizes[~combined.suppressed])
+    if "population_uniqueness" in combined.details:
+        risk["privacy_model_estimate"] = combined.details["population_uniqueness"]
+    return DeidResult(policy, table, first.search, best, local.released, local.record_suppressed, local.quality,
+                      local.attribute_quality, time.perf_counter() - started, loaded.frame,
+                      extra={"risk": risk, "gate": gate, "local": local.manifest()})
 
 
 def _sha256(data: bytes) -> str:
@@ -225,6 +257,11 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "files": files,
         "seconds": round(result.seconds, 6),
     }
+    if "local" in result.extra:   # local recoding: the transformation above is the first part's; every part here
+        manifest["recoding"] = "local"
+        manifest["local_recoding"] = result.extra["local"]
+    else:
+        manifest["recoding"] = "global"
     return manifest
 
 

@@ -242,6 +242,10 @@ class SearchSpec(_Strict):
     # Heuristics (lightning, topdown) also stop after this many transformations checked; null: no such limit.
     check_limit: Annotated[int, Field(ge=1, le=1 << 62)] | None = None
     genetic: GeneticSpec = Field(default_factory=GeneticSpec)   # used when algorithm is genetic
+    # local: ARX's iterative local recoding (engine.local): up to `local_iterations` searches, each on the records the
+    # previous ones suppressed, the time limit split over them; global: one transformation for every record.
+    recoding: Literal["global", "local"] = "global"
+    local_iterations: Annotated[int, Field(ge=1, le=10_000)] = 100
 
 
 class GateSpec(_Strict):

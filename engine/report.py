@@ -235,6 +235,9 @@ def attribute_distributions(result: "DeidResult") -> list[dict]:
         out_counts = np.bincount(best.codes[index][kept], weights=kept_sizes,
                                  minlength=attribute.cardinality(level)).astype(np.int64)
         out_labels = attribute.labels[level]
+        if "local" in result.extra:   # local recoding: classes are not codes of one level; count released values
+            released = result.released[attribute.name].to_numpy(dtype=object)
+            out_labels, out_counts = np.unique(released[released != SUPPRESSED_LABEL].astype(str), return_counts=True)
         distinct_out = {str(v) for v in out_labels[out_counts > 0]}
         if suppressed:
             distinct_out.add(SUPPRESSED_LABEL)
@@ -339,6 +342,14 @@ table.populations{font-size:.85rem}
 """
 
 
+def local_recoding_line(manifest: dict) -> str:
+    """Global, or local with the records each iteration's transformation released (engine.local)."""
+    if manifest.get("recoding") != "local":
+        return "global"
+    parts = manifest["local_recoding"]["iterations"]
+    return "local: " + ", ".join(f'{p["released_records"]} records by iteration {p["iteration"]}' for p in parts)
+
+
 def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence[str] = ()) -> str:
     best = result.best
     table = result.table
@@ -362,6 +373,7 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
         ["privacy models", "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in manifest["privacy"])],
         ["suppression limit", manifest["suppression_limit"]],
         ["search algorithm", manifest["algorithm"]],
+        ["recoding", local_recoding_line(manifest)],
         ["transformations checked", f'{manifest["checked_transformations"]} of {manifest["lattice_size"]}'],
         ["optimum proven", "yes" if manifest["optimal"] else "no (time limit)"],
         ["seconds", f'{manifest["seconds"]:.3f}'],
