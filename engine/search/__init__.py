@@ -14,9 +14,11 @@ Every optimal algorithm returns the same optimum under the same tie-breaking (en
 Lattices of many quasi-identifiers are beyond any optimal search, so under a time limit `auto` first estimates
 whether the optimal algorithm can finish in time (`auto_choice`: the lattice size, the share of it the optimal
 algorithm checks on the benchmark tables, and the cost of a check measured on a few transformations) and otherwise
-runs a heuristic (`choose_heuristic`): the bottom-up greedy best-first search `lightning` (engine.search.lightning)
-or the top-down one `topdown` (engine.search.topdown), Meurers et al. 2021. A heuristic returns the best solution
-found when a limit ends it, `optimal=False` unless it provably exhausted the lattice.
+runs a heuristic (`choose_heuristic`), Meurers et al. 2021: the bottom-up greedy best-first search `lightning`
+(engine.search.lightning) when the bottom nearly is a solution, the genetic algorithm `genetic`
+(engine.search.genetic, until the time limit) for k-anonymity-like configurations, the top-down search `topdown`
+(engine.search.topdown) under risk-based models. A heuristic returns the best solution found when a limit ends it,
+`optimal=False` unless it provably exhausted the lattice.
 
 Limits: a time limit and a memory bound (the class cache gets a quarter of it, and the search ends once the process
 has grown by the bound: engine.search.common.Deadline), and for the heuristics a check limit. Reaching one ends the
