@@ -79,8 +79,9 @@ def _parse_time(text: Any, what: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
-def _write_private(path: Path, data: bytes, uid: int | None) -> None:
-    """Whole or absent, mode 0600 from the first byte (the temporary file is created 0600 by mkstemp)."""
+def _write_atomic(path: Path, data: bytes, mode: int, uid: int | None = None) -> None:
+    """Whole or absent. The temporary file is created 0600 by mkstemp and gets `mode` (and owner `uid`, when run as
+    root) before the rename, so a private key is never readable by others, not even for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -88,7 +89,7 @@ def _write_private(path: Path, data: bytes, uid: int | None) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
+        os.chmod(tmp, mode)
         if uid is not None and os.geteuid() == 0:
             os.chown(tmp, uid, uid)
         os.replace(tmp, path)
@@ -122,7 +123,7 @@ class SigningKey:
         private = Ed25519PrivateKey.generate()
         pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
-        _write_private(Path(path), pem, uid)
+        _write_atomic(Path(path), pem, 0o600, uid)
         return cls(private, Path(path))
 
     @classmethod
@@ -216,18 +217,7 @@ class TrustStore:
     def save(self, path: str | Path | None = None) -> None:
         path = Path(path or self.path or "trust.json")
         document = {"format": TRUST_FORMAT, "keys": [key.as_dict() for key in self.keys]}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(document, indent=2) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_atomic(path, (json.dumps(document, indent=2) + "\n").encode("utf-8"), 0o644)
         self.path = path
 
     def trusted(self, purpose: str) -> list[TrustedKey]:
