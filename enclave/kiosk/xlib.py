@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 _lib_name = ctypes.util.find_library("X11") or "libX11.so.6"
@@ -509,19 +511,30 @@ class XConnection:
         finally:
             _xi.XFreeDeviceList(devices)
 
-    def xkb_enabled_controls(self, device: int = XKB_USE_CORE_KBD) -> int:
-        """The XKB boolean controls that are on for `device` (a mask of XKB_CONTROLS values)."""
+    @contextmanager
+    def _xkb_keyboard(self, device: int) -> Iterator:
+        """A keyboard description for `device` that the server's replies are read into, freed afterwards."""
         self.check()
         desc = _x11.XkbAllocKeyboard()
         if not desc:
             raise XError("XkbAllocKeyboard failed")
         try:
             desc.contents.device_spec = device
+            yield desc
+        finally:
+            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
+
+    def _read_compat_map(self, desc) -> XkbCompatMapRec:
+        if _x11.XkbGetCompatMap(self._dpy, XKB_ALL_COMPAT_MASK, desc) != SUCCESS or not desc.contents.compat:
+            raise XError("XkbGetCompatMap failed (no XKEYBOARD extension?)")
+        return desc.contents.compat.contents
+
+    def xkb_enabled_controls(self, device: int = XKB_USE_CORE_KBD) -> int:
+        """The XKB boolean controls that are on for `device` (a mask of XKB_CONTROLS values)."""
+        with self._xkb_keyboard(device) as desc:
             if _x11.XkbGetControls(self._dpy, XKB_ALL_CONTROLS, desc) != SUCCESS or not desc.contents.ctrls:
                 raise XError("XkbGetControls failed (no XKEYBOARD extension?)")
             return int(desc.contents.ctrls.contents.enabled_ctrls)
-        finally:
-            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
 
     def xkb_disable_controls(self, mask: int, device: int = XKB_USE_CORE_KBD) -> None:
         """Switch the XKB boolean controls in `mask` off for `device`."""
@@ -535,15 +548,8 @@ class XConnection:
         XKB_ALLOWED_ACTIONS into "no action", and have the server recompute the actions of all keys. A keysym that a
         VNC server later adds to the keymap (e.g. Terminate_Server, StickyKeys_Enable) then does nothing. Returns how
         many rules were changed."""
-        self.check()
-        desc = _x11.XkbAllocKeyboard()
-        if not desc:
-            raise XError("XkbAllocKeyboard failed")
-        try:
-            desc.contents.device_spec = device
-            if _x11.XkbGetCompatMap(self._dpy, XKB_ALL_COMPAT_MASK, desc) != SUCCESS or not desc.contents.compat:
-                raise XError("XkbGetCompatMap failed (no XKEYBOARD extension?)")
-            compat = desc.contents.compat.contents
+        with self._xkb_keyboard(device) as desc:
+            compat = self._read_compat_map(desc)
             changed = 0
             for i in range(compat.num_si):
                 action = compat.sym_interpret[i].act
@@ -555,26 +561,14 @@ class XConnection:
                 raise XError("XkbSetCompatMap failed")
             self.sync()
             return changed
-        finally:
-            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
 
     def xkb_armed_actions(self, device: int = XKB_USE_CORE_KBD) -> list[str]:
         """What could still act on the server: action types outside XKB_ALLOWED_ACTIONS in the compatibility map's
         rules (as "interpret 0xKEYSYM: 0xTYPE") and on the keys themselves (as "key action 0xTYPE")."""
-        self.check()
-        found: list[str] = []
-        desc = _x11.XkbAllocKeyboard()
-        if not desc:
-            raise XError("XkbAllocKeyboard failed")
-        try:
-            desc.contents.device_spec = device
-            if _x11.XkbGetCompatMap(self._dpy, XKB_ALL_COMPAT_MASK, desc) != SUCCESS or not desc.contents.compat:
-                raise XError("XkbGetCompatMap failed (no XKEYBOARD extension?)")
-            compat = desc.contents.compat.contents
-            found += [f"interpret 0x{compat.sym_interpret[i].sym:x}: 0x{compat.sym_interpret[i].act.type:02x}"
-                      for i in range(compat.num_si) if compat.sym_interpret[i].act.type not in XKB_ALLOWED_ACTIONS]
-        finally:
-            _x11.XkbFreeKeyboard(desc, XKB_ALL_COMPONENTS_MASK, 1)
+        with self._xkb_keyboard(device) as desc:
+            compat = self._read_compat_map(desc)
+            found = [f"interpret 0x{compat.sym_interpret[i].sym:x}: 0x{compat.sym_interpret[i].act.type:02x}"
+                     for i in range(compat.num_si) if compat.sym_interpret[i].act.type not in XKB_ALLOWED_ACTIONS]
         keymap = _x11.XkbGetMap(self._dpy, XKB_KEY_ACTIONS_MASK, device)
         if not keymap or not keymap.contents.server:
             raise XError("XkbGetMap failed (no XKEYBOARD extension?)")
