@@ -221,6 +221,17 @@ def keysyms_for_key(name: str) -> frozenset[int]:
     raise ValueError(f"unknown key name {name!r}")
 
 
+def parse_modifiers(names: list[str], where: str) -> frozenset[str]:
+    """Modifier names as written in a policy ("Ctrl", "control", "Shift", ...) to their canonical names."""
+    modifiers = set()
+    for name in names:
+        alias = MODIFIER_ALIASES.get(name.strip().lower())
+        if alias is None:
+            raise ValueError(f"unknown modifier {name!r} in {where}")
+        modifiers.add(alias)
+    return frozenset(modifiers)
+
+
 @dataclass(frozen=True)
 class Shortcut:
     """A key combination to block: every listed modifier held (others may be held too) plus the key."""
@@ -235,13 +246,7 @@ class Shortcut:
         if not parts or any(not p.strip() for p in parts):
             raise ValueError(f"bad shortcut {text!r}")
         *mods, key = parts
-        modifiers = set()
-        for mod in mods:
-            alias = MODIFIER_ALIASES.get(mod.strip().lower())
-            if alias is None:
-                raise ValueError(f"unknown modifier {mod!r} in shortcut {text!r}")
-            modifiers.add(alias)
-        return cls(text=text, modifiers=frozenset(modifiers), keysyms=keysyms_for_key(key))
+        return cls(text=text, modifiers=parse_modifiers(mods, f"shortcut {text!r}"), keysyms=keysyms_for_key(key))
 
     def matches(self, keysym: int, held: frozenset[str] | set[str]) -> bool:
         return keysym in self.keysyms and self.modifiers <= set(held)
@@ -269,13 +274,7 @@ class ClickShortcut:
         bit = CLICK_BUTTONS.get(button.strip().lower())
         if bit is None:
             raise ValueError(f"unknown button {button!r} in blocked click {text!r} (Click, MiddleClick, RightClick)")
-        modifiers = set()
-        for mod in mods:
-            alias = MODIFIER_ALIASES.get(mod.strip().lower())
-            if alias is None:
-                raise ValueError(f"unknown modifier {mod!r} in blocked click {text!r}")
-            modifiers.add(alias)
-        return cls(text=text, modifiers=frozenset(modifiers), button=bit)
+        return cls(text=text, modifiers=parse_modifiers(mods, f"blocked click {text!r}"), button=bit)
 
 
 def vnc_auth_response(password: bytes, challenge: bytes) -> bytes:
