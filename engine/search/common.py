@@ -142,6 +142,15 @@ class Deadline:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def stop_reason(self, checked: int, check_limit: int | None) -> str | None:
+        """Why a heuristic must stop now: a limit of this budget, or its own check limit reached (transformations
+        checked by the evaluator, as ARX counts them); None while it may go on."""
+        if self.passed():
+            return self.reason
+        if check_limit is not None and checked >= check_limit:
+            return f"check limit of {check_limit} transformations reached"
+        return None
+
 
 class Progress:
     """A tqdm bar over the lattice, shown only when asked for (and only on a terminal when `progress` is None)."""

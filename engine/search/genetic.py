@@ -257,10 +257,7 @@ class GeneticSearch:
     def _must_stop(self) -> bool:
         """The deadline (time, memory) or the check limit, as ARX's GA enforces both; refreshes the bar's status."""
         if self.stopped is None:
-            if self.deadline.passed():
-                self.stopped = self.deadline.reason
-            elif self.check_limit is not None and self.evaluator.checked >= self.check_limit:
-                self.stopped = f"check limit of {self.check_limit} transformations reached"
+            self.stopped = self.deadline.stop_reason(self.evaluator.checked, self.check_limit)
         self.progress.status(self.incumbent, self.deadline)
         return self.stopped is not None
 

@@ -65,10 +65,7 @@ class GreedySearch:
     def must_stop(self) -> bool:
         if self.stopped is not None:
             return True
-        if self.deadline.passed():
-            self.stopped = self.deadline.reason
-        elif self.check_limit is not None and self.evaluator.checked >= self.check_limit:
-            self.stopped = f"check limit of {self.check_limit} transformations reached"
+        self.stopped = self.deadline.stop_reason(self.evaluator.checked, self.check_limit)
         self.progress.status(self.incumbent, self.deadline)
         return self.stopped is not None
 
