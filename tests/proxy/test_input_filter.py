@@ -168,6 +168,17 @@ async def direct(port: int, body: Callable[[RfbClient], Awaitable[None]]) -> Non
         await client.close()
 
 
+async def through_proxy(tmp_path: Path, vnc_port: int, body: Callable[[RfbClient], Awaitable[None]]) -> Path:
+    """Run `body` as one client session through the proxy; the session's folder once it has ended."""
+    async with proxy(tmp_path, vnc_port) as (port, ended):
+        client = RfbClient()
+        await client.connect(port)
+        await body(client)
+        await client.close()
+        await wait_for(lambda: ended)
+        return ended[0][0]
+
+
 # --- item 20: keys held across sessions -----------------------------------------------------------------------------
 
 KEY_A = 0x61
@@ -365,16 +376,7 @@ def test_added_default_shortcuts_never_reach_x(tmp_path: Path, vnc: int, x: XInp
     assert targets <= {keysym for keysym, _ in x.presses()}
     x.events.clear()
 
-    async def run() -> Path:
-        async with proxy(tmp_path, vnc) as (port, ended):
-            client = RfbClient()
-            await client.connect(port)
-            await send(client)
-            await client.close()
-            await wait_for(lambda: ended)
-            return ended[0][0]
-
-    session_dir = asyncio.run(run())
+    session_dir = asyncio.run(through_proxy(tmp_path, vnc, send))
     assert targets.isdisjoint(keysym for keysym, _ in x.presses())
     assert [e["shortcut"] for e in events(session_dir) if e["event"] == "key_blocked"] == [
         "Ctrl+F4", "Ctrl+Shift+Q", "Shift+Escape", "F10", "F7", "F10"]
@@ -403,16 +405,7 @@ def test_clicks_with_a_modifier_never_reach_x(tmp_path: Path, vnc: int, x: XInpu
                                         (3, X_SHIFT)]
     x.events.clear()
 
-    async def run() -> Path:
-        async with proxy(tmp_path, vnc) as (port, ended):
-            client = RfbClient()
-            await client.connect(port)
-            await send(client)
-            await client.close()
-            await wait_for(lambda: ended)
-            return ended[0][0]
-
-    session_dir = asyncio.run(run())
+    session_dir = asyncio.run(through_proxy(tmp_path, vnc, send))
     assert x.clicks() == [(1, 0)]  # only the plain click
     dropped = [e for e in events(session_dir) if e["event"] == "click_dropped"]
     assert [(e["buttons"], e["shortcut"]) for e in dropped] == [
