@@ -31,9 +31,9 @@ def _trust(args: argparse.Namespace):
     """The trust store signatures are checked against: --trust, else SITE/trust.json (--site, $SAFESHARE_SITE).
     Never a file found next to the sessions: whoever can write those could put their own key there."""
     from deploy.site import default_site
-    from safeshare.signing import TrustStore
+    from safeshare.signing import TRUST_FILE, TrustStore
 
-    path = Path(args.trust) if args.trust else (Path(args.site) if args.site else default_site()) / "trust.json"
+    path = Path(args.trust) if args.trust else (Path(args.site) if args.site else default_site()) / TRUST_FILE
     return TrustStore.load(path)
 
 

@@ -31,13 +31,13 @@ from pathlib import Path
 from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
                              safeshare_argv)
 from deploy.readiness import wait_for_http_ok
+from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
 DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
 APP_TITLE = "safeshare"  # every page of the analytics app has a title starting with this (the kiosk checks it)
 STATE_FILE = "up.json"
-TRUST_FILE = "trust.json"  # HOME/trust.json, as a site's SITE/trust.json
 READY_TIMEOUT = 60.0
 
 
@@ -126,7 +126,6 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 
 
-GATEWAY_KEY = Path("secrets") / "gateway" / "signing.key"  # HOME/secrets/gateway/signing.key, as at a site
 
 
 def release_ref(bundle: Path) -> str:
@@ -206,11 +205,9 @@ class LocalEnclave:
 
         self.say(f"[5/5] gateway on {cfg.gateway_listen}")
         gateway_key = home / GATEWAY_KEY  # signs every session's seal; trusted in HOME/trust.json (first use)
-        from safeshare.signing import ensure_key
-
         gateway_key.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(gateway_key.parent, 0o700)
-        ensure_key(gateway_key, home / "trust.json", "gateway", comment="gateway key of `safeshare up`")
+        ensure_key(gateway_key, home / TRUST_FILE, "gateway", comment="gateway key of `safeshare up`")
         gateway = self._spawn("gateway", safeshare_argv(
             "gateway", "--listen", cfg.gateway_listen, "--sessions", str(home / "sessions"), "--db", cfg.db,
             "--signing-key", str(gateway_key),

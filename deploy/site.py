@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safeshare.signing import KeyFileError, SigningKey, ensure_key
+from safeshare.signing import GATEWAY_KEY, KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SigningKey, ensure_key
 
 DEFAULT_SITE = Path("/var/lib/safeshare")
 SITE_ENV = "SAFESHARE_SITE"
@@ -161,22 +161,22 @@ class Site:
     @property
     def keys(self) -> Path:
         """The custodian's private keys (0700, the custodian's user): never mounted into any container."""
-        return self.root / "keys"
+        return self.root / KEYS_DIR
 
     @property
     def release_signing_key(self) -> Path:
         """Signs release seals (`safeshare release`); 0600, the custodian's user."""
-        return self.keys / "release-signing.key"
+        return self.root / RELEASE_KEY
 
     @property
     def gateway_signing_key(self) -> Path:
         """Signs session seals; 0600, owned by the gateway's uid (SITE/secrets is mounted into the gateway)."""
-        return self.secrets / "gateway" / "signing.key"
+        return self.root / GATEWAY_KEY
 
     @property
     def trust_file(self) -> Path:
         """The public keys the site trusts per purpose (0644, written by the custodian; read-only in containers)."""
-        return self.root / "trust.json"
+        return self.root / TRUST_FILE
 
     @property
     def site_id(self) -> str:

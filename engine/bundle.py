@@ -25,16 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from safeshare.signing import (KeyFileError, SignatureError, SigningKey, TrustedKey, TrustStore, canonical,
-                               ensure_key)
+from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
+                               TrustedKey, TrustStore, canonical, ensure_key)
 
 SEAL = "seal.json"
 MANIFEST = "manifest.json"
 SEAL_FORMAT = "safeshare-seal/2"  # /1 was an unsigned hash; it no longer verifies
 PURPOSE = "release"
-KEYS_DIR = "keys"  # SITE/keys, as deploy.site.Site.keys
-RELEASE_KEY = "release-signing.key"  # SITE/keys/release-signing.key, as Site.release_signing_key
-TRUST_FILE = "trust.json"  # SITE/trust.json, as Site.trust_file
 
 
 class BundleError(RuntimeError):
@@ -47,7 +44,7 @@ def site_of_releases(releases: str | Path) -> Path:
 
 
 def default_signing_key(releases: str | Path) -> Path:
-    return site_of_releases(releases) / KEYS_DIR / RELEASE_KEY
+    return site_of_releases(releases) / RELEASE_KEY
 
 
 def default_trust(releases: str | Path) -> Path:
@@ -71,7 +68,7 @@ def site_release_key(releases: str | Path, trust: str | Path | None = None, uid:
             os.chmod(keys, 0o700)
     except OSError as exc:
         raise KeyFileError(f"{keys}: cannot make the keys folder private: {exc.strerror or exc}") from None
-    return ensure_key(keys / RELEASE_KEY, trust or site / TRUST_FILE, PURPOSE, uid, comment="release key of the site")
+    return ensure_key(site / RELEASE_KEY, trust or site / TRUST_FILE, PURPOSE, uid, comment="release key of the site")
 
 
 def _trust_store(trust: TrustStore | str | Path) -> TrustStore:
