@@ -28,13 +28,19 @@ ARX may report NaN where this port finds a root, or a root from a different star
 
 Sums over class sizes run in the order of ARX's loops (``np.cumsum``); the long sums over 1..u and 1..n use numpy's
 pairwise summation, which differs from Java's left-to-right loop only in the last bits (see `PitmanSystem._last`).
+
+With numba installed (extra `fast`), `arx_pitman_fit` runs the same solve-and-verify compiled
+(engine.risk.pitman_kernel): the closed-form path bit for bit, the finite sums added left to right as in ARX. This
+module stays the reference and the fallback.
 """
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
+from . import pitman_kernel
 from .histogram import SizeHistogram
 
 ACCURACY = 1e-6
@@ -248,10 +254,23 @@ class PitmanSystem:
         max_key = int(self.keys.max()) if self.keys.size else 1
         self._j = np.arange(1.0, float(max_key))              # j = 1 .. max key - 1
         self._idx = self.keys - 2                             # prefix index of sum_{j=1}^{key-1}
-        self._i_u = np.arange(1.0, self.u) if self.u > 1 else np.zeros(0)   # i = 1 .. u - 1 (i < u)
-        self._i_n = np.arange(1.0, self.n) if self.n > 1 else np.zeros(0)   # i = 1 .. n - 1 (i < n)
-        self._bu = np.empty((4, self._i_u.size))             # scratch buffers for the O(u) and O(n) sums
-        self._bn = np.empty((3, self._i_n.size))
+
+    # The O(u) and O(n) index arrays and scratch buffers, made on first use (the compiled path never needs them).
+    @cached_property
+    def _i_u(self) -> np.ndarray:
+        return np.arange(1.0, self.u) if self.u > 1 else np.zeros(0)   # i = 1 .. u - 1 (i < u)
+
+    @cached_property
+    def _i_n(self) -> np.ndarray:
+        return np.arange(1.0, self.n) if self.n > 1 else np.zeros(0)   # i = 1 .. n - 1 (i < n)
+
+    @cached_property
+    def _bu(self) -> np.ndarray:
+        return np.empty((4, self._i_u.size))
+
+    @cached_property
+    def _bn(self) -> np.ndarray:
+        return np.empty((3, self._i_n.size))
 
     # closed form ------------------------------------------------------------------------------------------------
     def closed(self, t: float, a: float) -> tuple[float, float, float, float, float, float]:
@@ -404,6 +423,25 @@ def newton_raphson_2d(master, start: tuple[float, float], start_values=START_VAL
     return _NAN, _NAN, None, total
 
 
+def _fit_python(system: PitmanSystem, start: tuple[float, float], solve: dict):
+    """ModelPitman's solve-and-verify on the Python path (see `arx_pitman_fit`)."""
+    t, a, found, evaluations = newton_raphson_2d(system.closed, start, **solve)
+    method = "closed-form"
+    verified = None
+    if t != t or a != a:
+        t, a, found, more = newton_raphson_2d(system.iterative, start, **solve)
+        evaluations += more
+        method = "finite-sums"
+    else:
+        g1, g2 = system.objective(t, a)
+        verified = (g1, g2)
+        if g1 != g1 or g2 != g2 or abs(g1) > solve["accuracy"] or abs(g2) > solve["accuracy"]:
+            t, a, found, more = newton_raphson_2d(system.iterative, start, **solve)
+            evaluations += more
+            method = "finite-sums"
+    return t, a, found, evaluations, method, verified
+
+
 # -- ModelPitman ------------------------------------------------------------------------------------------------------
 def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy: float = ACCURACY,
                    iterations_per_try: int = ITERATIONS_PER_TRY, start_values=START_VALUES) -> tuple[float, dict]:
@@ -412,20 +450,11 @@ def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy
     t0, a0 = hoshino_start(histogram)
     solve = dict(start_values=start_values, accuracy=accuracy, iterations_per_try=iterations_per_try)
 
-    t, a, start, evaluations = newton_raphson_2d(system.closed, (t0, a0), **solve)
-    method = "closed-form"
-    verified = None
-    if t != t or a != a:
-        t, a, start, more = newton_raphson_2d(system.iterative, (t0, a0), **solve)
-        evaluations += more
-        method = "finite-sums"
+    if pitman_kernel.available():   # the same computation, compiled (finite sums added left to right, as ARX does)
+        t, a, start, evaluations, method, verified = pitman_kernel.fit(
+            (t0, a0), system.u, system.n, system.keys_f, system.values, **solve)
     else:
-        g1, g2 = system.objective(t, a)
-        verified = (g1, g2)
-        if g1 != g1 or g2 != g2 or abs(g1) > accuracy or abs(g2) > accuracy:
-            t, a, start, more = newton_raphson_2d(system.iterative, (t0, a0), **solve)
-            evaluations += more
-            method = "finite-sums"
+        t, a, start, evaluations, method, verified = _fit_python(system, (t0, a0), solve)
     uniques = arx_result(t, a, population_size)
     solved = t == t and a == a
     params = {
