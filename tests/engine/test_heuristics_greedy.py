@@ -150,11 +150,15 @@ def wide(records: int = 200, width: int = 40, seed: int = 5):
     return encode_table(frame, {name: Hierarchy(labels, name=name) for name in frame.columns})
 
 
-@pytest.mark.parametrize("algorithm", GREEDY)
+@pytest.mark.parametrize("algorithm", GREEDY + ("genetic",))
 def test_time_limit_is_respected_within_ten_percent(algorithm):
+    """Every heuristic, the genetic algorithm with no iteration count (as `auto` runs it), ends within 10 % after
+    its time limit."""
+    from engine.search.genetic import GeneticParameters
+
     encoded = wide()
     result = search(encoded, [KAnonymity(3)], make_quality_model("loss", encoded), 1.0, algorithm=algorithm,
-                    time_limit=2.0)
+                    time_limit=2.0, genetic=GeneticParameters(iterations=None))
     assert not result.optimal and result.stopped == "time limit of 2 s reached"
     assert 2.0 <= result.seconds <= 2.2
     assert result.best is not None and result.best.solution
