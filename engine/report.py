@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import RISK_EDGES, prosecutor_profile
-from .svgcharts import Series, bar_chart, esc as _esc, grouped_bar_chart, number, percent
+from .svgcharts import Series, bar_chart, esc as _esc, grouped_bar_chart, number, percent, step_chart
 
 if TYPE_CHECKING:
     from .deid import DeidResult
@@ -342,6 +342,26 @@ table.populations{font-size:.85rem}
 """
 
 
+def search_section(manifest: dict) -> str:
+    """How the search went: the best quality found over time (Meurers et al. 2021, Fig. 7), and why it ended.
+
+    A heuristic's curve shows whether more time would likely have helped (still rising at the end) or not (flat
+    long before); for a proven optimum it shows how soon the optimum was found."""
+    points = [(float(s), float(q)) for s, q in manifest.get("quality_over_time") or []]
+    if not points:
+        return ""
+    stopped = manifest.get("search_stopped")
+    limit = (manifest.get("search_limits") or {}).get("time_limit_seconds")
+    ending = ("optimum proven" if manifest.get("optimal") else
+              f"stopped: {stopped}" if stopped else "best solution found, optimum not proven")
+    chart = step_chart(points, "Best quality found during the search", "seconds", "quality",
+                       end=float(manifest.get("seconds") or points[-1][0]))
+    rows = [["algorithm", manifest.get("algorithm")], ["time limit", "none" if limit is None else f"{limit:g} s"],
+            ["outcome", ending], ["improvements", len(points)],
+            ["last improvement", f"{points[-1][0]:.3f} s, quality {points[-1][1]:.6f}"]]
+    return f"<h2>Search</h2>{_table(None, rows)}<figure>{chart}</figure>"
+
+
 def local_recoding_line(manifest: dict) -> str:
     """Global, or local with the records each iteration's transformation released (engine.local)."""
     if manifest.get("recoding") != "local":
@@ -398,6 +418,7 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
 <h2>Quality (1 = original data)</h2>{_table(["model", "quality", "optimized"], quality_rows)}
 <h2>Quality per attribute</h2>{_table(["attribute"] + models, attribute_rows)}
 <h2>Equivalence classes</h2>{chart}
+{search_section(manifest)}
 {distributions_section(result)}
 {"".join(extra_sections)}
 </body></html>

@@ -184,3 +184,52 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, value_
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle" font-size="11">'
                  f'{esc(value_label)}</text></svg>')
     return "".join(parts)
+
+
+def step_chart(points: Sequence[tuple[float, float]], title: str, x_label: str, y_label: str, *, end: float | None = None,
+               width: int = 640, height: int = 240, color: str = "#2f6aa8") -> str:
+    """A rising step line through (x, y) points sorted by x: the best value so far, held until the next improvement
+    and, with `end`, until that x (the end of the run). The y axis spans the values found (a search's first
+    solutions are often far below its last, and the last improvements are what a reader wants to see)."""
+    left, bottom, top = 56, 44, 28
+    plot_w, plot_h = width - left - 16, height - bottom - top
+    xs = [float(x) for x, _ in points]
+    ys = [float(y) for _, y in points]
+    x_max = max([end or 0.0] + xs + [1e-9])
+    y_low, y_high = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    if y_high - y_low < 1e-12:
+        y_low, y_high = y_low - 0.5 * max(abs(y_low), 1e-3), y_high + 0.5 * max(abs(y_high), 1e-3)
+
+    def px(x: float) -> float:
+        return left + plot_w * (x / x_max)
+
+    def py(y: float) -> float:
+        return top + plot_h * (1 - (y - y_low) / (y_high - y_low))
+
+    parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+             f'aria-label="{esc(title)}" style="{FONT}">',
+             f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="13">{esc(title)}</text>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#444"/>']
+    for value in (y_low, (y_low + y_high) / 2, y_high):
+        parts.append(f'<text x="{left - 6}" y="{py(value) + 4:.1f}" text-anchor="end" font-size="10">'
+                     f'{esc(f"{value:.4g}")}</text>')
+    for value in (0.0, x_max / 2, x_max):
+        parts.append(f'<text x="{px(value):.1f}" y="{top + plot_h + 14}" text-anchor="middle" font-size="10">'
+                     f'{esc(f"{value:.3g}")}</text>')
+    if points:
+        path = [f"M{px(xs[0]):.1f},{py(ys[0]):.1f}"]
+        for x, y in zip(xs[1:], ys[1:]):
+            path.append(f"H{px(x):.1f}V{py(y):.1f}")
+        if end is not None and end > xs[-1]:
+            path.append(f"H{px(end):.1f}")
+        parts.append(f'<path d="{"".join(path)}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y in zip(xs, ys):
+            parts.append(f'<circle class="improvement" data-x="{number(x)}" data-value="{number(y)}" cx="{px(x):.1f}" '
+                         f'cy="{py(y):.1f}" r="3" fill="{color}"><title>{esc(f"{x:.3g}")}: '
+                         f'{esc(f"{y:.6g}")}</title></circle>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle" font-size="11">'
+                 f'{esc(x_label)}</text>')
+    parts.append(f'<text x="12" y="{top + plot_h / 2}" text-anchor="middle" font-size="11" '
+                 f'transform="rotate(-90 12 {top + plot_h / 2})">{esc(y_label)}</text></svg>')
+    return "".join(parts)

@@ -19,7 +19,7 @@ from engine.analysis import prosecutor_profile
 from engine.deid import build_manifest, deidentify, write_release
 from engine.report import TOP_VALUES, render_report
 from engine.risk import population_uniqueness
-from engine.svgcharts import nice_ceiling, percent
+from engine.svgcharts import nice_ceiling, percent, step_chart
 from safeshare.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
@@ -276,7 +276,7 @@ def test_synthetic_release_has_generalization_and_suppression(tiny):
 def test_synthetic_report_is_self_contained_and_balanced(tiny):
     check_self_contained(tiny["html"])
     root = parse(tiny["html"])
-    assert len(list(root.iter("svg"))) == 2
+    assert len(list(root.iter("svg"))) == 3   # class sizes, risk profile, search progress
 
 
 def test_synthetic_report_escapes_user_values(tiny):
@@ -351,6 +351,29 @@ def test_report_without_suppression_or_sample_uniques(tmp_path):
     assert not list(root.iter("tr", **{"class": "suppressed"}))
     for row in root.find("table", **{"class": "populations"}).iter("td", data_field="after-pu_su_ratio"):
         assert float(row.attrs["data-value"]) == 0.0
+
+
+def test_search_section_draws_the_manifest_quality_over_time(tiny):
+    """Every improvement the search recorded is a point of the curve, with its exact second and quality."""
+    manifest = tiny["manifest"]
+    trace = manifest["quality_over_time"]
+    assert trace and trace[-1][1] == pytest.approx(manifest["quality"][manifest["optimized_for"]])
+    points = list(parse(tiny["html"]).iter("circle", **{"class": "improvement"}))
+    assert [(float(c.attrs["data-x"]), float(c.attrs["data-value"])) for c in points] == \
+        [(float(s), float(q)) for s, q in trace]
+    assert "Best quality found during the search" in tiny["html"] and "optimum proven" in tiny["html"]
+
+
+def test_step_chart_holds_each_value_until_the_next_and_the_end():
+    svg = step_chart([(0.5, 0.2), (2.0, 0.6)], "t", "seconds", "quality", end=4.0)
+    path = parse(svg).find("path").attrs["d"]
+    # Start at (0.5, lowest), flat to x=2 then up to the highest value, flat to the end (x axis 0..4).
+    moves = path.replace("M", " M").replace("H", " H").replace("V", " V").split()
+    assert [m[0] for m in moves] == ["M", "H", "V", "H"]
+    x0, x_end = float(moves[0][1:].split(",")[0]), float(moves[3][1:])
+    assert x_end > float(moves[1][1:]) > x0
+    assert float(moves[2][1:]) < float(moves[0].split(",")[1])   # higher quality is drawn higher (smaller y)
+    assert step_chart([], "t", "x", "y").startswith("<svg")
 
 
 def test_nice_ceiling():
