@@ -110,7 +110,8 @@ def low(algorithms: list[str], policies: list[str], limit: float, rows: list[dic
         print(f"{policy:<18}{optimal['algorithm']:<11}{optimum:>9.4f}{'-':>14}{optimal['seconds']:>18.2f}"
               f"{optimal['checked']:>9}", flush=True)
         for algorithm in algorithms:
-            out = run_one(policy, algorithm, limit)
+            # As ARX's experiment 1 (gaIterations = Integer.MAX_VALUE): the GA runs until the limit or the optimum.
+            out = run_one(policy, algorithm, limit, genetic_iterations=None)
             row = {"experiment": "low", "policy": policy, "algorithm": algorithm, "limit": limit,
                    "optimum": optimum, **out}
             rows.append(row)
