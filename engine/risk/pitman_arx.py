@@ -40,7 +40,7 @@ from functools import cached_property
 
 import numpy as np
 
-from . import pitman_kernel
+from . import arx_gamma, pitman_kernel
 from .histogram import SizeHistogram
 
 ACCURACY = 1e-6
@@ -67,68 +67,14 @@ def _default_start_values() -> tuple[tuple[float, float], ...]:
 START_VALUES = _default_start_values()
 
 
-# -- IEEE-754 helpers (Python raises where Java returns inf/NaN) ------------------------------------------------------
-def _div(x: float, y: float) -> float:
-    if y == 0.0:
-        if x == 0.0 or x != x:
-            return _NAN
-        return math.copysign(_INF, x) * math.copysign(1.0, y)
-    return x / y
-
-
-# -- Gamma.java ------------------------------------------------------------------------------------------------------
-_DIGAMMA_1 = -0.57721566490153286060651209008240243104215933593992
-_TRIGAMMA_1 = math.pi * math.pi / 6.0
-_TETRAGAMMA_1 = -2.0 * 1.202056903159594285399738161511449990764986292
-_S3, _S4, _S5, _S6, _S7 = 1.0 / 12.0, 1.0 / 120.0, 1.0 / 252.0, 1.0 / 240.0, 1.0 / 132.0
-_B2, _B4, _B6, _B8, _B10 = 1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0, 5.0 / 66.0
-_LARGE_DIGAMMA = 12.0
-_LARGE_TRIGAMMA = 8.0
-_SMALL_DIGAMMA = 1e-6
-_SMALL_TRIGAMMA = 1e-4
-
-
-def arx_digamma(x: float) -> float:
-    """ARX's Gamma.digamma (Minka's lightspeed port)."""
-    if x != x or x in (_INF, -_INF):
-        return _NAN
-    if x == 0.0:
-        return -_INF
-    if x < 0.0:
-        t = math.tan(-math.pi * x)
-        return arx_digamma(1.0 - x) + _div(math.pi, t)
-    if x <= _SMALL_DIGAMMA:
-        return (_DIGAMMA_1 - 1.0 / x) + _TRIGAMMA_1 * x
-    result = 0.0
-    while x < _LARGE_DIGAMMA:
-        result -= 1.0 / x
-        x += 1.0
-    r = 1.0 / x
-    result += math.log(x) - 0.5 * r
-    r *= r
-    result -= r * (_S3 - r * (_S4 - r * (_S5 - r * (_S6 - r * _S7))))
-    return result
-
-
-def arx_trigamma(x: float) -> float:
-    """ARX's Gamma.trigamma, with its bug: the asymptotic tail is only added when the reduced x is >= 12."""
-    if x != x or x in (_INF, -_INF):
-        return _NAN
-    if x == 0.0:
-        return -_INF
-    if x < 0.0:
-        r = _div(math.pi, math.sin(-math.pi * x))
-        return -arx_trigamma(1.0 - x) + r * r
-    if x <= _SMALL_TRIGAMMA:
-        return _div(1.0, x * x) + _TRIGAMMA_1 + _TETRAGAMMA_1 * x
-    result = 0.0
-    while x < _LARGE_TRIGAMMA:
-        result += 1.0 / (x * x)
-        x += 1.0
-    if x >= _LARGE_DIGAMMA:
-        r = 1.0 / (x * x)
-        result += 0.5 * r + (1.0 + r * (_B2 + r * (_B4 + r * (_B6 + r * (_B8 + r * _B10))))) / x
-    return result
+# -- Gamma.java (engine.risk.arx_gamma, shared with the compiled path) -------------------------------------------------
+_div = arx_gamma.div
+arx_digamma = arx_gamma.digamma
+arx_trigamma = arx_gamma.trigamma
+_S3, _S4, _S5, _S6, _S7 = arx_gamma.S3, arx_gamma.S4, arx_gamma.S5, arx_gamma.S6, arx_gamma.S7
+_B2, _B4, _B6, _B8, _B10 = arx_gamma.B2, arx_gamma.B4, arx_gamma.B6, arx_gamma.B8, arx_gamma.B10
+_LARGE_DIGAMMA, _LARGE_TRIGAMMA = arx_gamma.LARGE_DIGAMMA, arx_gamma.LARGE_TRIGAMMA
+_SMALL_DIGAMMA, _SMALL_TRIGAMMA = arx_gamma.SMALL_DIGAMMA, arx_gamma.SMALL_TRIGAMMA
 
 
 def _shifted(x: np.ndarray, steps: int) -> np.ndarray:

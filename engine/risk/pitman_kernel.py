@@ -6,7 +6,7 @@ each. In Python each step costs about 0.3 ms (digamma and trigamma over every di
 MACH2019 three quarters of a check went into the solver. Compiled, a step costs microseconds.
 
 The compiled code is the same computation as `engine.risk.pitman_arx` (ARX's `ModelPitman.getMasterFunctionClosed`,
-`Gamma.digamma/trigamma` with ARX's trigamma bug, `NewtonRaphson2D._solve`): the same IEEE operations in the same
+`Gamma.digamma/trigamma` with ARX's trigamma bug from `engine.risk.arx_gamma`, `NewtonRaphson2D._solve`): the same IEEE operations in the same
 order, one class size after the other as ARX's loop does, so the root and the try that finds it are the same; tests
 compare the two paths. Without numba (the optional `fast` extra) `available()` is False and the caller uses the
 Python path. numba runs without `fastmath` and with numpy's error model, so a division by zero gives inf or NaN as
@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from . import arx_gamma
+
 try:   # optional: `pip install safeshare[fast]`
     if os.environ.get("SAFESHARE_NO_NUMBA"):
         raise ImportError("disabled by SAFESHARE_NO_NUMBA")
@@ -26,71 +28,14 @@ try:   # optional: `pip install safeshare[fast]`
 except ImportError:   # pragma: no cover - depends on the installation
     numba = None
 
-_DIGAMMA_1 = -0.57721566490153286060651209008240243104215933593992
-_TRIGAMMA_1 = math.pi * math.pi / 6.0
-_TETRAGAMMA_1 = -2.0 * 1.202056903159594285399738161511449990764986292
-_S3, _S4, _S5, _S6, _S7 = 1.0 / 12.0, 1.0 / 120.0, 1.0 / 252.0, 1.0 / 240.0, 1.0 / 132.0
-_B2, _B4, _B6, _B8, _B10 = 1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0, 5.0 / 66.0
-_LARGE_DIGAMMA = 12.0
-_LARGE_TRIGAMMA = 8.0
-_SMALL_DIGAMMA = 1e-6
-_SMALL_TRIGAMMA = 1e-4
-_INF = math.inf
 
 
 def available() -> bool:
     return numba is not None
 
 
-def _digamma_positive(x: float) -> float:
-    if x <= _SMALL_DIGAMMA:
-        return (_DIGAMMA_1 - 1.0 / x) + _TRIGAMMA_1 * x
-    result = 0.0
-    while x < _LARGE_DIGAMMA:
-        result -= 1.0 / x
-        x += 1.0
-    r = 1.0 / x
-    result += math.log(x) - 0.5 * r
-    r *= r
-    result -= r * (_S3 - r * (_S4 - r * (_S5 - r * (_S6 - r * _S7))))
-    return result
-
-
-def _digamma(x: float) -> float:
-    """pitman_arx.arx_digamma."""
-    if x != x or x == _INF or x == -_INF:
-        return math.nan
-    if x == 0.0:
-        return -_INF
-    if x < 0.0:
-        t = math.tan(-math.pi * x)
-        return _digamma_positive(1.0 - x) + math.pi / t
-    return _digamma_positive(x)
-
-
-def _trigamma_positive(x: float) -> float:
-    if x <= _SMALL_TRIGAMMA:
-        return 1.0 / (x * x) + _TRIGAMMA_1 + _TETRAGAMMA_1 * x
-    result = 0.0
-    while x < _LARGE_TRIGAMMA:
-        result += 1.0 / (x * x)
-        x += 1.0
-    if x >= _LARGE_DIGAMMA:
-        r = 1.0 / (x * x)
-        result += 0.5 * r + (1.0 + r * (_B2 + r * (_B4 + r * (_B6 + r * (_B8 + r * _B10))))) / x
-    return result
-
-
-def _trigamma(x: float) -> float:
-    """pitman_arx.arx_trigamma, bug included."""
-    if x != x or x == _INF or x == -_INF:
-        return math.nan
-    if x == 0.0:
-        return -_INF
-    if x < 0.0:
-        r = math.pi / math.sin(-math.pi * x)
-        return -_trigamma_positive(1.0 - x) + r * r
-    return _trigamma_positive(x)
+_digamma = arx_gamma.digamma     # registered as compilable when numba is present
+_trigamma = arx_gamma.trigamma
 
 
 def _closed(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
@@ -245,10 +190,6 @@ def _fit(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.
 
 if numba is not None:
     _jit = numba.njit(cache=True, error_model="numpy", nogil=True)
-    _digamma_positive = _jit(_digamma_positive)
-    _digamma = _jit(_digamma)
-    _trigamma_positive = _jit(_trigamma_positive)
-    _trigamma = _jit(_trigamma)
     _closed = _jit(_closed)
     _finite = _jit(_finite)
     _solve = _jit(_solve)
