@@ -140,8 +140,17 @@ class ClassCache:
     def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.table = table
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
-        bottom = tuple(0 for _ in table.attributes)
-        codes, sizes, _ = table.base_classes()
+        # Sensitive attributes ride along as rows that never generalize (engine.distributions projects them away).
+        self.sensitive = tuple(getattr(table, "sensitive", ()))
+        self.cards += [[s.cardinality] for s in self.sensitive]
+        self.attributes = len(table.attributes)
+        self._tail = tuple(0 for _ in self.sensitive)
+        bottom = tuple(0 for _ in self.cards)
+        if self.sensitive:
+            rows = np.stack([a.records for a in table.attributes] + [s.records for s in self.sensitive])
+            codes, sizes, _ = group(rows, np.ones(table.n, dtype=np.int64), [c[0] for c in self.cards])
+        else:
+            codes, sizes, _ = table.base_classes()
         # A fixed mixed radix over the level-0 cardinalities, when it fits in int64, lets a roll-up touch only the
         # attributes that change (roll_up_keyed); otherwise keys are rebuilt per roll-up (roll_up).
         places, span = [], 1
@@ -156,6 +165,7 @@ class ClassCache:
         self.nbytes = 0
         self.peak_nbytes = 0
         self.budget = int(budget_bytes)
+        self._last_view: tuple[tuple[int, ...], object] | None = None
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
         key = (attribute, source, target)
@@ -164,6 +174,31 @@ class ClassCache:
         return self._maps[key]
 
     def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The quasi-identifier classes of `node`: codes (attributes, classes) and sizes, in order of first
+        appearance in the input."""
+        if not self.sensitive:
+            return self._joint(node, hint)
+        view = self.view(node, hint)
+        return view.codes, view.sizes
+
+    def view(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None):
+        """The classes of `node` with their sensitive-value distributions (engine.distributions.ClassView)."""
+        from .distributions import project
+
+        if self._last_view is not None and self._last_view[0] == node:
+            return self._last_view[1]
+        codes, sizes = self._joint(node, hint)
+        cards = [self.cards[i][lv] for i, lv in enumerate(node)]
+        view = project(codes, sizes, self.attributes, cards, self.sensitive)
+        population = getattr(self.table, "population", None)
+        if population is not None:
+            view.population = lambda v, levels=tuple(node): population.counts_for(levels, v)
+        self._last_view = (node, view)
+        return view
+
+    def _joint(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        node = node + self._tail
+        hint = None if hint is None else hint + self._tail
         cached = self._cache.get(node)
         if cached is not None:
             self._cache.move_to_end(node)

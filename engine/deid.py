@@ -63,9 +63,30 @@ class DeidResult:
         return {a.name: int(level) for a, level in zip(self.table.attributes, self.best.levels)}
 
 
-def privacy_configuration(policy: DatasetPolicy) -> PrivacyConfiguration:
-    """The policy's privacy models (built through engine.privacy's registry) with its suppression limit."""
-    return PrivacyConfiguration(build_models(policy), policy.suppression_limit)
+def privacy_configuration(policy: DatasetPolicy, records: int | None = None) -> PrivacyConfiguration:
+    """The policy's privacy models (built through engine.privacy's registry) with its suppression limit; `records`
+    is the size of the table de-identified (k-map's estimators need it)."""
+    return PrivacyConfiguration(build_models(policy, {"records": records}), policy.suppression_limit)
+
+
+def encode_policy_table(policy: DatasetPolicy, loaded) -> tuple[EncodedTable, "LoadedInput", dict]:
+    """Encode the table the search works on. With a research subset (engine.subset) that is the subset: the input
+    is the population, counted per class through the table's `population`; the loaded input is narrowed to the
+    subset, which is what is released. Returns the table, the (narrowed) input and what the manifest records."""
+    from dataclasses import replace
+
+    from .subset import PopulationTable, resolve_subset
+
+    bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
+              for name in policy.quasi_identifiers}
+    mask = resolve_subset(policy, loaded.frame)
+    if mask is None:
+        return encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds, loaded.sensitive), loaded, {}
+    population = loaded.frame
+    sample = replace(loaded, frame=population[mask].reset_index(drop=True))
+    table = encode_table(sample.frame, loaded.hierarchies, policy.source, bounds, loaded.sensitive)
+    table = replace(table, population=PopulationTable(table, population, loaded.hierarchies))
+    return table, sample, {"records": int(mask.sum()), "population_records": int(mask.size)}
 
 
 def quality_under_all_models(table: EncodedTable, best: Evaluation, aggregation: str, gs_factor: float
@@ -143,11 +164,9 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
     site_gate = site if isinstance(site, SiteGateSource) else load_site_gate(site_folder(site))
     effective_gate = combine(policy.gate, site_gate, policy.source)
     loaded = load_input(policy)
+    table, loaded, subset = encode_policy_table(policy, loaded)
     check_populations(policy, effective_gate, int(loaded.frame.shape[0]))
-    bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
-              for name in policy.quasi_identifiers}
-    table = encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds)
-    configuration = privacy_configuration(policy)
+    configuration = privacy_configuration(policy, table.n)
     quality_model = make_quality_model(policy.quality.model, table, policy.quality.aggregation,
                                        policy.quality.gs_factor)
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
@@ -179,11 +198,31 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                                                       policy.quality.gs_factor)
     from .gate import evaluate_gate
 
-    risk, gate = evaluate_gate(effective_gate, best.sizes[~best.suppressed])
+    risk, gate = evaluate_gate(effective_gate, best.sizes[~best.suppressed],
+                               required=required_models(policy, table, best))
     if "population_uniqueness" in best.details:
         risk["privacy_model_estimate"] = best.details["population_uniqueness"]
+    extra = {"risk": risk, "gate": gate}
+    if subset:
+        extra["research_subset"] = subset
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
-                      time.perf_counter() - started, loaded.frame, extra={"risk": risk, "gate": gate})
+                      time.perf_counter() - started, loaded.frame, extra=extra)
+
+
+def required_models(policy: DatasetPolicy, table: EncodedTable, best: Evaluation) -> tuple | None:
+    """(models, view, kept) for the gate's `require:` list: the models built like the search's, and the released
+    transformation's classes as the models see them (engine.gate.check_required)."""
+    if policy.gate is None or not policy.gate.require:
+        return None
+    from .classes import ClassCache
+    from .privacy import build_model
+
+    models = [build_model(spec, policy.source, index, {"records": table.n})
+              for index, spec in enumerate(policy.gate.require)]
+    view = ClassCache(table, budget_bytes=0).view(best.levels)
+    if view.class_count != best.sizes.size or not np.array_equal(view.sizes, best.sizes):
+        raise RuntimeError("internal error: the released classes differ from the search's")
+    return models, view, ~best.suppressed
 
 
 def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
@@ -257,6 +296,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "files": files,
         "seconds": round(result.seconds, 6),
     }
+    if "research_subset" in result.extra:   # the input is the population; the subset is released
+        manifest["research_subset"] = result.extra["research_subset"]
     if "local" in result.extra:   # local recoding: the transformation above is the first part's; every part here
         manifest["recoding"] = "local"
         manifest["local_recoding"] = result.extra["local"]

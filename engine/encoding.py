@@ -82,10 +82,16 @@ def encode_attribute(name: str, column: np.ndarray, hierarchy: Hierarchy, source
 
 @dataclass(frozen=True)
 class EncodedTable:
-    """The quasi-identifiers of one table, encoded; `n` records, attributes in policy order."""
+    """The quasi-identifiers of one table, encoded; `n` records, attributes in policy order. `sensitive` holds the
+    sensitive attributes a privacy model names (engine.sensitive), in policy order."""
 
     attributes: list[EncodedAttribute]
     n: int
+    sensitive: tuple = ()
+    population: object = None   # engine.subset.PopulationTable when a research subset is declared
+
+    def sensitive_attribute(self, name: str):
+        return next(s for s in self.sensitive if s.name == name)
 
     @property
     def names(self) -> list[str]:
@@ -104,10 +110,16 @@ class EncodedTable:
 
 
 def encode_table(frame: pd.DataFrame, hierarchies: dict[str, Hierarchy], source: str | None = None,
-                 level_bounds: dict[str, tuple[int | None, int | None]] | None = None) -> EncodedTable:
+                 level_bounds: dict[str, tuple[int | None, int | None]] | None = None,
+                 sensitive: dict[str, Hierarchy | None] | None = None) -> EncodedTable:
+    """`sensitive` names the sensitive attributes the privacy models use, each with its hierarchy or None."""
+    from .sensitive import encode_sensitive
+
     bounds = level_bounds or {}
     attributes = [
         encode_attribute(name, frame[name].to_numpy(), h, source, *bounds.get(name, (None, None)))
         for name, h in hierarchies.items()
     ]
-    return EncodedTable(attributes, int(frame.shape[0]))
+    encoded_sensitive = tuple(encode_sensitive(name, frame[name].to_numpy(), h, source)
+                              for name, h in (sensitive or {}).items())
+    return EncodedTable(attributes, int(frame.shape[0]), encoded_sensitive)

@@ -26,12 +26,47 @@ def gate_populations(spec: GateSpec | EffectiveGate, records: int = 0) -> list[t
     return [(p.label, population_size(p, records)) for p in effective.populations]
 
 
+def check_required(models: list, view, kept: np.ndarray, visible: np.ndarray | None = None
+                   ) -> tuple[list[dict], list[str]]:
+    """The gate's `require:` models on the released classes: `view` (engine.distributions.ClassView) holds every
+    class of the transformation, `kept` marks the released ones, `visible` those a risk model sees (default: kept).
+    A class model must pass on every released class; a risk model on the released table. Returns one entry per model
+    and the reasons for refusing; a model that cannot be evaluated refuses (fail closed)."""
+    entries, reasons = [], []
+    for model in models:
+        entry = {**model.describe(), "passed": False}
+        try:
+            if hasattr(model, "violating"):
+                failing = model.violating(view) & kept
+                entry["failing_classes"] = int(failing.sum())
+                entry["failing_records"] = int(view.sizes[failing].sum())
+                blocked = model.blocks_release(view)
+                entry["passed"] = not failing.any() and not blocked
+                if failing.any():
+                    reasons.append(f"required {model.name}: {entry['failing_classes']} released class(es) "
+                                   f"({entry['failing_records']} records) violate it")
+                if blocked:
+                    reasons.append(f"required {model.name}: population classes without released records violate it")
+            else:
+                shown = kept if visible is None else visible
+                holds, details = model.assess(view.sizes[shown]) if shown.any() else (True, None)
+                entry["passed"] = bool(holds)
+                entry["details"] = details
+                if not holds:
+                    reasons.append(f"required {model.name}: the released table violates it")
+        except Exception as exc:   # fail closed
+            reasons.append(f"required {model.name}: cannot be checked ({type(exc).__name__}: {exc})")
+        entries.append(entry)
+    return entries, reasons
+
+
 def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
-                  site: SiteGateSource | None = None) -> tuple[dict, dict]:
+                  site: SiteGateSource | None = None, required: tuple | None = None) -> tuple[dict, dict]:
     """Return (risk, gate) sections of the manifest for the released class sizes.
 
     `spec` is the policy's gate (None: the default gate), combined here with `site` (None: the built-in floor), or
-    an already combined `EffectiveGate`."""
+    an already combined `EffectiveGate`. `required` is (models, view, kept) for the gate's `require:` models
+    (`check_required`)."""
     effective = spec if isinstance(spec, EffectiveGate) else combine(spec, site or BUILT_IN_GATE)
     reasons: list[str] = []
     kept_sizes = np.asarray(kept_sizes, dtype=np.int64)
@@ -74,6 +109,10 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                            f"{effective.min_k} (set by the {effective.where('min_k')})")
     except Exception as exc:  # fail closed: a gate that cannot decide refuses
         reasons.append(f"gate error: {type(exc).__name__}: {exc}")
+    required_entries = None
+    if required is not None and required[0]:
+        required_entries, required_reasons = check_required(*required)
+        reasons.extend(required_reasons)
     risk = {
         "released_records": n,
         "sample_uniques": c1,
@@ -86,4 +125,6 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
         "reasons": reasons,
         **effective.record(),
     }
+    if required_entries is not None:
+        gate["required"] = required_entries
     return risk, gate

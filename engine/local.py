@@ -91,7 +91,8 @@ def local_recoding(policy, frame: pd.DataFrame, hierarchies: dict, bounds: dict,
         share = 0.5 if iteration == 0 and iterations > 1 else 1.0 / (iterations - iteration)
         budget = max(left, 1e-3) * share
         sub_frame = frame.iloc[remaining].reset_index(drop=True)
-        sub_table = table if not parts else encode_table(sub_frame, hierarchies, policy.source, bounds)
+        sub_table = table if not parts else encode_table(sub_frame, hierarchies, policy.source, bounds,
+                                                         {a.name: a.hierarchy for a in table.sensitive})
         model = make_quality_model(policy.quality.model, sub_table, policy.quality.aggregation,
                                    policy.quality.gs_factor)
         result = run_search(sub_table, model, budget)
@@ -151,8 +152,12 @@ def combine(policy, frame: pd.DataFrame, table: EncodedTable, configuration, par
     released, suppressed = _assemble(policy, frame, parts)
     fell_back = None
     codes, sizes, class_suppressed, record_class = _classes(released, names, suppressed)
-    for model in configuration.class_models:   # never fires for k-anonymity (merging only grows classes)
-        class_suppressed |= model.violating(sizes, codes)
+    if configuration.class_models:   # never fires for k-anonymity (merging only grows classes)
+        from .distributions import view_from_records
+
+        view = view_from_records(codes, sizes, record_class, table.sensitive)
+        for model in configuration.class_models:
+            class_suppressed |= model.violating(view)
     n = int(frame.shape[0])
     max_suppressed = configuration.max_suppressed(n)
     count = int(sizes[class_suppressed].sum())

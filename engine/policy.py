@@ -147,8 +147,11 @@ class Attribute(_Strict):
     def _hierarchy_only_for_quasi_identifiers(self) -> "Attribute":
         if self.type == "quasi_identifying" and self.hierarchy is None:
             raise ValueError("a quasi-identifying attribute needs a hierarchy")
-        if self.type != "quasi_identifying" and self.hierarchy is not None:
-            raise ValueError(f"only quasi-identifying attributes take a hierarchy (this one is {self.type})")
+        if self.type not in ("quasi_identifying", "sensitive") and self.hierarchy is not None:
+            raise ValueError("only quasi-identifying and sensitive attributes take a hierarchy "
+                             f"(this one is {self.type})")
+        if self.type != "quasi_identifying" and (self.min_level is not None or self.max_level is not None):
+            raise ValueError("min_level and max_level apply to quasi-identifying attributes only")
         if self.min_level is not None and self.max_level is not None and self.min_level > self.max_level:
             raise ValueError("min_level is above max_level")
         return self
@@ -188,7 +191,131 @@ class PopulationUniqueness(_Strict):
     population: Population
 
 
-PrivacySpec = Annotated[Union[KAnonymity, PopulationUniqueness], Field(discriminator="model")]
+class SubsetSpec(_Strict):
+    """A research subset (delta-presence, k-map): the input table is the population, the subset the records that
+    are released. Exactly one of: `file` (one 0-based row number of the input per line), `where` (records whose
+    value of each named attribute is one of the listed values), `sample` (a seeded random share of the records)."""
+
+    file: str | None = None
+    where: dict[str, list[str]] | None = None
+    sample: Annotated[float, Field(gt=0, le=1)] | None = None
+    seed: Annotated[int, Field(ge=0, le=(1 << 63) - 1)] = 0
+
+    @model_validator(mode="after")
+    def _exactly_one_rule(self) -> "SubsetSpec":
+        given = [name for name in ("file", "where", "sample") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("a subset is given by exactly one of file, where or sample"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+
+PositiveReal = Annotated[float, Field(gt=0, le=1_000_000_000)]
+
+
+class LDiversity(_Strict):
+    """Distinct, entropy (Shannon or Grassberger estimator) or recursive (c,l)-diversity of a sensitive attribute."""
+
+    model: Literal["l_diversity"]
+    attribute: str
+    l: Annotated[float, Field(ge=1, le=1_000_000_000)]
+    variant: Literal["distinct", "entropy", "recursive"] = "distinct"
+    estimator: Literal["shannon", "grassberger"] = "shannon"
+    c: PositiveReal | None = None
+
+    @model_validator(mode="after")
+    def _variant_parameters(self) -> "LDiversity":
+        if self.variant == "recursive" and self.c is None:
+            raise ValueError("recursive l-diversity needs c")
+        if self.variant != "recursive" and self.c is not None:
+            raise ValueError(f"c applies to recursive l-diversity only (this one is {self.variant})")
+        if self.variant != "entropy" and "estimator" in self.model_fields_set:
+            raise ValueError(f"estimator applies to entropy l-diversity only (this one is {self.variant})")
+        if self.variant in ("distinct", "recursive") and self.l != int(self.l):
+            raise ValueError(f"{self.variant} l-diversity needs a whole number l, got {self.l}")
+        return self
+
+
+class TCloseness(_Strict):
+    """t-closeness of a sensitive attribute with the equal, ordered or hierarchical ground distance."""
+
+    model: Literal["t_closeness"]
+    attribute: str
+    t: Annotated[float, Field(ge=0, le=1)]
+    distance: Literal["equal", "ordered", "hierarchical"] = "equal"
+    order: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _order_only_when_ordered(self) -> "TCloseness":
+        if self.order is not None and self.distance != "ordered":
+            raise ValueError(f"order applies to the ordered distance only (this one is {self.distance})")
+        return self
+
+
+class DeltaDisclosure(_Strict):
+    model: Literal["delta_disclosure"]
+    attribute: str
+    delta: PositiveReal
+
+
+class BetaLikeness(_Strict):
+    model: Literal["beta_likeness"]
+    attribute: str
+    beta: PositiveReal
+    variant: Literal["basic", "enhanced"] = "enhanced"
+
+
+class AverageRisk(_Strict):
+    """Average re-identification risk (the mean over released records of 1 / class size) at most `threshold`."""
+
+    model: Literal["average_risk"]
+    threshold: Annotated[float, Field(gt=0, le=1)]
+
+
+class SampleUniqueness(_Strict):
+    """Share of released records that are unique in the released table at most `threshold`."""
+
+    model: Literal["sample_uniqueness"]
+    threshold: Annotated[float, Field(ge=0, le=1)]
+
+
+class KMap(_Strict):
+    """k-map: every released class matches at least k people of the population, counted in a research subset's
+    population table (`subset`) or estimated from the population size (`population` with `estimator`)."""
+
+    model: Literal["k_map"]
+    k: Annotated[int, Field(ge=1, le=1_000_000_000)]
+    subset: SubsetSpec | None = None
+    population: Population | None = None
+    estimator: Literal["poisson", "zero_truncated_poisson"] | None = None
+    significance: Annotated[float, Field(ge=0, le=1)] = 0.01
+
+    @model_validator(mode="after")
+    def _subset_or_estimator(self) -> "KMap":
+        if self.subset is not None and (self.population is not None or self.estimator is not None):
+            raise ValueError("k-map takes either a subset or a population with an estimator, not both")
+        if self.subset is None and (self.population is None or self.estimator is None):
+            raise ValueError("k-map needs a subset, or a population and an estimator (poisson, "
+                             "zero_truncated_poisson)")
+        return self
+
+
+class DeltaPresence(_Strict):
+    model: Literal["delta_presence"]
+    delta_min: Annotated[float, Field(ge=0, le=1)] = 0.0
+    delta_max: Annotated[float, Field(ge=0, le=1)]
+    subset: SubsetSpec
+
+    @model_validator(mode="after")
+    def _ordered_bounds(self) -> "DeltaPresence":
+        if self.delta_min > self.delta_max:
+            raise ValueError(f"delta_min {self.delta_min} is above delta_max {self.delta_max}")
+        return self
+
+
+PrivacySpec = Annotated[Union[KAnonymity, PopulationUniqueness, LDiversity, TCloseness, DeltaDisclosure, BetaLikeness,
+                              AverageRisk, SampleUniqueness, KMap, DeltaPresence], Field(discriminator="model")]
+SENSITIVE_MODELS = ("l_diversity", "t_closeness", "delta_disclosure", "beta_likeness")
 
 
 # --- quality -------------------------------------------------------------------------------------------------------
@@ -262,6 +389,9 @@ class GateSpec(_Strict):
     # Smallest class a release may hold (k-anonymity checked on the released classes); 1: no minimum.
     min_k: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1
     estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
+    # Privacy models the released table must satisfy, checked again on the release (engine.gate): e.g. an
+    # l-diversity the search did not optimize for, or the search's own models re-verified.
+    require: list[PrivacySpec] = Field(default_factory=list)
 
 
 class DatasetPolicy(_Strict):
@@ -286,6 +416,13 @@ class DatasetPolicy(_Strict):
         return self
 
     @property
+    def sensitive_attributes(self) -> list[str]:
+        """Sensitive attributes a privacy model (of the search or the gate) names, in policy order."""
+        specs = list(self.privacy) + (list(self.gate.require) if self.gate is not None else [])
+        named = {spec.attribute for spec in specs if spec.model in SENSITIVE_MODELS}
+        return [name for name in self.attributes if name in named]
+
+    @property
     def base_dir(self) -> Path:
         return Path(self.source).resolve().parent if self.source else Path.cwd()
 
@@ -299,7 +436,8 @@ class DatasetPolicy(_Strict):
 
 
 _UNION_TAGS = {"file", "intervals", "masking", "dates", "ordered", "k_anonymity", "population_uniqueness",
-               "str", "float", "int", "constrained-float"}
+               "l_diversity", "t_closeness", "delta_disclosure", "beta_likeness", "average_risk", "sample_uniqueness",
+               "k_map", "delta_presence", "str", "float", "int", "constrained-float"}
 
 
 def _field_path(loc: tuple) -> str:
@@ -318,11 +456,45 @@ def _field_path(loc: tuple) -> str:
     return "".join(parts) or "(policy)"
 
 
+def check_model_references(policy: DatasetPolicy) -> None:
+    """Cross-field rules pydantic cannot name a field for: a model's attribute must be declared sensitive (and carry
+    a hierarchy for the hierarchical distance), and a policy has one research subset at most."""
+    specs = [(f"privacy[{i}]", spec) for i, spec in enumerate(policy.privacy)]
+    if policy.gate is not None:
+        specs += [(f"gate.require[{i}]", spec) for i, spec in enumerate(policy.gate.require)]
+    subsets = []
+    for where, spec in specs:
+        if spec.model in SENSITIVE_MODELS:
+            attribute = policy.attributes.get(spec.attribute)
+            if attribute is None:
+                raise InputError(policy.source, f"{where}.attribute", f"no attribute {spec.attribute!r} is declared")
+            if attribute.type != "sensitive":
+                raise InputError(policy.source, f"{where}.attribute",
+                                 f"{spec.model} needs a sensitive attribute; {spec.attribute!r} is {attribute.type}")
+            if getattr(spec, "distance", None) == "hierarchical" and attribute.hierarchy is None:
+                raise InputError(policy.source, f"{where}.distance",
+                                 f"the hierarchical distance needs a hierarchy on {spec.attribute!r}")
+        subset = getattr(spec, "subset", None)
+        if subset is not None:
+            subsets.append((where, subset))
+    for where, subset in subsets[1:]:
+        if subset != subsets[0][1]:
+            raise InputError(policy.source, f"{where}.subset",
+                             f"a policy has one research subset; this one differs from {subsets[0][0]}.subset")
+    if policy.gate is not None and policy.gate.require and policy.search.recoding == "local":
+        raise InputError(policy.source, "gate.require",
+                         "the gate's required models are not checked on local recoding's combined output yet; "
+                         "use recoding: global")
+    if subsets and policy.search.recoding == "local":
+        raise InputError(policy.source, "search.recoding",
+                         "local recoding is not available with a research subset (as in ARX)")
+
+
 def parse_policy(data: object, source: str | None = None, sha256: str | None = None) -> DatasetPolicy:
     if not isinstance(data, dict):
         raise InputError(source, None, "a dataset policy must be a YAML mapping")
     try:
-        return DatasetPolicy.model_validate({**data, "source": source, "sha256": sha256})
+        policy = DatasetPolicy.model_validate({**data, "source": source, "sha256": sha256})
     except ValidationError as exc:
         errors = exc.errors()
         # An unknown key is the most telling problem (usually a typo); report it before what follows from it. A
@@ -337,6 +509,8 @@ def parse_policy(data: object, source: str | None = None, sha256: str | None = N
             kind = "a boolean" if isinstance(given, bool) else f"{type(given).__name__} {given!r}"
             problem = f"{problem}, got {kind} (numbers are never converted: write the number unquoted)"
         raise InputError(source, _field_path(tuple(first["loc"])), problem) from None
+    check_model_references(policy)
+    return policy
 
 
 class PolicyLoader(yaml.SafeLoader):

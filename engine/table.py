@@ -9,7 +9,7 @@ described by kind and position only, and the header is listed only once every de
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import re
@@ -27,6 +27,8 @@ class LoadedInput:
     frame: pd.DataFrame
     hierarchies: dict[str, Hierarchy]
     path: Path
+    # Sensitive attributes the privacy models name, with their hierarchy (hierarchical t-closeness) or None.
+    sensitive: dict[str, Hierarchy | None] = field(default_factory=dict)
 
 
 def read_table(policy: DatasetPolicy) -> tuple[pd.DataFrame, Path]:
@@ -105,4 +107,9 @@ def load_input(policy: DatasetPolicy) -> LoadedInput:
     hierarchies = {
         name: resolve_hierarchy(policy, name, frame[name].to_numpy()) for name in policy.quasi_identifiers
     }
-    return LoadedInput(frame=frame, hierarchies=hierarchies, path=path)
+    sensitive = {
+        name: (None if policy.attributes[name].hierarchy is None
+               else resolve_hierarchy(policy, name, frame[name].to_numpy()))
+        for name in policy.sensitive_attributes
+    }
+    return LoadedInput(frame=frame, hierarchies=hierarchies, path=path, sensitive=sensitive)

@@ -7,10 +7,11 @@ predictive properties the search may use; the search never looks at a model's ty
 
 A model acts in one of two ways:
 
-* `ClassModel`: decided per equivalence class (k-anonymity, later l-diversity, t-closeness); the classes that violate
-  it are suppressed.
-* `RiskBasedModel`: decided on the whole released table (population uniqueness, later average risk); when it does
-  not hold, whole classes are suppressed in a given order until it does (ARX's `RiskBasedCriterion.enforce`).
+* `ClassModel`: decided per equivalence class (k-anonymity, l-diversity, t-closeness, delta-disclosure,
+  beta-likeness, k-map, delta-presence); the classes that violate it are suppressed.
+* `RiskBasedModel`: decided on the whole released table (population uniqueness, average risk, sample uniqueness);
+  when it does not hold, whole classes are suppressed in a given order until it does (ARX's
+  `RiskBasedCriterion.enforce`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..classes import Evaluation
+from ..distributions import ClassView
 
 
 class PrivacyModel(ABC):
@@ -37,9 +39,19 @@ class PrivacyModel(ABC):
 
 
 class ClassModel(PrivacyModel):
+    """Decided per class, on what `engine.distributions.ClassView` shows of it (size, sensitive values, population
+    matches). `attribute` names the sensitive attribute a model protects, if any."""
+
+    attribute: str | None = None
+
     @abstractmethod
-    def violating(self, sizes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    def violating(self, classes: "ClassView") -> np.ndarray:
         """Boolean mask of the classes that must be suppressed."""
+
+    def blocks_release(self, classes: "ClassView") -> bool:
+        """True when the transformation fails whatever is suppressed (delta-presence: classes of the population
+        table that hold no released record cannot be suppressed)."""
+        return False
 
 
 class RiskBasedModel(PrivacyModel):

@@ -22,13 +22,13 @@ class KAnonymity(ClassModel):
         self.k = int(k)
         self.minimal_class_size = self.k
 
-    def violating(self, sizes: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
-        return sizes < self.k
+    def violating(self, classes) -> np.ndarray:
+        return classes.sizes < self.k
 
     def describe(self) -> dict:
         return {"model": self.name, "k": self.k}
 
 
 @register("k_anonymity")
-def _from_spec(spec, source: str | None, index: int) -> KAnonymity:
+def _from_spec(spec, source: str | None, index: int, context: dict | None = None) -> KAnonymity:
     return KAnonymity(spec.k)

@@ -43,7 +43,7 @@ class PopulationUniquenessModel(RiskBasedModel):
 
 
 @register("population_uniqueness")
-def population_uniqueness_model(spec, source: str | None, index: int) -> PopulationUniquenessModel:
+def population_uniqueness_model(spec, source: str | None, index: int, context: dict | None = None) -> PopulationUniquenessModel:
     from ..risk import resolve_population
 
     try:

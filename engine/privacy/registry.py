@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from ..policy import DatasetPolicy
     from .base import PrivacyModel
 
-Builder = Callable[[object, "str | None", int], "PrivacyModel"]
+Builder = Callable[..., "PrivacyModel"]   # (spec, source, index, context=None)
 _BUILDERS: dict[str, Builder] = {}
-_MODULES = ("kanonymity", "population")   # imported on first use, so that they register themselves
+_MODULES = ("kanonymity", "population", "ldiversity", "tcloseness", "disclosure", "sample_risk", "kmap")   # imported on first use, so that they register themselves
 
 
 def register(name: str) -> Callable[[Builder], Builder]:
@@ -33,13 +33,15 @@ def _load() -> None:
         import_module(f"{__package__}.{module}")
 
 
-def build_model(spec, source: str | None = None, index: int = 0) -> "PrivacyModel":
+def build_model(spec, source: str | None = None, index: int = 0, context: dict | None = None) -> "PrivacyModel":
+    """`context` carries what some models need from the table: `records`, the number of records (k-map with an
+    estimator derives its k' from the sampling fraction)."""
     _load()
     builder = _BUILDERS.get(spec.model)
     if builder is None:
         raise InputError(source, f"privacy[{index}].model", f"privacy model {spec.model!r} is not available")
-    return builder(spec, source, index)
+    return builder(spec, source, index, context)
 
 
-def build_models(policy: "DatasetPolicy") -> list["PrivacyModel"]:
-    return [build_model(spec, policy.source, index) for index, spec in enumerate(policy.privacy)]
+def build_models(policy: "DatasetPolicy", context: dict | None = None) -> list["PrivacyModel"]:
+    return [build_model(spec, policy.source, index, context) for index, spec in enumerate(policy.privacy)]

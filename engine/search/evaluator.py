@@ -59,12 +59,16 @@ class Evaluator:
                  ) -> Evaluation:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
-        codes, sizes = self.classes(node, hint)
-        suppressed = np.zeros(sizes.size, dtype=bool)
+        self.seen.add(node)
+        view = self.cache.view(node, hint)
+        codes, sizes = view.codes, view.sizes
+        suppressed = sizes < self.minimal_class_size   # ARX checks the implied class size first
+        blocked = False
         for model in self.configuration.class_models:
-            suppressed |= model.violating(sizes, codes)
+            suppressed |= model.violating(view)
+            blocked = blocked or model.blocks_release(view)
         count = int(sizes[suppressed].sum())
-        evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed)
+        evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
         for model in self.configuration.risk_models:
             if not evaluation.solution:
                 break

@@ -1,0 +1,151 @@
+"""What a class-based privacy model sees of one transformation: its equivalence classes and, per class, the
+distribution of each sensitive attribute (and, with a research subset, how many population records it matches).
+
+The class cache (engine.classes) groups records by their quasi-identifiers and sensitive values together (a "joint"
+class per combination), so that rolling up a transformation carries the sensitive values along for free.
+`ClassView` projects those joint classes onto the quasi-identifiers and hands out each sensitive attribute's
+per-class distribution as sparse triplets (class, value, count), sorted by class: a class with a handful of values
+costs a handful of entries, never a row of the whole domain.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .classes import combined_key
+
+
+@dataclass(frozen=True)
+class SparseDistribution:
+    """Per-class value counts: entry i says class `classes[i]` holds `counts[i]` records with value `values[i]`.
+    Entries are sorted by class, and within a class by value; counts are positive."""
+
+    classes: np.ndarray
+    values: np.ndarray
+    counts: np.ndarray
+    class_count: int
+
+    def per_class(self, weights: np.ndarray) -> np.ndarray:
+        """Sum of `weights` (one per entry) for every class."""
+        return np.bincount(self.classes, weights=weights, minlength=self.class_count)
+
+    def distinct(self) -> np.ndarray:
+        return np.bincount(self.classes, minlength=self.class_count)
+
+    def dense(self, rows: np.ndarray, cardinality: int) -> np.ndarray:
+        """(len(rows), cardinality) counts of the classes `rows` (ascending); for models that need every value."""
+        out = np.zeros((rows.size, cardinality), dtype=np.float64)
+        start, stop = np.searchsorted(self.classes, [rows[0], rows[-1] + 1]) if rows.size else (0, 0)
+        cls = self.classes[start:stop]
+        keep = np.isin(cls, rows)
+        position = np.searchsorted(rows, cls[keep])
+        out[position, self.values[start:stop][keep]] = self.counts[start:stop][keep]
+        return out
+
+
+@dataclass
+class ClassView:
+    """The classes of one transformation as the privacy models see them.
+
+    `codes` (attributes, classes) and `sizes` are the quasi-identifier classes in order of first appearance in the
+    input. `sensitive_names` lists the sensitive attributes in table order; `distribution(name)` gives one's per-class
+    counts. `population_sizes` is set when a research subset is declared: records of the population table per class.
+    """
+
+    codes: np.ndarray
+    sizes: np.ndarray
+    sensitive: tuple = ()                          # EncodedSensitive, in table order
+    joint_class: np.ndarray | None = None          # (joint,) QI class of every joint class
+    joint_values: np.ndarray | None = None         # (sensitive, joint) value codes
+    joint_sizes: np.ndarray | None = None          # (joint,)
+    population: Callable[["ClassView"], "PopulationCounts"] | None = None
+    _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
+    _population: "PopulationCounts | None" = None
+
+    @property
+    def class_count(self) -> int:
+        return int(self.sizes.size)
+
+    @property
+    def sensitive_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sensitive)
+
+    def sensitive_attribute(self, name: str):
+        for attribute in self.sensitive:
+            if attribute.name == name:
+                return attribute
+        raise KeyError(f"{name!r} is not a sensitive attribute of this table")
+
+    def distribution(self, name: str) -> SparseDistribution:
+        cached = self._distributions.get(name)
+        if cached is not None:
+            return cached
+        if self.joint_class is None or name not in self.sensitive_names:
+            raise KeyError(f"{name!r} is not a sensitive attribute of this table")
+        row = self.sensitive_names.index(name)
+        card = self.sensitive[row].cardinality
+        key = self.joint_class.astype(np.int64) * card + self.joint_values[row]
+        if len(self.sensitive_names) == 1:
+            # Joint classes are already distinct (class, value) pairs: no grouping, only a sort.
+            order = np.argsort(key, kind="stable")
+            unique_key, counts = key[order], self.joint_sizes[order]
+        else:
+            inverse, uniques = pd.factorize(key, sort=True)
+            counts = np.bincount(inverse, weights=self.joint_sizes, minlength=len(uniques)).astype(np.int64)
+            unique_key = np.asarray(uniques, dtype=np.int64)
+        result = SparseDistribution(unique_key // card, unique_key % card, counts.astype(np.int64), self.class_count)
+        self._distributions[name] = result
+        return result
+
+    def population_counts(self) -> "PopulationCounts":
+        if self._population is None:
+            if self.population is None:
+                raise KeyError("no research subset is declared: there is no population table")
+            self._population = self.population(self)
+        return self._population
+
+
+@dataclass(frozen=True)
+class PopulationCounts:
+    """With a research subset: per released class, the population records it matches (`sizes`), and the population
+    records whose generalized values match no class of the subset (classes of the population table holding no
+    subset record: ARX's entries with count 0), as (sizes of those classes)."""
+
+    sizes: np.ndarray
+    unmatched_sizes: np.ndarray
+
+
+def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, cardinalities: list[int],
+            sensitive: tuple = ()) -> ClassView:
+    """Group joint classes (quasi-identifiers + sensitive rows, `sensitive` the EncodedSensitive of those rows) into
+    quasi-identifier classes."""
+    if not sensitive:
+        return ClassView(joint_codes, joint_sizes)
+    qi = joint_codes[:attributes]
+    key = combined_key(qi, cardinalities)
+    inverse, uniques = pd.factorize(key, sort=False)
+    count = len(uniques)
+    member = np.empty(count, dtype=np.int64)
+    member[inverse[::-1]] = np.arange(inverse.size)[::-1]   # first joint class of each class
+    sizes = np.bincount(inverse, weights=joint_sizes, minlength=count).astype(np.int64)
+    return ClassView(qi[:, member], sizes, tuple(sensitive), inverse.astype(np.int64),
+                     joint_codes[attributes:].astype(np.int64), joint_sizes)
+
+
+def view_from_records(codes: np.ndarray, sizes: np.ndarray, record_class: np.ndarray,
+                      sensitive: "list | tuple" = ()) -> ClassView:
+    """A view of classes given per record (local recoding's combined output): `sensitive` are EncodedSensitive."""
+    if not sensitive:
+        return ClassView(codes, sizes)
+    rows = np.stack([s.records for s in sensitive])
+    cards = [s.cardinality for s in sensitive]
+    key = combined_key(np.vstack([record_class[None, :], rows]), [max(int(sizes.size), 1)] + cards)
+    inverse, uniques = pd.factorize(key, sort=False)
+    member = np.empty(len(uniques), dtype=np.int64)
+    member[inverse] = np.arange(inverse.size)
+    joint_sizes = np.bincount(inverse, minlength=len(uniques)).astype(np.int64)
+    return ClassView(codes, sizes, tuple(sensitive), record_class[member].astype(np.int64), rows[:, member],
+                     joint_sizes)

@@ -1,0 +1,110 @@
+"""l-diversity of a sensitive attribute (Machanavajjhala et al. 2007), in ARX's three variants.
+
+* distinct: a class holds at least l distinct values. Monotone with and without suppression (Kohlmayer et al.
+  2015): merging classes never loses a value, and merging into a class of l values keeps l.
+* entropy: the class's entropy of the values is at least log2(l), with the Shannon (plug-in) estimator or
+  Grassberger's (2003) bias-corrected one, H = ln N - 1/N sum n_i G(n_i), G(n) = psi(n) + 1/2 (-1)^n
+  (psi((n+1)/2) - psi(n/2)). Classes with fewer than floor(l) values fail before any entropy is computed (ARX's
+  `minSize = (int) l` shortcut).
+* recursive (c,l): with the class's counts sorted descending r_1 >= r_2 >= ..., r_1 < c (r_l + r_(l+1) + ... + r_n).
+
+Each variant implies classes of at least floor(l) records (`minimal_class_size`), which the search uses for
+Flash2P's first phase. Entropy and recursive diversity are monotone only without suppression (a merged class can
+fail where suppression had removed the failing part); the Shannon entropy is concave, so merging classes that pass
+gives one that passes. Grassberger's estimator is not concave for small counts (merging two classes of one value
+each can lower it), so it declares no monotonicity at all: unlike ARX, which treats every entropy variant alike, the
+search then prunes nothing it has not checked.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import digamma
+
+from .base import ClassModel
+from .registry import register
+
+LOG2 = math.log(2.0)
+
+
+def grassberger_g(counts: np.ndarray) -> np.ndarray:
+    """G(n) of Grassberger's estimator for integer counts n >= 1."""
+    n = counts.astype(np.float64)
+    sign = np.where(counts % 2 == 0, 1.0, -1.0)
+    return digamma(n) + 0.5 * sign * (digamma((n + 1.0) / 2.0) - digamma(n / 2.0))
+
+
+class LDiversityModel(ClassModel):
+    name = "l_diversity"
+
+    def __init__(self, attribute: str, l: float, variant: str = "distinct", estimator: str = "shannon",
+                 c: float | None = None) -> None:
+        if l < 1:
+            raise ValueError("l must be at least 1")
+        if variant not in ("distinct", "entropy", "recursive"):
+            raise ValueError(f"unknown l-diversity variant {variant!r}")
+        if variant == "recursive" and (c is None or c <= 0):
+            raise ValueError("recursive l-diversity needs c > 0")
+        self.attribute = attribute
+        self.l = float(l)
+        self.variant = variant
+        self.estimator = estimator if variant == "entropy" else "shannon"
+        self.c = None if c is None else float(c)
+        self.minimal_size = int(l)   # ARX's minSize: fewer distinct values than this always fail
+        self.minimal_class_size = self.minimal_size
+        self.monotone_without_suppression = variant != "entropy" or self.estimator == "shannon"
+        self.monotone_with_suppression = variant == "distinct"
+
+    def violating(self, classes) -> np.ndarray:
+        distribution = classes.distribution(self.attribute)
+        distinct = distribution.distinct()
+        if self.variant == "distinct":
+            return distinct < self.minimal_size
+        if self.variant == "entropy":
+            return (distinct < self.minimal_size) | (self.entropy(classes) < self.threshold)
+        return (distinct < self.minimal_size) | ~self._recursive_holds(distribution, classes.class_count)
+
+    @property
+    def threshold(self) -> float:
+        """log2(l), in bits, computed as ARX does (ln l / ln 2)."""
+        return math.log(self.l) / math.log(2.0)
+
+    def entropy(self, classes) -> np.ndarray:
+        """Per class, the entropy (bits) of the sensitive values under the model's estimator."""
+        distribution = classes.distribution(self.attribute)
+        counts = distribution.counts.astype(np.float64)
+        total = distribution.per_class(counts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.estimator == "grassberger":
+                weighted = distribution.per_class(counts * grassberger_g(distribution.counts))
+                return (np.log(total) - weighted / total) / LOG2
+            # ARX: -(sum f log2 f / N - log2 N), each log2 as ln(x) / ln(2)
+            weighted = distribution.per_class(counts * (np.log(counts) / LOG2))
+            return -((weighted / total) - np.log(total) / LOG2)
+
+    def _recursive_holds(self, distribution, class_count: int) -> np.ndarray:
+        # Rank each class's counts from the largest (rank 0); r_1 is rank 0, r_l.. are ranks >= l - 1.
+        order = np.lexsort((-distribution.counts, distribution.classes))
+        classes = distribution.classes[order]
+        counts = distribution.counts[order].astype(np.float64)
+        starts = np.searchsorted(classes, classes, side="left")
+        rank = np.arange(classes.size) - starts
+        largest = np.zeros(class_count)
+        largest[classes[rank == 0]] = counts[rank == 0]
+        tail = np.bincount(classes, weights=np.where(rank >= self.minimal_size - 1, counts, 0.0),
+                           minlength=class_count)
+        return largest < tail * self.c
+
+    def describe(self) -> dict:
+        out = {"model": self.name, "attribute": self.attribute, "variant": self.variant, "l": self.l}
+        if self.variant == "entropy":
+            out["estimator"] = self.estimator
+        if self.variant == "recursive":
+            out["c"] = self.c
+        return out
+
+
+@register("l_diversity")
+def _from_spec(spec, source: str | None, index: int, context: dict | None = None) -> LDiversityModel:
+    return LDiversityModel(spec.attribute, spec.l, spec.variant, spec.estimator, spec.c)
