@@ -32,7 +32,7 @@ def main() -> int:
     result = deidentify(policy)
     searched = time.perf_counter() - started
     table = result.table
-    configuration = privacy_configuration(policy)
+    configuration = privacy_configuration(policy, table.n)
     quality = make_quality_model(policy.quality.model, table, policy.quality.aggregation, policy.quality.gs_factor)
     evaluator = Evaluator(table, configuration, quality)
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
