@@ -61,6 +61,21 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"model": "population_uniqueness", "estimator": "pitman", "population": 318900000, "threshold": 0.01}]}),
     "adult-k5-arith": ("adult-k5.yaml", {"quality": {"aggregation": "arithmetic_mean"}}),
     "adult-k2-supp2-entropy": ("adult-k5-entropy.yaml", {"privacy": k_anonymity(2), "suppression_limit": 0.02}),
+    # The other attribute-disclosure and sample-risk models on ADULT's occupation (examples: adult-*-l3, -t*, -risk)
+    "adult-grassberger-l3": ("adult-entropy-l3.yaml", {"privacy": [
+        {"model": "l_diversity", "variant": "entropy", "estimator": "grassberger", "attribute": "occupation", "l": 3}]}),
+    "adult-tcloseness-ordered-02": ("adult-tcloseness-equal-02.yaml", {"privacy": [
+        {"model": "t_closeness", "distance": "ordered", "attribute": "occupation", "t": 0.2}]}),
+    "adult-delta-disclosure-1.2": ("adult-distinct-l3.yaml", {"privacy": k_anonymity(2) + [
+        {"model": "delta_disclosure", "attribute": "occupation", "delta": 1.2}]}),
+    "adult-beta-likeness-1": ("adult-distinct-l3.yaml", {"privacy": [
+        {"model": "beta_likeness", "variant": "enhanced", "attribute": "occupation", "beta": 1.0}]}),
+    "adult-sample-uniqueness-001": ("adult-average-risk-005.yaml", {"privacy": [
+        {"model": "sample_uniqueness", "threshold": 0.01}]}),
+    "adult-kmap5-poisson-usa": ("adult-average-risk-005.yaml", {"privacy": [
+        {"model": "k_map", "k": 5, "population": "USA", "estimator": "poisson"}]}),
+    "adult-delta-presence-sample10": ("adult-average-risk-005.yaml", {"privacy": [
+        {"model": "delta_presence", "delta_min": 0.0, "delta_max": 0.15, "subset": {"sample": 0.1, "seed": 1}}]}),
 }
 
 
