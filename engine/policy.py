@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
+                      ValidationError, field_validator, model_validator)
 
 from .errors import InputError
 
@@ -193,8 +193,9 @@ class PopulationUniqueness(_Strict):
 
 class SubsetSpec(_Strict):
     """A research subset (delta-presence, k-map): the input table is the population, the subset the records that
-    are released. Exactly one of: `file` (one 0-based row number of the input per line), `where` (records whose
-    value of each named attribute is one of the listed values), `sample` (a seeded random share of the records)."""
+    are released. Exactly one of: `file` (one 0-based row number of the input per line; `subset: FILE` is short for
+    `subset: {file: FILE}`), `where` (records whose value of each named attribute is one of the listed values),
+    `sample` (a seeded random share of the records)."""
 
     file: str | None = None
     where: dict[str, list[str]] | None = None
@@ -210,6 +211,11 @@ class SubsetSpec(_Strict):
         return self
 
 
+def _subset_shorthand(value: object) -> object:
+    return {"file": value} if isinstance(value, str) else value
+
+
+Subset = Annotated[SubsetSpec, BeforeValidator(_subset_shorthand)]
 PositiveReal = Annotated[float, Field(gt=0, le=1_000_000_000)]
 
 
@@ -285,7 +291,7 @@ class KMap(_Strict):
 
     model: Literal["k_map"]
     k: Annotated[int, Field(ge=1, le=1_000_000_000)]
-    subset: SubsetSpec | None = None
+    subset: Subset | None = None
     population: Population | None = None
     estimator: Literal["poisson", "zero_truncated_poisson"] | None = None
     significance: Annotated[float, Field(ge=0, le=1)] = 0.01
@@ -304,7 +310,7 @@ class DeltaPresence(_Strict):
     model: Literal["delta_presence"]
     delta_min: Annotated[float, Field(ge=0, le=1)] = 0.0
     delta_max: Annotated[float, Field(ge=0, le=1)]
-    subset: SubsetSpec
+    subset: Subset
 
     @model_validator(mode="after")
     def _ordered_bounds(self) -> "DeltaPresence":

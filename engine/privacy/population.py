@@ -43,7 +43,8 @@ class PopulationUniquenessModel(RiskBasedModel):
 
 
 @register("population_uniqueness")
-def population_uniqueness_model(spec, source: str | None, index: int, context: dict | None = None) -> PopulationUniquenessModel:
+def population_uniqueness_model(spec, source: str | None, index: int, context: dict | None = None
+                                ) -> PopulationUniquenessModel:
     from ..risk import resolve_population
 
     try:

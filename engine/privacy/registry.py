@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 Builder = Callable[..., "PrivacyModel"]   # (spec, source, index, context=None)
 _BUILDERS: dict[str, Builder] = {}
-_MODULES = ("kanonymity", "population", "ldiversity", "tcloseness", "disclosure", "sample_risk", "kmap")   # imported on first use, so that they register themselves
+# Imported on first use, so that they register themselves.
+_MODULES = ("kanonymity", "population", "ldiversity", "tcloseness", "disclosure", "sample_risk", "kmap")
 
 
 def register(name: str) -> Callable[[Builder], Builder]:

@@ -109,8 +109,9 @@ def test_research_subset_k_map_counts_the_population(tmp_path):
     assert result.transformation == {"A": 0}
     assert result.table.n == 4 and len(result.released) == 4
     assert result.extra["research_subset"] == {"records": 4, "population_records": 10}
-    # k = 3: a1 and a2 match only two people each -> generalize to g1 (4 people) and g2 (6).
-    policy = write(tmp_path, "- {model: k_map, k: 3, subset: {file: rows.txt}}")
+    # k = 3: a1 and a2 match only two people each -> generalize to g1 (4 people) and g2 (6). (`subset: FILE` is
+    # short for `subset: {file: FILE}`.)
+    policy = write(tmp_path, "- {model: k_map, k: 3, subset: rows.txt}")
     assert run(policy).transformation == {"A": 1}
 
 
