@@ -202,7 +202,7 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                                required=required_models(policy, table, best))
     if "population_uniqueness" in best.details:
         risk["privacy_model_estimate"] = best.details["population_uniqueness"]
-    extra = {"risk": risk, "gate": gate}
+    extra = {"risk": risk, "gate": gate, "privacy_models": [model.describe() for model in configuration.models]}
     if subset:
         extra["research_subset"] = subset
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
@@ -296,6 +296,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "files": files,
         "seconds": round(result.seconds, 6),
     }
+    if "privacy_models" in result.extra:   # the models as built: derived parameters (k-map's k') included
+        manifest["privacy_models"] = result.extra["privacy_models"]
     if "research_subset" in result.extra:   # the input is the population; the subset is released
         manifest["research_subset"] = result.extra["research_subset"]
     if "local" in result.extra:   # local recoding: the transformation above is the first part's; every part here

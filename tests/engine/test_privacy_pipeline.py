@@ -186,6 +186,7 @@ def test_cli_release_records_models_and_subset(tmp_path, capsys):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["research_subset"] == {"records": 4, "population_records": 10}
     assert [p["model"] for p in manifest["privacy"]] == ["k_map", "l_diversity"]
+    assert manifest["privacy_models"][1] == {"model": "l_diversity", "attribute": "S", "variant": "distinct", "l": 1.0}
     released = pd.read_csv(tmp_path / "out" / "data.csv", sep=";", dtype=str)
     assert len(released) == 4
 
