@@ -249,7 +249,8 @@ def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, config
         risk["privacy_model_estimate"] = combined.details["population_uniqueness"]
     return DeidResult(policy, table, first.search, best, local.released, local.record_suppressed, local.quality,
                       local.attribute_quality, time.perf_counter() - started, loaded.frame,
-                      extra={"risk": risk, "gate": gate, "local": local.manifest()})
+                      extra={"risk": risk, "gate": gate, "local": local.manifest(),
+                             "privacy_models": [model.describe() for model in configuration.models]})
 
 
 def _sha256(data: bytes) -> str:
