@@ -91,8 +91,8 @@ def local_recoding(policy, frame: pd.DataFrame, hierarchies: dict, bounds: dict,
         share = 0.5 if iteration == 0 and iterations > 1 else 1.0 / (iterations - iteration)
         budget = max(left, 1e-3) * share
         sub_frame = frame.iloc[remaining].reset_index(drop=True)
-        sub_table = table if not parts else encode_table(sub_frame, hierarchies, policy.source, bounds,
-                                                         {a.name: a.hierarchy for a in table.sensitive})
+        sub_table = table if not parts else _part_table(table, sub_frame, remaining, hierarchies, policy.source,
+                                                        bounds)
         model = make_quality_model(policy.quality.model, sub_table, policy.quality.aggregation,
                                    policy.quality.gs_factor)
         result = run_search(sub_table, model, budget)
@@ -127,6 +127,17 @@ def _assemble(policy, frame: pd.DataFrame, parts: list[LocalPart]) -> tuple[pd.D
             released[name] = column
         suppressed[rows] = False
     return released, suppressed
+
+
+def _part_table(table: EncodedTable, sub_frame: pd.DataFrame, rows: np.ndarray, hierarchies, source, bounds
+                ) -> EncodedTable:
+    """A later iteration's table: its records' quasi-identifiers encoded afresh, its sensitive attributes kept in
+    the whole table's coding and distribution, so t-closeness and the like compare each part's classes with the
+    whole table (what the combined output is re-checked against), not with the records left over."""
+    from dataclasses import replace
+
+    part = encode_table(sub_frame, hierarchies, source, bounds)
+    return replace(part, sensitive=tuple(replace(s, records=s.records[rows]) for s in table.sensitive))
 
 
 def _classes(released: pd.DataFrame, names: list[str], suppressed: np.ndarray) -> tuple[np.ndarray, np.ndarray,
