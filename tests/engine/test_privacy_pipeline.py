@@ -212,3 +212,20 @@ def test_sensitive_values_are_encoded_over_every_record(tmp_path):
     assert list(s.values) == ["cold", "cough", "flu"]
     assert list(s.counts) == [4, 2, 4]
     assert np.allclose(s.distribution, [0.4, 0.2, 0.4])
+
+
+def test_local_recoding_releases_only_l_diverse_classes(data_dir):
+    import yaml
+
+    from engine.policy import parse_policy
+    from tests.engine.conftest import EXAMPLES
+
+    path = (EXAMPLES / "adult-distinct-l3.yaml").resolve()
+    spec = yaml.safe_load(path.read_text())
+    spec["search"] = {"recoding": "local", "local_iterations": 4, "time_limit_seconds": 60}
+    result = deidentify(parse_policy(spec, source=str(path)), site=BUILT_IN_GATE)
+    assert result.extra["local"]["recoding"] == "local"
+    released = result.released[~result.record_suppressed]
+    qis = [c for c in released.columns if c != "occupation"]
+    assert released.groupby(qis)["occupation"].nunique().min() >= 3
+    assert result.record_suppressed.sum() <= 0.1 * len(result.released)
