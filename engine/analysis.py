@@ -1,10 +1,13 @@
 """Risk analysis of a table as it is (no transformation): what `safeshare risk` reports.
 
 Custodians look at this before choosing a privacy model: how many records are unique in the sample, how the
-prosecutor risk (1 / class size) is spread over the records, and what each super-population model estimates for the
-share of the population that is unique, for each population the policy names.
+prosecutor risk (1 / class size) is spread over the records, what each super-population model estimates for the
+share of the population that is unique, for each population the policy names, and, for each attribute declared
+sensitive, how much the classes disclose of it (engine.disclosure_report).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -12,6 +15,7 @@ from .classes import group
 from .encoding import encode_table
 from .errors import InputError
 from .policy import DatasetPolicy, GateSpec, PopulationUniqueness
+from .svgcharts import Series, bar_chart, esc, grouped_bar_chart, percent
 from .table import load_input
 
 ESTIMATORS = ("pitman", "zayatz", "snb", "dankar")
@@ -85,9 +89,12 @@ def population_sizes(policy: DatasetPolicy, records: int) -> list[tuple[str | fl
 
 
 def analyse(policy: DatasetPolicy) -> dict:
+    from .disclosure_report import input_disclosure
     from .risk import population_uniqueness
 
-    sizes = class_sizes(policy)
+    loaded = load_input(policy)
+    table = encode_table(loaded.frame, loaded.hierarchies, policy.source)
+    sizes = table.base_classes()[1]   # what class_sizes(policy) gives, without reading the input twice
     n = int(sizes.sum())
     c1 = int((sizes == 1).sum())
     estimates = []
@@ -106,6 +113,7 @@ def analyse(policy: DatasetPolicy) -> dict:
         "class_size_histogram": size_histogram(sizes),
         "prosecutor_risk": prosecutor_profile(sizes),
         "population_estimates": estimates,
+        "attribute_disclosure": input_disclosure(policy, table, loaded.frame),
     }
 
 
@@ -132,4 +140,105 @@ def format_analysis(report: dict) -> str:
             cells.append(f"{label}={value:.6%}" if model.get("solved") and value is not None else f"{label}=no solution")
         lines.append(f"  {entry['population']} (N={entry['size']:.6g}, f={entry['sampling_fraction']:.3g}): "
                      + ", ".join(cells))
+    from .disclosure_report import format_disclosure
+
+    lines += format_disclosure(report.get("attribute_disclosure") or [])
     return "\n".join(lines)
+
+
+# --- HTML (safeshare risk --html) -----------------------------------------------------------------------------------
+SIZE_BUCKETS = [(1, 1), (2, 2), (3, 4), (5, 9), (10, 19), (20, 49), (50, 99), (100, 999), (1000, None)]
+_PAGE_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:64rem;color:#222;padding:0 1rem}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
+th{background:#f2f4f7}h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:1.8rem}
+h3{font-size:1rem;margin:1.2rem 0 .3rem}
+td.num{text-align:right;font-variant-numeric:tabular-nums}svg.chart{max-width:100%;height:auto}figure{margin:0 0 1rem}
+small{font-weight:normal;color:#555}
+"""
+
+
+def _rows(rows: list[list[object]], headers: list[str] | None = None) -> str:
+    head = "" if headers is None else "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead>"
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{head}<tbody>{body}</tbody></table>"
+
+
+def _size_buckets(histogram: list[dict]) -> tuple[list[str], list[int]]:
+    """Records per class-size bucket, from the report's class-size histogram."""
+    sizes = np.array([row["size"] for row in histogram], dtype=np.int64)
+    records = np.array([row["records"] for row in histogram], dtype=np.int64)
+    labels, values = [], []
+    for lo, hi in SIZE_BUCKETS:
+        mask = sizes >= lo if hi is None else (sizes >= lo) & (sizes <= hi)
+        labels.append(f"{lo}+" if hi is None else (str(lo) if lo == hi else f"{lo}-{hi}"))
+        values.append(int(records[mask].sum()))
+    return labels, values
+
+
+def _risk_profile_chart(profile: dict) -> str:
+    intervals = profile["intervals"]
+    return grouped_bar_chart(
+        [f"{row['upper'] * 100:.4g}%" for row in intervals],
+        [Series("records", [row["records"] for row in intervals], "#2f6aa8")],
+        [Series("cumulative", [row["cumulative"] for row in intervals], "#c2410c")],
+        chart_id="risk-profile", title="Prosecutor risk profile: share of records per re-identification risk level",
+        x_label="re-identification risk (prosecutor model), upper bound of the interval",
+        y_label="share of records", y2_label="cumulative share of records",
+        tooltips=[f"risk ]{row['lower'] * 100:.4g}%, {row['upper'] * 100:.4g}%]" for row in intervals])
+
+
+def _population_rows(report: dict) -> list[list[object]]:
+    rows = []
+    for entry in report["population_estimates"]:
+        for name, model in entry["models"].items():
+            value = model.get("population_uniqueness")
+            shown = percent(value, 4) if model.get("solved") and value is not None else "no solution"
+            rows.append([entry["population"], f"{entry['size']:,.0f}", f"{entry['sampling_fraction']:.3g}",
+                         name if name != "dankar" else f"dankar -> {model.get('model_used')}", shown])
+    return rows
+
+
+def check_html_target(out: str) -> None:
+    """`risk --html` must name a file that is not a folder or a device (the atomic rename would try to replace it);
+    checked before the analysis so that a page that cannot be written fails fast."""
+    if not out.strip():
+        raise InputError(None, "--html", "empty: name the HTML file to write")
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(None, "--html", f"{out} is a folder: name the HTML file to write")
+    if path.exists() and not path.is_file():
+        raise InputError(None, "--html", f"{out} exists and is not a regular file")
+
+
+def render_risk_html(report: dict) -> str:
+    """`safeshare risk --html`: the report's figures as one self-contained page (inline CSS and SVG, no scripts,
+    like a release's report.html), built from the same dict `--json` prints so the two never disagree."""
+    from .disclosure_report import DISCLOSURE_STYLE, INPUT_INTRO, disclosure_section
+
+    profile = report["prosecutor_risk"]
+    summary = [["records", f"{report['records']:,}"], ["equivalence classes", f"{report['equivalence_classes']:,}"],
+               ["quasi-identifiers", ", ".join(report["quasi_identifiers"])],
+               ["sample uniques", f"{report['sample_uniques']:,} ({percent(report['sample_uniqueness'], 3)})"],
+               ["average prosecutor risk", percent(profile["average_risk"], 3)],
+               ["highest prosecutor risk", percent(profile["highest_risk"], 3)],
+               ["records at the highest risk", percent(profile["records_at_highest_risk"], 3)]]
+    labels, values = _size_buckets(report["class_size_histogram"])
+    sizes = bar_chart(labels, values, "Records by equivalence-class size", "class size")
+    populations = _population_rows(report)
+    population_html = (_rows(populations, ["population", "size N", "sampling fraction", "model",
+                                           "population uniqueness"]) if populations
+                       else "<p>No population is configured.</p>")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>safeshare risk analysis: {esc(report["dataset"])}</title>
+<style>{_PAGE_STYLE}{DISCLOSURE_STYLE}</style></head><body>
+<h1>Risk analysis: {esc(report["dataset"])} <small>(the input as it is, no transformation)</small></h1>
+<h2>Summary</h2>{_rows(summary)}
+<h2>Equivalence classes</h2><figure>{sizes}</figure>
+<h2 id="risk">Prosecutor risk</h2><figure>{_risk_profile_chart(profile)}</figure>
+<h2 id="populations">Population uniqueness per population</h2>{population_html}
+{disclosure_section(report.get("attribute_disclosure") or [], INPUT_INTRO)}
+</body></html>
+"""

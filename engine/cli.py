@@ -111,15 +111,25 @@ def _positive(kind: type) -> Callable[[str], float]:
 
 
 def run_risk(args: argparse.Namespace) -> int:
-    from .analysis import analyse, format_analysis
+    from .analysis import analyse, check_html_target, format_analysis, render_risk_html
+    from .atomic import write_text
     from .policy import load_policy
 
     try:
+        if args.html is not None:
+            check_html_target(args.html)   # before the analysis: a page that cannot be written should fail fast
         report = analyse(load_policy(args.policy))
+        if args.html is not None:
+            try:
+                write_text(args.html, render_risk_html(report))   # temporary file, then one rename
+            except OSError as exc:
+                raise InputError(None, "--html", f"{args.html}: cannot write ({exc.strerror or exc})") from None
     except InputError as exc:
         print(f"safeshare risk: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(json.dumps(report, indent=2) if args.json else format_analysis(report))
+    if args.html is not None and not args.json:
+        print(f"\nwritten to         {args.html}")
     return EXIT_OK
 
 
@@ -198,10 +208,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     risk = subparsers.add_parser(
         "risk", help="analyse the re-identification risk of a policy's input table as it is",
         description="Class-size histogram, sample uniques, prosecutor risk profile and every population model's "
-                    "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, on the input "
-                    "without any transformation.")
+                    "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, and for each "
+                    "attribute declared sensitive its attribute disclosure (per class distinct values, entropy and "
+                    "distance to the table's distribution; share of records in classes failing l-diversity for "
+                    "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), on the input without any transformation.")
     risk.add_argument("policy", help="dataset policy (YAML)")
     risk.add_argument("--json", action="store_true", help="print JSON with stable field names")
+    risk.add_argument("--html", metavar="FILE", default=None,
+                      help="also write the figures as a self-contained HTML page with plots (written atomically)")
     risk.set_defaults(func=run_risk)
 
     release = subparsers.add_parser(

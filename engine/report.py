@@ -9,10 +9,12 @@ enclave under a strict Content-Security-Policy. Besides the summary, transformat
   quasi-identifiers as they are, "after" the released (non-suppressed) records;
 * per gate population its size, the model used, the estimated population uniques, population uniqueness and the
   |PU|/|SU| ratio, before and after (Table II of the paper);
-* per attribute the top values of the input and of the output, with the number of distinct values.
+* per attribute the top values of the input and of the output, with the number of distinct values;
+* per declared sensitive attribute, attribute disclosure over the released classes (engine.disclosure_report).
 
 Everything is derived from the result of the search (encoded table, best transformation and its classes): the
-only extra work is one grouping of the input's level-0 codes and one estimator call per population on it.
+only extra work is one grouping of the input's level-0 codes and one estimator call per population on it, and,
+when sensitive attributes are declared, one grouping of the released classes with their sensitive values.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .analysis import RISK_EDGES, prosecutor_profile
+from .disclosure_report import DISCLOSURE_STYLE
 from .svgcharts import Series, bar_chart, esc as _esc, grouped_bar_chart, number, percent, step_chart
 
 if TYPE_CHECKING:
@@ -310,6 +313,16 @@ def distributions_section(result: "DeidResult") -> str:
     return "".join(parts)
 
 
+# --- attribute disclosure ------------------------------------------------------------------------------------------
+def attribute_disclosure_section(result: "DeidResult") -> str:
+    """Per declared sensitive attribute, the attribute-disclosure plots of the released classes (as `safeshare risk
+    --html` shows them for the input), so the custodian sees what the release still discloses; empty when the
+    policy declares no sensitive attribute."""
+    from .disclosure_report import RELEASE_INTRO, disclosure_section, released_disclosure
+
+    return disclosure_section(released_disclosure(result), RELEASE_INTRO)
+
+
 # --- the page ------------------------------------------------------------------------------------------------------
 def gate_section(gate: dict | None) -> str:
     if gate is None:
@@ -339,7 +352,7 @@ table.dist td.v{max-width:16rem;overflow-wrap:anywhere}table.dist td.b{width:8re
 .hbar.output,.hbar.both{background:""" + AFTER_COLOR + """}.hbar.suppressed{background:#c62828}
 tr.suppressed td{background:#fdf3f2}tr.other td{color:#666}small{font-weight:normal;color:#555}
 table.populations{font-size:.85rem}
-"""
+""" + DISCLOSURE_STYLE
 
 
 def search_section(manifest: dict) -> str:
@@ -420,6 +433,7 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
 <h2>Equivalence classes</h2>{chart}
 {search_section(manifest)}
 {distributions_section(result)}
+{attribute_disclosure_section(result)}
 {"".join(extra_sections)}
 </body></html>
 """
