@@ -276,7 +276,8 @@ def test_synthetic_release_has_generalization_and_suppression(tiny):
 def test_synthetic_report_is_self_contained_and_balanced(tiny):
     check_self_contained(tiny["html"])
     root = parse(tiny["html"])
-    assert len(list(root.iter("svg"))) == 3   # class sizes, risk profile, search progress
+    # class sizes, risk profile, search progress; and four attribute-disclosure plots for the sensitive diagnosis
+    assert len(list(root.iter("svg"))) == 3 + 4
 
 
 def test_synthetic_report_escapes_user_values(tiny):
