@@ -249,7 +249,9 @@ class TCloseness(_Strict):
     attribute: str
     t: Annotated[float, Field(ge=0, le=1)]
     distance: Literal["equal", "ordered", "hierarchical"] = "equal"
-    order: list[str] | None = Field(default=None, min_length=1)
+    # The ordered distance's order: the values listed, `hierarchy` (the attribute's hierarchy rows), or by default
+    # ARX's: numeric when every value is a number, else text order.
+    order: Literal["hierarchy"] | Annotated[list[str], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _order_only_when_ordered(self) -> "TCloseness":
@@ -480,6 +482,9 @@ def check_model_references(policy: DatasetPolicy) -> None:
             if getattr(spec, "distance", None) == "hierarchical" and attribute.hierarchy is None:
                 raise InputError(policy.source, f"{where}.distance",
                                  f"the hierarchical distance needs a hierarchy on {spec.attribute!r}")
+            if getattr(spec, "order", None) == "hierarchy" and attribute.hierarchy is None:
+                raise InputError(policy.source, f"{where}.order",
+                                 f"order: hierarchy needs a hierarchy on {spec.attribute!r}")
         subset = getattr(spec, "subset", None)
         if subset is not None:
             subsets.append((where, subset))

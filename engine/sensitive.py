@@ -36,13 +36,15 @@ class EncodedSensitive:
         """Share of the records holding each value."""
         return self.counts / float(self.counts.sum())
 
-    def order(self, explicit: list[str] | None = None, source: str | None = None, field: str | None = None
+    def order(self, explicit: "list[str] | str | None" = None, source: str | None = None, field: str | None = None
               ) -> np.ndarray:
         """Codes from the lowest to the highest value, for the ordered distance.
 
-        An explicit order from the policy wins; else the attribute's hierarchy lists the values in order (its rows,
-        as a custodian writes them); else values that are all numbers are ordered numerically and others as text."""
-        if explicit is not None:
+        An order listed in the policy wins; `"hierarchy"` takes the attribute's hierarchy rows (as a custodian wrote
+        them). By default the order is ARX's (`DataManager.getOrder` sorts by the attribute's data type): numeric
+        when every value is a number, else text order (np.unique's, which is Java's String order for text in the
+        Basic Multilingual Plane)."""
+        if isinstance(explicit, list):
             position = {value: i for i, value in enumerate(explicit)}
             if len(position) != len(explicit):
                 raise InputError(source, field, "the order lists a value twice")
@@ -51,7 +53,9 @@ class EncodedSensitive:
                 raise InputError(source, field, f"{len(missing)} value(s) of {self.name!r} are not in the order, "
                                                 f"first: {missing[0]!r}")
             rank = np.array([position[v] for v in self.values])
-        elif self.hierarchy is not None:
+        elif explicit == "hierarchy":
+            if self.hierarchy is None:
+                raise InputError(source, field, f"order: hierarchy needs a hierarchy on {self.name!r}")
             position = {value: i for i, value in enumerate(self.hierarchy.values.astype(str))}
             rank = np.array([position[v] for v in self.values])
         else:

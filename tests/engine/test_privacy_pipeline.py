@@ -229,3 +229,17 @@ def test_local_recoding_releases_only_l_diverse_classes(data_dir):
     qis = [c for c in released.columns if c != "occupation"]
     assert released.groupby(qis)["occupation"].nunique().min() >= 3
     assert result.record_suppressed.sum() <= 0.1 * len(result.released)
+
+
+def test_ordered_distance_orders_values_as_arx_unless_told():
+    from engine.hierarchy import Hierarchy
+    from engine.sensitive import encode_sensitive
+
+    text = encode_sensitive("s", np.array(["cold", "flu", "cough", "flu"]))
+    assert list(text.values[text.order()]) == ["cold", "cough", "flu"]            # ARX: the String type's order
+    numbers = encode_sensitive("n", np.array(["10", "9", "100", "9"]))
+    assert list(numbers.values[numbers.order()]) == ["9", "10", "100"]           # numbers as numbers
+    hierarchy = Hierarchy(np.array([["flu", "r", "*"], ["cough", "s", "*"], ["cold", "r", "*"]], dtype=object))
+    ranked = encode_sensitive("s", np.array(["cold", "flu", "cough"]), hierarchy)
+    assert list(ranked.values[ranked.order("hierarchy")]) == ["flu", "cough", "cold"]
+    assert list(ranked.values[ranked.order(["cough", "cold", "flu"])]) == ["cough", "cold", "flu"]
