@@ -81,6 +81,7 @@ class PopulationTable:
         self.sample = sample
         self.records = int(population.shape[0])
         codes, lookups = [], []
+        self.widths: list[list[int]] = []   # per attribute and level: the subset's codes plus the unknown labels
         for attribute in sample.attributes:
             values, record_codes = np.unique(population[attribute.name].to_numpy().astype(str), return_inverse=True)
             codes.append(record_codes.ravel())
@@ -88,12 +89,20 @@ class PopulationTable:
             row_of = pd.Index(hierarchy.values.astype(str)).get_indexer(values)
             if (row_of < 0).any():
                 raise InputError(hierarchy.source, attribute.name, "a population value is not in the hierarchy")
-            per_level = []
+            per_level, widths = [], []
             for level in range(attribute.levels):
                 row_codes, row_labels = hierarchy.level_codes(level)
                 labels = row_labels[row_codes[row_of]].astype(str)
-                per_level.append(pd.Index(attribute.labels[level].astype(str)).get_indexer(labels).astype(np.int64))
+                code = pd.Index(attribute.labels[level].astype(str)).get_indexer(labels).astype(np.int64)
+                # A label the subset never shows gets a code of its own past the subset's codes, so population
+                # classes holding no subset record stay apart from each other.
+                unknown = code < 0
+                extra, _ = pd.factorize(labels[unknown])
+                code[unknown] = attribute.cardinality(level) + extra
+                per_level.append(code)
+                widths.append(attribute.cardinality(level) + (int(extra.max()) + 1 if extra.size else 0))
             lookups.append(per_level)
+            self.widths.append(widths)
         cards = [int(c.max()) + 1 for c in codes]
         self.codes, self.counts, _ = group(np.stack(codes), np.ones(self.records, dtype=np.int64), cards)
         self.lookups = lookups
@@ -103,11 +112,11 @@ class PopulationTable:
         population's generalized tuples that match no subset class."""
         generalized = np.stack([lookup[level][row] for lookup, level, row in zip(self.lookups, levels, self.codes)])
         cards = [a.cardinality(level) for a, level in zip(self.sample.attributes, levels)]
-        known = np.all(generalized >= 0, axis=0)
+        widths = [w[level] for w, level in zip(self.widths, levels)]
+        known = np.all(generalized < np.array(cards)[:, None], axis=0)
         # One key computation for both sides: combined_key re-densifies on overflow, so keys of separate calls
         # would not be comparable.
-        both = combined_key(np.concatenate([classes.codes.astype(np.int64), np.where(known, generalized, 0)], axis=1),
-                            cards)
+        both = combined_key(np.concatenate([classes.codes.astype(np.int64), generalized], axis=1), widths)
         class_keys, keys = both[:classes.class_count], both[classes.class_count:]
         order = np.argsort(class_keys, kind="stable")
         position = np.searchsorted(class_keys, keys, sorter=order)
@@ -117,8 +126,7 @@ class PopulationTable:
                             minlength=classes.class_count).astype(np.int64)
         unmatched = ~matched
         if unmatched.any():
-            shifted = np.where(generalized[:, unmatched] >= 0, generalized[:, unmatched] + 1, 0)
-            _, unmatched_sizes, _ = group(shifted, self.counts[unmatched], [c + 1 for c in cards])
+            _, unmatched_sizes, _ = group(generalized[:, unmatched], self.counts[unmatched], widths)
         else:
             unmatched_sizes = np.zeros(0, dtype=np.int64)
         return PopulationCounts(sizes, unmatched_sizes)

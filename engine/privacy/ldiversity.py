@@ -9,11 +9,13 @@
 * recursive (c,l): with the class's counts sorted descending r_1 >= r_2 >= ..., r_1 < c (r_l + r_(l+1) + ... + r_n).
 
 Each variant implies classes of at least floor(l) records (`minimal_class_size`), which the search uses for
-Flash2P's first phase. Entropy and recursive diversity are monotone only without suppression (a merged class can
-fail where suppression had removed the failing part); the Shannon entropy is concave, so merging classes that pass
-gives one that passes. Grassberger's estimator is not concave for small counts (merging two classes of one value
-each can lower it), so it declares no monotonicity at all: unlike ARX, which treats every entropy variant alike, the
-search then prunes nothing it has not checked.
+Flash2P's first phase. Recursive diversity is monotone only without suppression (a merged class can fail where
+suppression had removed the failing part). Entropy diversity declares no monotonicity at all, unlike ARX: the Shannon
+entropy is concave, so in exact arithmetic merging classes that pass gives one that passes, but ARX's arithmetic
+(kept here, so that every class passes or fails exactly as in ARX) is not exact: {x 1, y 1} has 1.0 bit and
+{x 3, y 3} 0.9999999999999998, so 2-diversity holds for two classes and fails for their merge
+(tests/engine/test_privacy_monotonicity.py); and Grassberger's estimator is not concave for small counts. Declaring
+nothing makes the search check what ARX's would prune, so its optimum is the exhaustive one.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class LDiversityModel(ClassModel):
         self.c = None if c is None else float(c)
         self.minimal_size = int(l)   # ARX's minSize: fewer distinct values than this always fail
         self.minimal_class_size = self.minimal_size
-        self.monotone_without_suppression = variant != "entropy" or self.estimator == "shannon"
+        self.monotone_without_suppression = variant != "entropy"
         self.monotone_with_suppression = variant == "distinct"
 
     def violating(self, classes) -> np.ndarray:

@@ -7,10 +7,11 @@
 
 Both are enforced like population uniqueness (engine.privacy.base.RiskBasedModel): when the released table fails,
 whole classes are suppressed, smallest first, until it holds. ARX declares both monotone with and without
-suppression; without suppression that is true (merging classes lowers the class count and never creates a unique).
-With suppression it is not: the bisection over a suppression order can stop at a longer prefix for a coarser
-transformation than for a finer one (tests/engine/test_privacy_monotonicity.py finds such pairs by brute force), so
-here they declare monotonicity without suppression only and the search checks what ARX would prune.
+suppression. Over the classes they see that would be true (merging lowers the class count and never creates a
+unique), but risk models do not see completely generalized classes (ARX's rule, engine.search.evaluator): when a
+hierarchy reaches `*` below its top level, a generalization can hide a large class and leave small ones visible, so
+a transformation holds and its generalization does not (tests/engine/test_privacy_monotonicity.py keeps such
+tables). Both therefore declare no monotonicity, and the search checks what ARX would prune.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .registry import register
 class AverageRiskModel(RiskBasedModel):
     name = "average_risk"
     monotone_with_suppression = False
-    monotone_without_suppression = True
+    monotone_without_suppression = False
 
     def __init__(self, threshold: float) -> None:
         super().__init__()
@@ -48,7 +49,7 @@ class AverageRiskModel(RiskBasedModel):
 class SampleUniquenessModel(RiskBasedModel):
     name = "sample_uniqueness"
     monotone_with_suppression = False
-    monotone_without_suppression = True
+    monotone_without_suppression = False
 
     def __init__(self, threshold: float) -> None:
         super().__init__()
