@@ -44,7 +44,8 @@ def run_deid(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy)
         site = load_site_gate(site_folder(args.site))
         result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit,
-                            site=site, memory_mb=args.memory_mb)
+                            site=site, memory_mb=args.memory_mb, partitions=args.partitions,
+                            scheduler=args.scheduler)
         manifest = write_release(result, args.out)
     except InputError as exc:
         print(f"safeshare deid: {exc}", file=sys.stderr)
@@ -193,6 +194,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="site folder whose gate.yaml is the floor of the release gate (default: $SAFESHARE_SITE, "
                            "else /var/lib/safeshare if it exists; without a gate.yaml the built-in floor applies: "
                            "|PU|/|SU| <= 0.25 in USA, California and Los Angeles)")
+    deid.add_argument("--partitions", type=_positive(int), default=None, metavar="P",
+                      help="P4 partitioned anonymization with P partitions (overrides the policy's "
+                           "search.parallel.partitions): each anonymized in parallel, harmonized, checked when merged")
+    deid.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                      help="where P4 runs: local (a Dask cluster with a process per core, the default), none (this "
+                           "process), or a Dask scheduler such as tcp://host:8786")
     deid.add_argument("--quiet", action="store_true", help="no progress bar")
     deid.set_defaults(func=run_deid)
 

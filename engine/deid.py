@@ -152,12 +152,13 @@ def check_populations(policy: DatasetPolicy, gate: EffectiveGate, records: int) 
 
 def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False,
                time_limit: float | None = None, site: SiteGateSource | str | os.PathLike | None = None,
-               memory_mb: int | None = None) -> DeidResult:
+               memory_mb: int | None = None, partitions: int | None = None, scheduler: str | None = None
+               ) -> DeidResult:
     """Find the optimal transformation under the policy and apply it. Raises InputError or NoSolutionError.
 
     `site` is the site gate (a loaded one, or a site folder); None looks for the site as `safeshare deid` does
     ($SAFESHARE_SITE, /var/lib/safeshare) and falls back to the built-in floor. `time_limit` and `memory_mb`
-    override the policy's `search:` limits."""
+    override the policy's `search:` limits; `partitions` and `scheduler` its `search.parallel` (P4)."""
     started = time.perf_counter()
     if not isinstance(policy, DatasetPolicy):
         policy = load_policy(policy)
@@ -183,6 +184,21 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                       progress=progress, memory_mb=memory, check_limit=policy.search.check_limit,
                       genetic=GeneticParameters(**policy.search.genetic.model_dump()))
 
+    parallel = policy.search.parallel
+    if partitions is not None or scheduler is not None:
+        from .policy import ParallelSpec
+
+        base = parallel.model_dump() if parallel is not None else {"partitions": partitions or 2}
+        overrides = {k: v for k, v in (("partitions", partitions), ("scheduler", scheduler)) if v is not None}
+        try:
+            parallel = ParallelSpec.model_validate({**base, **overrides})
+        except ValueError as exc:
+            raise InputError(policy.source, "search.parallel", str(exc).splitlines()[-1]) from None
+    if parallel is not None:
+        if policy.search.recoding == "local" or table.population is not None:
+            raise InputError(policy.source, "search.parallel",
+                             "P4 runs global recoding without a research subset (as P4's own implementation)")
+        return _deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate, started)
     if policy.search.recoding == "local":
         return _deidentify_local(policy, loaded, table, configuration, run_search, limit, effective_gate, started)
     result = run_search(table, quality_model, limit)
@@ -253,6 +269,49 @@ def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, config
                              "privacy_models": [model.describe() for model in configuration.models]})
 
 
+def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
+                   parallel, limit: float, effective_gate: EffectiveGate, started: float) -> DeidResult:
+    """P4 (engine.parallel) on a Dask cluster, or in this process with `scheduler: none`. Its release is measured over
+    the whole table: classes are the released values with the suppression each record got (a class can be kept in
+    one partition and suppressed in another), so every quality model and the gate see exactly what is released."""
+    from .gate import evaluate_gate
+    from .parallel import P4NoSolution, run_p4
+    from .parallel.cluster import executor_for
+
+    try:
+        with executor_for(parallel.scheduler) as (executor, where):
+            p4 = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, parallel.partitions, executor,
+                        parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed)
+    except P4NoSolution as exc:
+        raise NoSolutionError(f"{policy.source or policy.dataset}: P4 with {parallel.partitions} partitions: {exc}")
+    codes = np.stack([a.to_level[level][a.records] for a, level in zip(table.attributes, p4.levels)]
+                     + [p4.record_suppressed.astype(np.int64)])
+    cards = [a.cardinality(level) for a, level in zip(table.attributes, p4.levels)] + [2]
+    from .classes import group
+
+    class_codes, sizes, _ = group(codes, np.ones(table.n, dtype=np.int64), cards)
+    suppressed = class_codes[-1].astype(bool)
+    best = Evaluation(tuple(p4.levels), class_codes[:-1], sizes, suppressed, int(sizes[suppressed].sum()), True)
+    quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
+                                                      policy.quality.gs_factor)
+    best.loss = 1.0 - quality[policy.quality.model]
+    search = SearchResult(best, sum(p["checked"] for p in p4.details["partitions"]), False, sum(p4.seconds.values()),
+                          Lattice(tuple(a.min_level for a in table.attributes),
+                                  tuple(a.max_level for a in table.attributes)).size, "p4")
+    risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required_models(policy, table, best))
+    record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
+              "harmonization": parallel.harmonization, "transformation": "global",
+              "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
+                                            for lv in p4.partition_levels],
+              "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
+              "quality_row_weighted": p4.quality,
+              "risk_models_decided_on_merged_table": bool(configuration.risk_models)}
+    return DeidResult(policy, table, search, best, p4.released, p4.record_suppressed, quality, per_attribute,
+                      time.perf_counter() - started, loaded.frame,
+                      extra={"risk": risk, "gate": gate, "parallel": record,
+                             "privacy_models": [model.describe() for model in configuration.models]})
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -297,6 +356,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "files": files,
         "seconds": round(result.seconds, 6),
     }
+    if "parallel" in result.extra:   # P4: partitions, harmonized levels per partition, seconds per step
+        manifest["parallel"] = result.extra["parallel"]
     if "privacy_models" in result.extra:   # the models as built: derived parameters (k-map's k') included
         manifest["privacy_models"] = result.extra["privacy_models"]
     if "research_subset" in result.extra:   # the input is the population; the subset is released

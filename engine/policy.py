@@ -364,6 +364,33 @@ class GeneticSpec(_Strict):
         return self
 
 
+class ParallelSpec(_Strict):
+    """P4 partitioned anonymization (engine.parallel): `partitions` parts anonymized in parallel on a Dask cluster
+    (`scheduler: local` starts one with a process per core; `tcp://HOST:8786` uses a running one), their
+    transformations harmonized, the merged classes checked against every model. Only global transformation so far."""
+
+    partitions: Annotated[int, Field(ge=1, le=100_000)]
+    scheduler: str = "local"
+    partitioning: Literal["sorted", "random"] = "sorted"
+    harmonization: Literal["average", "minimum"] = "average"
+    transformation: Literal["global", "local"] = "global"
+    seed: Annotated[int, Field(ge=0, le=(1 << 63) - 1)] = 0
+
+    @field_validator("scheduler")
+    @classmethod
+    def _scheduler_address(cls, value: str) -> str:
+        if value not in ("local", "none") and not re.fullmatch(r"(tcp|tls|inproc)://[^\s/]+", value):
+            raise ValueError(f"expected local, none or a scheduler address such as tcp://host:8786, got {value!r}")
+        return value
+
+    @field_validator("transformation")
+    @classmethod
+    def _global_only(cls, value: str) -> str:
+        if value != "global":
+            raise ValueError("P4 with local transformation is not available yet; use global")
+        return value
+
+
 class SearchSpec(_Strict):
     """How to search the lattice: `auto` picks Flash, Flash2P or branch and bound from what the configuration makes
     monotone (engine.search), or a heuristic (`lightning`: bottom-up greedy, `topdown`: top-down greedy, `genetic`)
@@ -381,6 +408,7 @@ class SearchSpec(_Strict):
     # previous ones suppressed, the time limit split over them; global: one transformation for every record.
     recoding: Literal["global", "local"] = "global"
     local_iterations: Annotated[int, Field(ge=1, le=10_000)] = 100
+    parallel: ParallelSpec | None = None
 
 
 class GateSpec(_Strict):

@@ -1,0 +1,4 @@
+"""P4 partitioned anonymization (engine.parallel.p4) on a Dask cluster or in this process."""
+from .p4 import DaskExecutor, LocalExecutor, P4NoSolution, P4Result, run_p4
+
+__all__ = ["DaskExecutor", "LocalExecutor", "P4NoSolution", "P4Result", "run_p4"]

@@ -1,0 +1,247 @@
+"""P4 (Prasser et al., digest P3): anonymize partitions in parallel, harmonize, check compliance, merge.
+
+The driver splits the table (engine.parallel.partitioning), sends each partition to a worker once, and then only
+exchanges class summaries with them:
+
+1. each worker finds its partition's optimum under the whole configuration;
+2. the driver harmonizes the levels (average or minimum) and each worker summarizes its partition at that
+   transformation, suppressing the classes its class models reject;
+3. compliance: the driver merges the partitions' released classes by their labels and checks every class model on the
+   merged classes (P4 does this only when privacy is not fully monotone; it is cheap, so here it always runs and fails
+   closed); then, beyond P4, the risk-based models (population uniqueness, average risk, ...) are decided on the merged
+   histogram with the single-machine engine's suppression order (size, the quality model's per-class loss for Loss,
+   first record) and its bisection;
+4. each worker releases its records with the suppression decided, and reports its quality; the quality of the whole
+   is the row-weighted average of the partitions' (as P4 reports it).
+
+The suppression limit holds for the whole table: the records suppressed by all steps together are at most
+floor(limit x n), or the run has no solution.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..classes import Evaluation, group
+from ..distributions import ClassView
+from ..errors import InputError
+from ..policy import DatasetPolicy
+from .partitioning import harmonize, random_partitions, sorted_partitions
+from .worker import PartitionClasses, PartitionJob, classes, optimum, release
+
+SUPPRESSED = "*"
+
+
+class P4NoSolution(RuntimeError):
+    """No harmonized transformation meets the privacy models within the suppression limit."""
+
+
+@dataclass
+class P4Result:
+    levels: tuple[int, ...]
+    partition_levels: list[tuple[int, ...] | None]
+    released: pd.DataFrame
+    record_suppressed: np.ndarray
+    suppressed_records: int
+    loss: float
+    seconds: dict[str, float]
+    merged: Evaluation
+    details: dict = field(default_factory=dict)
+
+    @property
+    def quality(self) -> float:
+        return 1.0 - self.loss
+
+
+class LocalExecutor:
+    """Runs the steps in this process, one partition after the other (tests, and P4 without a cluster)."""
+
+    def put(self, jobs: Sequence[PartitionJob]) -> list:
+        return list(jobs)
+
+    def map(self, function: Callable, items: Sequence, **kwargs) -> list:
+        return [function(item, **kwargs) for item in items]
+
+
+class DaskExecutor:
+    """Runs the steps on a Dask cluster: partitions are scattered once and stay on their workers."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def put(self, jobs: Sequence[PartitionJob]) -> list:
+        return self.client.scatter(list(jobs))
+
+    def map(self, function: Callable, items: Sequence, **kwargs) -> list:
+        futures = self.client.map(function, items, pure=False, **kwargs)
+        return self.client.gather(futures)
+
+
+def partition_jobs(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensitive: dict, partitions: int,
+                   partitioning: str = "sorted", seed: int = 0) -> list[PartitionJob]:
+    qis = list(hierarchies)
+    if partitioning == "sorted":
+        parts = sorted_partitions(frame, qis, partitions)
+    elif partitioning == "random":
+        parts = random_partitions(len(frame), partitions, seed)
+    else:
+        raise ValueError(f"unknown partitioning {partitioning!r}")
+    return [PartitionJob(i, policy, hierarchies, sensitive, frame.iloc[rows].reset_index(drop=True), rows, len(frame))
+            for i, rows in enumerate(parts)]
+
+
+def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensitive: dict, partitions: int,
+           executor=None, partitioning: str = "sorted", harmonization: str = "average",
+           time_limit: float | None = None, seed: int = 0) -> P4Result:
+    """P4 with a global transformation on `frame` (the table) with the hierarchies built for the whole of it."""
+    executor = executor or LocalExecutor()
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    jobs = partition_jobs(policy, frame, hierarchies, sensitive, partitions, partitioning, seed)
+    handles = executor.put(jobs)
+    seconds["partition"] = time.perf_counter() - started
+
+    mark = time.perf_counter()
+    optima = executor.map(optimum, handles, time_limit=time_limit)
+    seconds["anonymize"] = time.perf_counter() - mark
+    found = [o["levels"] for o in optima if o["levels"] is not None]
+    if not found:
+        raise P4NoSolution("no partition has a solution under the privacy models")
+    levels = harmonize(found, harmonization)
+
+    mark = time.perf_counter()
+    summaries: list[PartitionClasses] = executor.map(classes, handles, levels=levels)
+    seconds["harmonize"] = time.perf_counter() - mark
+
+    mark = time.perf_counter()
+    merged, gone = comply(policy, summaries, levels, len(frame), hierarchies, sensitive)
+    seconds["compliance"] = time.perf_counter() - mark
+
+    mark = time.perf_counter()
+    outputs = executor.map(release, handles, levels=levels, suppressed_labels=gone)
+    released = pd.concat([o["released"] for o in outputs], ignore_index=True)
+    released.index = np.concatenate([o["rows"] for o in outputs])
+    released = released.sort_index().reset_index(drop=True)   # back in the input's order
+    record_suppressed = np.zeros(len(frame), dtype=bool)
+    for output in outputs:
+        record_suppressed[output["rows"]] = output["record_suppressed"]
+    total = sum(o["records"] for o in outputs)
+    loss = sum(o["loss"] * o["records"] for o in outputs) / total
+    seconds["merge"] = time.perf_counter() - mark
+    suppressed = sum(o["suppressed_records"] for o in outputs)
+    limit = int(np.floor(policy.suppression_limit * len(frame) + 1e-9))
+    if suppressed > limit:
+        raise P4NoSolution(f"the harmonized transformation suppresses {suppressed} records, above the limit {limit}")
+    details = {"partitions": [{**{k: v for k, v in o.items() if k != "index"}, "index": o["index"]} for o in optima],
+               "merged_classes": int(merged.sizes.size), "risk": merged.details}
+    return P4Result(levels, [o["levels"] for o in optima], released, record_suppressed, suppressed, loss, seconds,
+                    merged, details)
+
+
+def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels: tuple[int, ...], records: int,
+           hierarchies: dict, sensitive: dict | None = None) -> tuple[Evaluation, pd.DataFrame]:
+    """Step 3 on the driver: merge the partitions' released classes by label, check the class models on the merged
+    classes and decide the risk-based models on the merged histogram. Returns the merged evaluation and the labels of
+    the merged classes to suppress everywhere."""
+    from ..deid import privacy_configuration
+
+    names = list(summaries[0].labels.columns)
+    parts = []
+    for summary in summaries:
+        part = summary.labels.copy()
+        part["size"] = summary.sizes
+        part["kept"] = np.where(summary.suppressed, 0, summary.sizes)
+        part["first"] = summary.first
+        part["partition"] = summary.index
+        part["class"] = np.arange(summary.sizes.size)
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True)
+    released = table[table["kept"] > 0]
+    merged = released.groupby(names, sort=False, dropna=False).agg(size=("kept", "sum"), first=("first", "min"))
+    merged = merged.sort_values("first").reset_index()
+    configuration = privacy_configuration(policy, records)
+    codes = np.stack([pd.factorize(merged[name])[0] for name in names]) if len(merged) else np.zeros((len(names), 0),
+                                                                                                      dtype=np.int64)
+    sizes = merged["size"].to_numpy(dtype=np.int64)
+    view = _merged_view(codes, sizes, merged, released, summaries, names, sensitive)
+    suppressed = np.zeros(sizes.size, dtype=bool)
+    for model in configuration.class_models:
+        suppressed |= model.violating(view)
+        if model.blocks_release(view):
+            raise P4NoSolution(f"{model.name} fails on classes that cannot be suppressed")
+    evaluation = Evaluation(tuple(levels), codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
+    already = int(table["size"].sum() - table["kept"].sum())
+    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
+    for model in configuration.risk_models:
+        visible = ~evaluation.suppressed & ~(merged[names] == SUPPRESSED).all(axis=1).to_numpy()
+        order = _suppression_order(policy, merged, names, sizes, visible, levels, hierarchies)
+        evaluation = model.enforce(evaluation, order, max(limit - already, -1), visible)
+        if not evaluation.solution:
+            raise P4NoSolution(f"{model.name} cannot be met on the merged table within the suppression limit")
+    gone = merged.loc[evaluation.suppressed, names].reset_index(drop=True)
+    return evaluation, gone
+
+
+def _merged_view(codes, sizes, merged: pd.DataFrame, released: pd.DataFrame, summaries, names,
+                 sensitive_hierarchies: dict | None = None) -> ClassView:
+    """The merged classes as class models see them: sizes and, per sensitive attribute, the summed value counts."""
+    sensitive = summaries[0].sensitive
+    if not sensitive:
+        return ClassView(codes, sizes)
+    from ..sensitive import EncodedSensitive
+
+    if len(sensitive) > 1:
+        raise InputError(None, "search.parallel", "P4 supports one sensitive attribute per policy so far")
+    name = next(iter(sensitive))
+    index = merged[names].assign(merged=np.arange(len(merged)))
+    every, kept_rows = [], []
+    for summary in summaries:
+        frame = summary.sensitive[name]
+        every.append(frame)
+        kept = ~summary.suppressed[frame["class"].to_numpy()]
+        kept_rows.append(frame[kept].join(summary.labels, on="class"))
+    every = pd.concat(every, ignore_index=True)
+    # The table's distribution is over every record, suppressed ones included (as for a single machine).
+    values = np.unique(every["value"].to_numpy().astype(str))
+    table_counts = np.bincount(np.searchsorted(values, every["value"].to_numpy().astype(str)),
+                               weights=every["count"].to_numpy(), minlength=values.size).astype(np.int64)
+    counts = pd.concat(kept_rows, ignore_index=True).merge(index, on=names)
+    value_codes = np.searchsorted(values, counts["value"].to_numpy().astype(str))
+    # The view's joint classes are (merged class, value) pairs.
+    keys = counts["merged"].to_numpy() * values.size + value_codes
+    inverse, uniques = pd.factorize(keys, sort=True)
+    joint_sizes = np.bincount(inverse, weights=counts["count"].to_numpy()).astype(np.int64)
+    uniques = np.asarray(uniques)
+    encoded = EncodedSensitive(name, np.zeros(0, dtype=np.int64), values, table_counts,
+                               (sensitive_hierarchies or {}).get(name))
+    return ClassView(codes, sizes, (encoded,), (uniques // values.size).astype(np.int64),
+                     (uniques % values.size)[None, :].astype(np.int64), joint_sizes)
+
+
+def _suppression_order(policy: DatasetPolicy, merged: pd.DataFrame, names, sizes: np.ndarray, visible: np.ndarray,
+                       levels, hierarchies: dict) -> np.ndarray:
+    """Classes in the single-machine engine's order: size, under Loss ARX's per-class loss (size x the label's share
+    of its hierarchy, aggregated as the policy says), then first record."""
+    index = np.flatnonzero(visible)
+    first = merged["first"].to_numpy()[index]
+    if policy.quality.model != "loss":
+        return index[np.lexsort((first, sizes[index]))]
+    values = np.empty((len(names), index.size))
+    for i, (name, level) in enumerate(zip(names, levels)):
+        hierarchy = hierarchies[name]
+        row_codes, row_labels = hierarchy.level_codes(level)
+        shares = pd.Series(np.bincount(row_codes, minlength=row_labels.size) / len(hierarchy),
+                           index=row_labels.astype(str))
+        values[i] = sizes[index] * shares.reindex(merged[name].to_numpy()[index].astype(str)).to_numpy()
+    aggregation = policy.quality.aggregation
+    if aggregation == "geometric_mean":
+        keys = np.prod(values + 1.0, axis=0) ** (1.0 / values.shape[0]) - 1.0
+    elif aggregation == "arithmetic_mean":
+        keys = values.mean(axis=0)
+    else:
+        keys = values.sum(axis=0)
+    return index[np.lexsort((first, keys, sizes[index]))]

@@ -1,0 +1,148 @@
+"""What a worker does with one partition (plain functions of picklable arguments, so Dask can run them anywhere).
+
+Every partition is encoded with the hierarchies the driver built for the whole table, so a level means the same labels
+in every partition, and classes of different partitions meet by their generalized labels. A worker returns summaries
+the size of its classes, never its records: labels, sizes, what it suppressed, and per class the counts of each
+sensitive value, which is all the driver needs to check the merged classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..classes import Evaluation
+from ..encoding import EncodedTable, encode_table
+from ..hierarchy import Hierarchy
+from ..policy import DatasetPolicy
+from ..privacy import PrivacyConfiguration
+from ..quality import make_quality_model
+
+SUPPRESSED = "*"
+
+
+@dataclass
+class PartitionJob:
+    index: int
+    policy: DatasetPolicy
+    hierarchies: dict[str, Hierarchy]
+    sensitive: dict[str, Hierarchy | None]
+    frame: pd.DataFrame
+    rows: np.ndarray            # positions of the partition's records in the whole table
+    total_records: int          # of the whole table (k-map's k' is derived from it, not from a partition)
+
+
+@dataclass
+class PartitionClasses:
+    """A partition's classes at the harmonized transformation: one row per class in `labels` (quasi-identifier labels
+    as text), with `sizes`, `suppressed` (by the partition's class models), `first` (the whole table's position of
+    each class's first record), and `sensitive`: per sensitive attribute a frame (class, value, count)."""
+
+    index: int
+    labels: pd.DataFrame
+    sizes: np.ndarray
+    suppressed: np.ndarray
+    first: np.ndarray
+    sensitive: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def encode(job: PartitionJob) -> EncodedTable:
+    bounds = {name: (job.policy.attributes[name].min_level, job.policy.attributes[name].max_level)
+              for name in job.hierarchies}
+    return encode_table(job.frame, job.hierarchies, job.policy.source, bounds, job.sensitive)
+
+
+def configuration(job: PartitionJob, with_risk_models: bool = True) -> PrivacyConfiguration:
+    from ..deid import privacy_configuration
+
+    full = privacy_configuration(job.policy, job.total_records)
+    models = full.models if with_risk_models else tuple(full.class_models)
+    return PrivacyConfiguration(models, full.suppression_limit)
+
+
+def optimum(job: PartitionJob, time_limit: float | None = None) -> dict:
+    """Step 1: the partition's own optimal (or best found) transformation under the whole configuration."""
+    from ..search import search
+
+    table = encode(job)
+    policy = job.policy
+    quality = make_quality_model(policy.quality.model, table, policy.quality.aggregation, policy.quality.gs_factor)
+    result = search(table, configuration(job), quality, algorithm=policy.search.algorithm, time_limit=time_limit)
+    best = result.best
+    return {"index": job.index, "records": table.n, "levels": None if best is None else tuple(best.levels),
+            "checked": result.checked, "optimal": result.optimal, "seconds": result.seconds,
+            "algorithm": result.algorithm}
+
+
+def evaluate(job: PartitionJob, levels: tuple[int, ...]) -> tuple[EncodedTable, Evaluation]:
+    """The partition at `levels` with its class models applied (risk-based models are decided on the merged table)."""
+    from ..search import Evaluator
+
+    table = encode(job)
+    quality = make_quality_model("loss", table)
+    config = configuration(job, with_risk_models=False)
+    evaluator = Evaluator(table, PrivacyConfiguration(config.models, 1.0), quality, cache_bytes=0)
+    return table, evaluator.evaluate(levels)
+
+
+def classes(job: PartitionJob, levels: tuple[int, ...]) -> PartitionClasses:
+    """Step 2: the partition at the harmonized transformation, summarized per class."""
+    from ..classes import ClassCache
+
+    table, evaluation = evaluate(job, levels)
+    labels = pd.DataFrame({a.name: a.labels[level][evaluation.codes[i]]
+                           for i, (a, level) in enumerate(zip(table.attributes, levels))})
+    record_class = _record_classes(table, levels, evaluation)
+    first = np.full(evaluation.sizes.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, record_class, job.rows)
+    sensitive = {}
+    if table.sensitive:
+        view = ClassCache(table, budget_bytes=0).view(levels)
+        for attribute in table.sensitive:
+            distribution = view.distribution(attribute.name)
+            sensitive[attribute.name] = pd.DataFrame({"class": distribution.classes,
+                                                      "value": attribute.values[distribution.values],
+                                                      "count": distribution.counts})
+    return PartitionClasses(job.index, labels, evaluation.sizes, evaluation.suppressed, first, sensitive)
+
+
+def _record_classes(table: EncodedTable, levels: tuple[int, ...], evaluation: Evaluation) -> np.ndarray:
+    from ..classes import combined_key
+
+    codes = np.stack([a.to_level[level][a.records] for a, level in zip(table.attributes, levels)])
+    cards = [a.cardinality(level) for a, level in zip(table.attributes, levels)]
+    keys = combined_key(np.concatenate([evaluation.codes, codes], axis=1), cards)
+    class_keys, record_keys = keys[:evaluation.codes.shape[1]], keys[evaluation.codes.shape[1]:]
+    order = np.argsort(class_keys, kind="stable")
+    return order[np.searchsorted(class_keys, record_keys, sorter=order)]
+
+
+def release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.DataFrame) -> dict:
+    """Step 4: the partition's released records (generalized; suppressed classes' quasi-identifiers blanked) and its
+    quality under the policy's model with that suppression (P4 averages it over partitions by records)."""
+    table, evaluation = evaluate(job, levels)
+    labels = pd.DataFrame({a.name: a.labels[level][evaluation.codes[i]]
+                           for i, (a, level) in enumerate(zip(table.attributes, levels))})
+    names = list(labels.columns)
+    marked = labels.merge(suppressed_labels.assign(_gone=True), on=names, how="left")["_gone"].fillna(False)
+    suppressed = evaluation.suppressed | marked.to_numpy(dtype=bool)
+    policy = job.policy
+    quality_model = make_quality_model(policy.quality.model, table, policy.quality.aggregation,
+                                       policy.quality.gs_factor)
+    loss = quality_model.loss(levels, evaluation.codes, evaluation.sizes, suppressed)
+    record_suppressed = suppressed[_record_classes(table, levels, evaluation)]
+    out = pd.DataFrame(index=job.frame.index)
+    for name, attribute in policy.attributes.items():
+        if attribute.type == "identifying":
+            continue
+        if name in job.hierarchies:
+            encoded = table.attributes[list(job.hierarchies).index(name)]
+            level = levels[list(job.hierarchies).index(name)]
+            values = encoded.labels[level][encoded.to_level[level][encoded.records]].astype(object)
+            values[record_suppressed] = SUPPRESSED
+            out[name] = values
+        else:
+            out[name] = job.frame[name].to_numpy()
+    return {"index": job.index, "released": out, "rows": job.rows, "records": table.n, "loss": float(loss),
+            "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum())}
