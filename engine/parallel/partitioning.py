@@ -27,7 +27,9 @@ def partition_sizes(n: int, p: int) -> list[int]:
 
 def sorted_partitions(frame: pd.DataFrame, quasi_identifiers: Sequence[str], p: int) -> list[np.ndarray]:
     """Row positions of each partition, records sorted by their quasi-identifier values as text."""
-    order = np.lexsort([frame[name].to_numpy().astype(str) for name in reversed(list(quasi_identifiers))])
+    # Sorting integer ranks (factorized in text order) instead of the strings themselves: the same order, far faster.
+    ranks = [pd.factorize(frame[name].astype(str), sort=True)[0] for name in reversed(list(quasi_identifiers))]
+    order = np.lexsort(ranks)
     bounds = np.cumsum([0] + partition_sizes(len(frame), p))
     return [np.sort(order[bounds[i]:bounds[i + 1]]) for i in range(p)]
 

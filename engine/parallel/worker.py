@@ -31,6 +31,13 @@ class PartitionJob:
     frame: pd.DataFrame
     rows: np.ndarray            # positions of the partition's records in the whole table
     total_records: int          # of the whole table (k-map's k' is derived from it, not from a partition)
+    # The encoded partition, kept by the worker that holds the job between steps (not sent back and forth).
+    table: EncodedTable | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["table"] = None   # a worker encodes its partition itself
+        return state
 
 
 @dataclass
@@ -48,9 +55,11 @@ class PartitionClasses:
 
 
 def encode(job: PartitionJob) -> EncodedTable:
-    bounds = {name: (job.policy.attributes[name].min_level, job.policy.attributes[name].max_level)
-              for name in job.hierarchies}
-    return encode_table(job.frame, job.hierarchies, job.policy.source, bounds, job.sensitive)
+    if job.table is None:
+        bounds = {name: (job.policy.attributes[name].min_level, job.policy.attributes[name].max_level)
+                  for name in job.hierarchies}
+        job.table = encode_table(job.frame, job.hierarchies, job.policy.source, bounds, job.sensitive)
+    return job.table
 
 
 def configuration(job: PartitionJob, with_risk_models: bool = True) -> PrivacyConfiguration:
