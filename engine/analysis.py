@@ -200,15 +200,10 @@ def _population_rows(report: dict) -> list[list[object]]:
 
 
 def check_html_target(out: str) -> None:
-    """`risk --html` must name a file that is not a folder or a device (the atomic rename would try to replace it);
-    checked before the analysis so that a page that cannot be written fails fast."""
-    if not out.strip():
-        raise InputError(None, "--html", "empty: name the HTML file to write")
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(None, "--html", f"{out} is a folder: name the HTML file to write")
-    if path.exists() and not path.is_file():
-        raise InputError(None, "--html", f"{out} exists and is not a regular file")
+    """`risk --html` must name a file that can be replaced atomically (engine.atomic.check_output_file)."""
+    from .atomic import check_output_file
+
+    check_output_file(out, "--html", "HTML")
 
 
 def render_risk_html(report: dict) -> str:

@@ -59,6 +59,21 @@ def write_with(target: str | os.PathLike, writer: Callable[[Path], None]) -> Non
         writer(tmp)
 
 
+def check_output_file(target: str, option: str = "--out", kind: str = "") -> Path:
+    """An output file must be named and must not be a folder or a device (which the atomic rename would try to
+    replace); checked before the work, so that an output that cannot be written fails fast. `kind` names the file
+    in the message ("CSV", "HTML")."""
+    what = f"the {kind} file" if kind else "the file"
+    if not target.strip():
+        raise InputError(None, option, f"empty: name {what} to write")
+    path = Path(target)
+    if path.is_dir():
+        raise InputError(None, option, f"{target} is a folder: name {what} to write")
+    if path.exists() and not path.is_file():
+        raise InputError(None, option, f"{target} exists and is not a regular file")
+    return path
+
+
 def check_output_folder(target: str | os.PathLike, replaceable: Collection[str], option: str = "--out") -> Path:
     """The absolute output folder `target`, after refusing what `atomic_folder` must not write or replace.
 

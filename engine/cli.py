@@ -87,15 +87,9 @@ def run_hierarchy(args: argparse.Namespace) -> int:
 
 
 def _check_output_file(out: str) -> None:
-    """An output file must be named, and must not be a folder or a device (which the atomic rename would try to
-    replace)."""
-    if not out.strip():
-        raise InputError(None, "--out", "empty: name the CSV file to write")
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(None, "--out", f"{out} is a folder: name the CSV file to write")
-    if path.exists() and not path.is_file():
-        raise InputError(None, "--out", f"{out} exists and is not a regular file")
+    from .atomic import check_output_file
+
+    check_output_file(out, "--out", "CSV")
 
 
 def _positive(kind: type) -> Callable[[str], float]:
