@@ -231,14 +231,18 @@ def required_models(policy: DatasetPolicy, table: EncodedTable, best: Evaluation
     if policy.gate is None or not policy.gate.require:
         return None
     from .classes import ClassCache
-    from .privacy import build_model
 
-    models = [build_model(spec, policy.source, index, {"records": table.n})
-              for index, spec in enumerate(policy.gate.require)]
     view = ClassCache(table, budget_bytes=0).view(best.levels)
     if view.class_count != best.sizes.size or not np.array_equal(view.sizes, best.sizes):
         raise RuntimeError("internal error: the released classes differ from the search's")
-    return models, view, ~best.suppressed
+    return gate_required_models(policy, table), view, ~best.suppressed
+
+
+def gate_required_models(policy: DatasetPolicy, table: EncodedTable) -> list:
+    from .privacy import build_model
+
+    return [build_model(spec, policy.source, index, {"records": table.n})
+            for index, spec in enumerate(policy.gate.require)]
 
 
 def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
@@ -289,7 +293,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     cards = [a.cardinality(level) for a, level in zip(table.attributes, p4.levels)] + [2]
     from .classes import group
 
-    class_codes, sizes, _ = group(codes, np.ones(table.n, dtype=np.int64), cards)
+    class_codes, sizes, record_class = group(codes, np.ones(table.n, dtype=np.int64), cards)
     suppressed = class_codes[-1].astype(bool)
     best = Evaluation(tuple(p4.levels), class_codes[:-1], sizes, suppressed, int(sizes[suppressed].sum()), True)
     quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
@@ -298,7 +302,14 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     search = SearchResult(best, sum(p["checked"] for p in p4.details["partitions"]), False, sum(p4.seconds.values()),
                           Lattice(tuple(a.min_level for a in table.attributes),
                                   tuple(a.max_level for a in table.attributes)).size, "p4")
-    risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required_models(policy, table, best))
+    required = None
+    if policy.gate is not None and policy.gate.require:
+        # A class of the release can be kept in one partition and suppressed in another: the view is by record.
+        from .distributions import view_from_records
+
+        view = view_from_records(best.codes, sizes, record_class, table.sensitive)
+        required = (gate_required_models(policy, table), view, ~suppressed)
+    risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
     record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
               "harmonization": parallel.harmonization, "transformation": "global",
               "partition_transformations": [None if lv is None else dict(zip(table.names, lv))

@@ -221,3 +221,18 @@ def test_bad_parallel_settings_name_the_field(tmp_path, parallel, field, words):
     with pytest.raises(InputError) as error:
         parse_policy(spec, source=policy.source)
     assert error.value.field == field and words in error.value.problem
+
+
+def test_gate_require_is_checked_on_a_p4_release(tmp_path):
+    from engine.deid import deidentify
+
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    spec = policy.model_dump(exclude={"source", "sha256"})
+    spec["gate"] = {"require": [{"model": "l_diversity", "attribute": "dx", "l": 4}]}
+    policy = parse_policy(spec, source=policy.source)
+    result = deidentify(policy, site=BUILT_IN_GATE, partitions=2, scheduler="none")
+    required = result.extra["gate"]["required"][0]
+    released = result.released[~result.record_suppressed]
+    failing = released.groupby(["age", "zip", "sex"])["dx"].nunique() < 4
+    assert required["failing_classes"] == int(failing.sum())
+    assert required["passed"] == (not failing.any())
