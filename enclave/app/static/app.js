@@ -29,6 +29,16 @@
   document.addEventListener("mousedown", function (event) {
     if (event.button === 1) cancel(event); // no middle-click autoscroll or paste either
   }, true);
+  // Chromium 156 sometimes still opens a focused link in a new window (Shift+Enter) or a background tab (Ctrl+Enter)
+  // although the Enter's keydown is cancelled below (a race, seen in about half of the attempts). So a link gives up
+  // the keyboard focus as soon as a modifier goes down on it: the Enter that follows finds no link to open. Tab and
+  // Shift+Tab still move on from where the focus was.
+  const MODIFIER_KEYS = ["Shift", "Control", "Alt", "Meta", "AltGraph", "OS"];
+  document.addEventListener("keydown", function (event) {
+    if (MODIFIER_KEYS.indexOf(event.key) < 0) return;
+    const focused = document.activeElement;
+    if (focused && focused.matches && focused.matches("a[href], area[href]")) focused.blur();
+  }, true);
   document.addEventListener("keydown", function (event) {
     if (!modified(event)) return;
     // Enter follows a link or submits the form it is typed in; Space presses a button.
