@@ -198,7 +198,8 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         if policy.search.recoding == "local" or table.population is not None:
             raise InputError(policy.source, "search.parallel",
                              "P4 runs global recoding without a research subset (as P4's own implementation)")
-        return _deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate, started)
+        return _deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate, started,
+                              progress)
     if policy.search.recoding == "local":
         return _deidentify_local(policy, loaded, table, configuration, run_search, limit, effective_gate, started)
     result = run_search(table, quality_model, limit)
@@ -274,7 +275,8 @@ def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, config
 
 
 def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
-                   parallel, limit: float, effective_gate: EffectiveGate, started: float) -> DeidResult:
+                   parallel, limit: float, effective_gate: EffectiveGate, started: float,
+                   progress: bool | None = False) -> DeidResult:
     """P4 (engine.parallel) on a Dask cluster, or in this process with `scheduler: none`. Its release is measured over
     the whole table: classes are the released values with the suppression each record got (a class can be kept in
     one partition and suppressed in another), so every quality model and the gate see exactly what is released."""
@@ -283,7 +285,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     from .parallel.cluster import executor_for
 
     try:
-        with executor_for(parallel.scheduler) as (executor, where):
+        with executor_for(parallel.scheduler, progress=progress) as (executor, where):
             p4 = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, parallel.partitions, executor,
                         parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed)
     except P4NoSolution as exc:

@@ -11,10 +11,11 @@ from .p4 import DaskExecutor, LocalExecutor
 
 
 @contextlib.contextmanager
-def executor_for(scheduler: str, workers: int | None = None) -> Iterator[tuple[object, str]]:
+def executor_for(scheduler: str, workers: int | None = None, progress: bool | None = False
+                 ) -> Iterator[tuple[object, str]]:
     """(executor, description) for `scheduler`; a cluster started here is closed on exit."""
     if scheduler == "none":
-        yield LocalExecutor(), "in process"
+        yield LocalExecutor(progress), "in process"
         return
     try:
         import distributed
@@ -25,7 +26,7 @@ def executor_for(scheduler: str, workers: int | None = None) -> Iterator[tuple[o
         count = workers or max(1, os.cpu_count() or 1)
         with distributed.LocalCluster(n_workers=count, threads_per_worker=1, processes=True,
                                       dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-            yield DaskExecutor(client), f"local Dask cluster, {count} worker processes"
+            yield DaskExecutor(client, progress), f"local Dask cluster, {count} worker processes"
         return
     try:
         client = distributed.Client(scheduler, timeout=30)
@@ -33,4 +34,4 @@ def executor_for(scheduler: str, workers: int | None = None) -> Iterator[tuple[o
         raise InputError(None, "search.parallel.scheduler", f"cannot reach the Dask scheduler {scheduler}: {exc}"
                          ) from None
     with client:
-        yield DaskExecutor(client), f"Dask scheduler {scheduler}, {len(client.scheduler_info()['workers'])} workers"
+        yield DaskExecutor(client, progress), f"Dask scheduler {scheduler}, {len(client.scheduler_info()['workers'])} workers"

@@ -57,27 +57,76 @@ class P4Result:
         return 1.0 - self.loss
 
 
+class StepBar:
+    """A tqdm bar per P4 step, one tick per partition done; shown when asked for (on a terminal when None)."""
+
+    def __init__(self, progress: bool | None) -> None:
+        self.progress = progress
+
+    def __call__(self, step: str | None, total: int):
+        if step is None or self.progress is False:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=f"P4 {step}", unit="partition", leave=False,
+                    disable=None if self.progress is None else False)
+
+
 class LocalExecutor:
-    """Runs the steps in this process, one partition after the other (tests, and P4 without a cluster)."""
+    """Runs the steps in this process, one partition after the other (tests, and P4 without a cluster). Its handles
+    are the objects themselves."""
+
+    def __init__(self, progress: bool | None = False) -> None:
+        self.bar = StepBar(progress)
 
     def put(self, jobs: Sequence[PartitionJob]) -> list:
         return list(jobs)
 
-    def map(self, function: Callable, items: Sequence, **kwargs) -> list:
-        return [function(item, **kwargs) for item in items]
+    def compute(self, delayed: Sequence) -> list:
+        return [item.compute(scheduler="sync") for item in delayed]
+
+    def submit(self, function: Callable, *args, **kwargs):
+        return function(*args, **kwargs)
+
+    def map(self, function: Callable, items: Sequence, step: str | None = None, **kwargs) -> list:
+        bar = self.bar(step, len(items))
+        results = []
+        for item in items:
+            results.append(function(item, **kwargs))
+            if bar is not None:
+                bar.update()
+        if bar is not None:
+            bar.close()
+        return results
 
 
 class DaskExecutor:
-    """Runs the steps on a Dask cluster: partitions are scattered once and stay on their workers."""
+    """Runs the steps on a Dask cluster: partitions are scattered once (or assembled there) and stay on their
+    workers. Dask retries a task whose worker died; an error in a task fails the step with that error."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, progress: bool | None = False) -> None:
         self.client = client
+        self.bar = StepBar(progress)
 
     def put(self, jobs: Sequence[PartitionJob]) -> list:
         return self.client.scatter(list(jobs))
 
-    def map(self, function: Callable, items: Sequence, **kwargs) -> list:
+    def compute(self, delayed: Sequence) -> list:
+        return self.client.compute(list(delayed))
+
+    def submit(self, function: Callable, *args, **kwargs):
+        """A handle (future) of the result, left on the worker that computed it."""
+        return self.client.submit(function, *args, pure=False, **kwargs)
+
+    def map(self, function: Callable, items: Sequence, step: str | None = None, **kwargs) -> list:
         futures = self.client.map(function, items, pure=False, **kwargs)
+        bar = self.bar(step, len(futures))
+        if bar is not None:
+            from distributed import as_completed
+
+            for _ in as_completed(futures):
+                bar.update()
+            bar.close()
         return self.client.gather(futures)
 
 
@@ -104,9 +153,74 @@ def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensit
     jobs = partition_jobs(policy, frame, hierarchies, sensitive, partitions, partitioning, seed)
     handles = executor.put(jobs)
     seconds["partition"] = time.perf_counter() - started
-
+    levels, optima, merged, gone = anonymize_partitions(policy, handles, len(frame), hierarchies, sensitive, executor,
+                                                        harmonization, time_limit, seconds)
     mark = time.perf_counter()
-    optima = executor.map(optimum, handles, time_limit=time_limit)
+    outputs = executor.map(release, handles, step="merge", levels=levels, suppressed_labels=gone)
+    released = pd.concat([o["released"] for o in outputs], ignore_index=True)
+    released.index = np.concatenate([o["rows"] for o in outputs])
+    released = released.sort_index().reset_index(drop=True)   # back in the input's order
+    record_suppressed = np.zeros(len(frame), dtype=bool)
+    for output in outputs:
+        record_suppressed[output["rows"]] = output["record_suppressed"]
+    seconds["merge"] = time.perf_counter() - mark
+    suppressed, loss = _check_limit(policy, outputs, len(frame))
+    return P4Result(levels, [o["levels"] for o in optima], released, record_suppressed, suppressed, loss, seconds,
+                    merged, _details(optima, merged))
+
+
+@dataclass
+class P4DatasetResult:
+    """P4 whose release the workers wrote as a partitioned Parquet dataset (`files`, one per partition)."""
+
+    levels: tuple[int, ...]
+    partition_levels: list[tuple[int, ...] | None]
+    files: list[str]
+    records: int
+    suppressed_records: int
+    loss: float
+    seconds: dict[str, float]
+    merged: Evaluation
+    details: dict = field(default_factory=dict)
+
+    @property
+    def quality(self) -> float:
+        return 1.0 - self.loss
+
+
+def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: str,
+                   partitioning: str = "sorted", harmonization: str = "average", time_limit: float | None = None,
+                   seed: int = 0, blocksize: int | str = "64MB") -> P4DatasetResult:
+    """P4 on the policy's input file read by the workers (engine.parallel.dataset), its release written by them into
+    `directory` (which every worker must reach: a local folder for a local cluster, a shared one otherwise). The
+    driver holds summaries only: distinct values, quasi-identifier combinations and classes, never records."""
+    from .dataset import load_dataset, partition_dataset
+    from .worker import write_release
+
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    dataset = load_dataset(policy, executor, blocksize)
+    seconds["read"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    handles = partition_dataset(policy, dataset, executor, partitions, partitioning, seed)
+    seconds["partition"] = time.perf_counter() - mark
+    levels, optima, merged, gone = anonymize_partitions(policy, handles, dataset.records, dataset.hierarchies,
+                                                        dataset.sensitive, executor, harmonization, time_limit,
+                                                        seconds)
+    mark = time.perf_counter()
+    outputs = executor.map(write_release, handles, step="write", levels=levels, suppressed_labels=gone,
+                           directory=str(directory))
+    seconds["write"] = time.perf_counter() - mark
+    suppressed, loss = _check_limit(policy, outputs, dataset.records)
+    return P4DatasetResult(levels, [o["levels"] for o in optima], [o["file"] for o in outputs], dataset.records,
+                           suppressed, loss, seconds, merged, _details(optima, merged))
+
+
+def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int, hierarchies: dict, sensitive: dict,
+                         executor, harmonization: str, time_limit: float | None, seconds: dict[str, float]):
+    """Steps 1-3 on partitions already on their workers: (levels, optima, merged evaluation, labels to suppress)."""
+    mark = time.perf_counter()
+    optima = executor.map(optimum, handles, step="anonymize", time_limit=time_limit)
     seconds["anonymize"] = time.perf_counter() - mark
     found = [o["levels"] for o in optima if o["levels"] is not None]
     if not found:
@@ -114,32 +228,29 @@ def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensit
     levels = harmonize(found, harmonization)
 
     mark = time.perf_counter()
-    summaries: list[PartitionClasses] = executor.map(classes, handles, levels=levels)
+    summaries: list[PartitionClasses] = executor.map(classes, handles, step="harmonize", levels=levels)
     seconds["harmonize"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    merged, gone = comply(policy, summaries, levels, len(frame), hierarchies, sensitive)
+    merged, gone = comply(policy, summaries, levels, records, hierarchies, sensitive)
     seconds["compliance"] = time.perf_counter() - mark
+    return levels, optima, merged, gone
 
-    mark = time.perf_counter()
-    outputs = executor.map(release, handles, levels=levels, suppressed_labels=gone)
-    released = pd.concat([o["released"] for o in outputs], ignore_index=True)
-    released.index = np.concatenate([o["rows"] for o in outputs])
-    released = released.sort_index().reset_index(drop=True)   # back in the input's order
-    record_suppressed = np.zeros(len(frame), dtype=bool)
-    for output in outputs:
-        record_suppressed[output["rows"]] = output["record_suppressed"]
+
+def _check_limit(policy: DatasetPolicy, outputs: Sequence[dict], records: int) -> tuple[int, float]:
+    """(suppressed records, row-weighted loss); the suppression limit holds for the whole table."""
     total = sum(o["records"] for o in outputs)
     loss = sum(o["loss"] * o["records"] for o in outputs) / total
-    seconds["merge"] = time.perf_counter() - mark
     suppressed = sum(o["suppressed_records"] for o in outputs)
-    limit = int(np.floor(policy.suppression_limit * len(frame) + 1e-9))
+    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
     if suppressed > limit:
         raise P4NoSolution(f"the harmonized transformation suppresses {suppressed} records, above the limit {limit}")
-    details = {"partitions": [{**{k: v for k, v in o.items() if k != "index"}, "index": o["index"]} for o in optima],
-               "merged_classes": int(merged.sizes.size), "risk": merged.details}
-    return P4Result(levels, [o["levels"] for o in optima], released, record_suppressed, suppressed, loss, seconds,
-                    merged, details)
+    return suppressed, loss
+
+
+def _details(optima: Sequence[dict], merged: Evaluation) -> dict:
+    return {"partitions": [dict(o) for o in optima], "merged_classes": int(merged.sizes.size),
+            "risk": merged.details}
 
 
 def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels: tuple[int, ...], records: int,

@@ -37,8 +37,19 @@ def sorted_partitions(frame: pd.DataFrame, quasi_identifiers: Sequence[str], p: 
 def random_partitions(n: int, p: int, seed: int = 0) -> list[np.ndarray]:
     """Each record to a uniformly drawn partition (P4's RANDOM); an empty partition is left out."""
     partition_sizes(n, p)
-    assignment = np.random.default_rng(seed).integers(0, p, size=n)
+    assignment = random_assignment(np.arange(n, dtype=np.uint64), p, seed)
     return [rows for rows in (np.flatnonzero(assignment == i) for i in range(p)) if rows.size]
+
+
+def random_assignment(rows: np.ndarray, p: int, seed: int) -> np.ndarray:
+    """The partition of each record, drawn from its position and the seed alone (SplitMix64's mixing function), so a
+    worker holding any chunk of the table draws exactly what the whole table would."""
+    with np.errstate(over="ignore"):
+        z = rows.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(p)).astype(np.int64)
 
 
 def java_round(value: float) -> int:

@@ -155,3 +155,21 @@ def release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.Da
             out[name] = job.frame[name].to_numpy()
     return {"index": job.index, "released": out, "rows": job.rows, "records": table.n, "loss": float(loss),
             "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum())}
+
+
+def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.DataFrame, directory: str) -> dict:
+    """Step 4 for a release too large for one process: the worker writes its partition's released records as one
+    file of a Parquet dataset (`part-NNNNN.parquet`, written to a temporary name and renamed, so a failed run leaves
+    no partial file under the final name) and returns only its figures."""
+    import os
+    from pathlib import Path
+
+    output = release(job, levels, suppressed_labels)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"part-{job.index:05d}.parquet"
+    temporary = folder / f".part-{job.index:05d}.parquet.tmp"
+    output["released"].to_parquet(temporary, index=False, engine="pyarrow", compression="zstd")
+    os.replace(temporary, final)
+    return {"index": job.index, "file": str(final), "records": output["records"], "loss": output["loss"],
+            "suppressed_records": output["suppressed_records"]}

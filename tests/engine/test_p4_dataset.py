@@ -1,0 +1,105 @@
+"""P4 on an input read by the workers (engine.parallel.dataset): the partitions assembled from chunks are exactly
+the in-memory partitions (ties across chunk boundaries included), and the run that writes a partitioned Parquet
+dataset releases exactly what the in-memory run releases, on this process and on a Dask cluster."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.errors import InputError
+from engine.parallel import DaskExecutor, LocalExecutor, run_p4, run_p4_dataset
+from engine.parallel.dataset import load_dataset, partition_dataset
+from engine.parallel.p4 import partition_jobs
+from engine.policy import parse_policy
+from engine.table import load_input
+from tests.engine.test_p4 import PRIVACY, small_policy
+
+
+def as_parquet(tmp_path, policy):
+    """The same policy over the table written as Parquet in several row groups."""
+    frame = pd.read_csv(tmp_path / "data.csv", sep=";", dtype=str)
+    frame.to_parquet(tmp_path / "data.parquet", index=False, row_group_size=57)
+    spec = policy.model_dump(mode="json", exclude_none=True)
+    spec["input"] = {"path": "data.parquet"}
+    return parse_policy(spec, source=str(tmp_path / "policy.yaml"))
+
+
+@pytest.mark.parametrize("partitioning", ["sorted", "random"])
+@pytest.mark.parametrize("partitions", [1, 2, 3, 7])
+@pytest.mark.parametrize("blocksize", [1_000, 2_500, "64MB"])
+def test_chunked_partitions_are_the_in_memory_partitions(tmp_path, partitioning, partitions, blocksize):
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    loaded = load_input(policy)
+    executor = LocalExecutor()
+    dataset = load_dataset(policy, executor, blocksize)
+    if blocksize == 1_000:
+        assert len(dataset.chunks) > 3   # ties of one combination do straddle chunks
+    assert dataset.records == len(loaded.frame)
+    for name, hierarchy in loaded.hierarchies.items():
+        assert np.array_equal(dataset.hierarchies[name].labels, hierarchy.labels)
+    chunked = partition_dataset(policy, dataset, executor, partitions, partitioning, seed=3)
+    memory = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, partitions, partitioning,
+                            seed=3)
+    assert [job.index for job in chunked] == [job.index for job in memory]
+    for a, b in zip(chunked, memory):
+        assert np.array_equal(a.rows, b.rows)
+        assert a.frame.equals(b.frame)
+        assert a.total_records == b.total_records == len(loaded.frame)
+
+
+def test_parquet_row_groups_give_the_same_partitions(tmp_path):
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    loaded = load_input(policy)
+    parquet = as_parquet(tmp_path, policy)
+    executor = LocalExecutor()
+    dataset = load_dataset(parquet, executor)
+    assert len(dataset.chunks) > 1
+    chunked = partition_dataset(parquet, dataset, executor, 3)
+    memory = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3)
+    for a, b in zip(chunked, memory):
+        assert np.array_equal(a.rows, b.rows) and a.frame.equals(b.frame)
+
+
+def released_in_partition_order(result, jobs) -> pd.DataFrame:
+    rows = np.concatenate([job.rows for job in jobs])
+    return result.released.iloc[rows].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("name", sorted(PRIVACY))
+def test_the_written_dataset_is_the_in_memory_release(tmp_path, name):
+    policy = small_policy(tmp_path, PRIVACY[name])
+    loaded = load_input(policy)
+    memory = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2)
+    out = tmp_path / "release"
+    written = run_p4_dataset(policy, 2, LocalExecutor(), out, blocksize=1_500)
+    assert written.levels == memory.levels
+    assert written.suppressed_records == memory.suppressed_records
+    assert written.loss == pytest.approx(memory.loss, abs=1e-12)
+    assert [f.rsplit("/", 1)[-1] for f in written.files] == ["part-00000.parquet", "part-00001.parquet"]
+    assert not list(out.glob(".*"))   # no temporary file left
+    parts = pd.concat([pd.read_parquet(f) for f in written.files], ignore_index=True)
+    jobs = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2)
+    assert parts.equals(released_in_partition_order(memory, jobs))
+    assert set(written.seconds) == {"read", "partition", "anonymize", "harmonize", "compliance", "write"}
+
+
+def test_the_dataset_run_on_a_dask_cluster_equals_the_local_run(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    policy = small_policy(tmp_path, PRIVACY["k3-distinct-l2"])
+    local = run_p4_dataset(policy, 3, LocalExecutor(), tmp_path / "local", blocksize=1_500)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        remote = run_p4_dataset(policy, 3, DaskExecutor(client), tmp_path / "remote", blocksize=1_500)
+    assert remote.levels == local.levels and remote.suppressed_records == local.suppressed_records
+    for a, b in zip(local.files, remote.files):
+        assert pd.read_parquet(a).equals(pd.read_parquet(b))
+
+
+def test_a_missing_column_names_the_attribute(tmp_path):
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    frame = pd.read_csv(tmp_path / "data.csv", sep=";", dtype=str).drop(columns=["zip"])
+    frame.to_csv(tmp_path / "data.csv", sep=";", index=False)
+    with pytest.raises(InputError) as error:
+        load_dataset(policy, LocalExecutor())
+    assert "attributes.zip" in str(error.value)
