@@ -85,8 +85,9 @@ def load_dataset(policy: DatasetPolicy, executor, blocksize: int | str = "64MB")
 
 
 def as_text(frame: pd.DataFrame) -> pd.DataFrame:
-    """Parquet columns as text, as `engine.table.read_table` gives them (CSV chunks already are)."""
-    return frame.astype(str) if any(dtype != object for dtype in frame.dtypes) else frame
+    """Columns as pandas' own text dtype, as `engine.table.read_table` gives them (Parquet columns may be numbers;
+    Dask reads CSV text as Arrow strings)."""
+    return frame.astype(str)
 
 
 def profile_chunk(frame: pd.DataFrame, names: Sequence[str]) -> dict:

@@ -203,6 +203,7 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     seconds["read"] = time.perf_counter() - started
     mark = time.perf_counter()
     handles = partition_dataset(policy, dataset, executor, partitions, partitioning, seed)
+    dataset.chunks = []   # the chunks' memory on the workers is freed once their partitions are assembled
     seconds["partition"] = time.perf_counter() - mark
     levels, optima, merged, gone = anonymize_partitions(policy, handles, dataset.records, dataset.hierarchies,
                                                         dataset.sensitive, executor, harmonization, time_limit,
