@@ -19,13 +19,16 @@ floor(limit x n), or the run has no solution.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..atomic import atomic_folder
 from ..classes import Evaluation, group
 from ..distributions import ClassView
 from ..errors import InputError
@@ -192,8 +195,10 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
                    partitioning: str = "sorted", harmonization: str = "average", time_limit: float | None = None,
                    seed: int = 0, blocksize: int | str = "64MB") -> P4DatasetResult:
     """P4 on the policy's input file read by the workers (engine.parallel.dataset), its release written by them into
-    `directory` (which every worker must reach: a local folder for a local cluster, a shared one otherwise). The
-    driver holds summaries only: distinct values, quasi-identifier combinations and classes, never records."""
+    `directory` (which every worker must reach: a local folder for a local cluster, a shared one otherwise) with a
+    manifest.json listing each part's sha256. The folder appears whole or not at all (engine.atomic.atomic_folder):
+    a failing step leaves no part behind. The driver holds summaries only: distinct values, quasi-identifier
+    combinations and classes, never records."""
     from .dataset import load_dataset, partition_dataset
     from .worker import write_release
 
@@ -209,12 +214,24 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
                                                         dataset.sensitive, executor, harmonization, time_limit,
                                                         seconds)
     mark = time.perf_counter()
-    outputs = executor.map(write_release, handles, step="write", levels=levels, suppressed_labels=gone,
-                           directory=str(directory))
+    target = Path(directory)
+    previous = ([p.name for p in target.glob("part-*.parquet")] + ["manifest.json"]
+                if (target / "manifest.json").is_file() else [])
+    with atomic_folder(target, previous, option="directory") as staging:
+        outputs = executor.map(write_release, handles, step="write", levels=levels, suppressed_labels=gone,
+                               directory=str(staging))
+        suppressed, loss = _check_limit(policy, outputs, dataset.records)
+        files = {Path(o["file"]).name: o["sha256"] for o in outputs}
+        manifest = {"format": "safeshare-p4-dataset/1", "dataset": policy.dataset, "policy_sha256": policy.sha256,
+                    "records": dataset.records, "suppressed_records": suppressed,
+                    "transformation": dict(zip(dataset.hierarchies, (int(v) for v in levels))),
+                    "partition_transformations": [None if o["levels"] is None
+                                                  else dict(zip(dataset.hierarchies, o["levels"])) for o in optima],
+                    "quality_row_weighted": 1.0 - loss, "files": files}
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     seconds["write"] = time.perf_counter() - mark
-    suppressed, loss = _check_limit(policy, outputs, dataset.records)
-    return P4DatasetResult(levels, [o["levels"] for o in optima], [o["file"] for o in outputs], dataset.records,
-                           suppressed, loss, seconds, merged, _details(optima, merged))
+    return P4DatasetResult(levels, [o["levels"] for o in optima], [str(target / name) for name in files],
+                           dataset.records, suppressed, loss, seconds, merged, _details(optima, merged))
 
 
 def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int, hierarchies: dict, sensitive: dict,

@@ -161,6 +161,7 @@ def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels:
     """Step 4 for a release too large for one process: the worker writes its partition's released records as one
     file of a Parquet dataset (`part-NNNNN.parquet`, written to a temporary name and renamed, so a failed run leaves
     no partial file under the final name) and returns only its figures."""
+    import hashlib
     import os
     from pathlib import Path
 
@@ -171,5 +172,9 @@ def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels:
     temporary = folder / f".part-{job.index:05d}.parquet.tmp"
     output["released"].to_parquet(temporary, index=False, engine="pyarrow", compression="zstd")
     os.replace(temporary, final)
-    return {"index": job.index, "file": str(final), "records": output["records"], "loss": output["loss"],
-            "suppressed_records": output["suppressed_records"]}
+    digest = hashlib.sha256()
+    with open(final, "rb") as written:
+        for block in iter(lambda: written.read(1 << 20), b""):
+            digest.update(block)
+    return {"index": job.index, "file": str(final), "sha256": digest.hexdigest(), "records": output["records"],
+            "loss": output["loss"], "suppressed_records": output["suppressed_records"]}

@@ -3,6 +3,9 @@ the in-memory partitions (ties across chunk boundaries included), and the run th
 dataset releases exactly what the in-memory run releases, on this process and on a Dask cluster."""
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -77,7 +80,11 @@ def test_the_written_dataset_is_the_in_memory_release(tmp_path, name):
     assert written.suppressed_records == memory.suppressed_records
     assert written.loss == pytest.approx(memory.loss, abs=1e-12)
     assert [f.rsplit("/", 1)[-1] for f in written.files] == ["part-00000.parquet", "part-00001.parquet"]
-    assert not list(out.glob(".*"))   # no temporary file left
+    assert not list(out.glob(".*")) and not list(tmp_path.glob(".release*"))   # no temporary file or folder left
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["records"] == 400 and manifest["suppressed_records"] == memory.suppressed_records
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     parts = pd.concat([pd.read_parquet(f) for f in written.files], ignore_index=True)
     jobs = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2)
     assert parts.equals(released_in_partition_order(memory, jobs))
@@ -103,3 +110,21 @@ def test_a_missing_column_names_the_attribute(tmp_path):
     with pytest.raises(InputError) as error:
         load_dataset(policy, LocalExecutor())
     assert "attributes.zip" in str(error.value)
+
+
+def test_a_run_again_replaces_its_dataset_and_a_failing_run_leaves_none(tmp_path):
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    out = tmp_path / "release"
+    first = run_p4_dataset(policy, 3, LocalExecutor(), out)
+    again = run_p4_dataset(policy, 2, LocalExecutor(), out)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.parquet", "part-00001.parquet"]
+    assert len(first.files) == 3 and len(again.files) == 2
+    frame = pd.read_csv(tmp_path / "data.csv", sep=";", dtype=str)
+    frame.loc[5, "zip"] = "10x"   # masking builds the hierarchy from the values: fine; a non-integer age is not
+    frame.loc[7, "age"] = "forty"
+    frame.to_csv(tmp_path / "data.csv", sep=";", index=False)
+    failed = tmp_path / "failed"
+    with pytest.raises(InputError) as error:
+        run_p4_dataset(policy, 2, LocalExecutor(), failed)
+    assert "age" in str(error.value)
+    assert not failed.exists() and not list(tmp_path.glob(".failed*"))
