@@ -11,11 +11,13 @@ a worker from its pieces: records travel between workers, never through the driv
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
+from ..classes import Evaluation
+from ..encoding import EncodedTable, encode_attribute
 from ..errors import InputError
 from ..policy import DatasetPolicy
 from ..table import check_columns, resolve_hierarchy
@@ -35,6 +37,7 @@ class DatasetInput:
     hierarchies: dict
     sensitive: dict
     values: dict[str, np.ndarray]   # each quasi-identifier's distinct values, in text order
+    counts: dict[str, np.ndarray]   # and how many records have each
 
     @property
     def records(self) -> int:
@@ -75,13 +78,14 @@ def load_dataset(policy: DatasetPolicy, executor, blocksize: int | str = "64MB")
     lengths = [p["records"] for p in profiles]
     if sum(lengths) == 0:
         raise InputError(str(policy.resolve(policy.input.path)), None, "the table has no records")
-    distinct = {name: np.unique(np.concatenate([p["values"][name] for p in profiles])) for name in names}
-    hierarchies = {name: resolve_hierarchy(policy, name, distinct[name]) for name in policy.quasi_identifiers}
+    counted = {name: _summed_counts(profiles, name) for name in names}
+    hierarchies = {name: resolve_hierarchy(policy, name, counted[name][0]) for name in policy.quasi_identifiers}
     sensitive = {name: (None if policy.attributes[name].hierarchy is None
-                        else resolve_hierarchy(policy, name, distinct[name]))
+                        else resolve_hierarchy(policy, name, counted[name][0]))
                  for name in policy.sensitive_attributes}
     return DatasetInput(chunks, lengths, hierarchies, sensitive,
-                        {name: distinct[name] for name in policy.quasi_identifiers})
+                        {name: counted[name][0] for name in policy.quasi_identifiers},
+                        {name: counted[name][1] for name in policy.quasi_identifiers})
 
 
 def as_text(frame: pd.DataFrame) -> pd.DataFrame:
@@ -91,8 +95,17 @@ def as_text(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def profile_chunk(frame: pd.DataFrame, names: Sequence[str]) -> dict:
+    """The chunk's record count and, per attribute, its distinct values with their counts."""
     frame = as_text(frame)
-    return {"records": int(len(frame)), "values": {name: np.unique(frame[name].to_numpy(dtype=str)) for name in names}}
+    return {"records": int(len(frame)),
+            "values": {name: np.unique(frame[name].to_numpy(dtype=str), return_counts=True) for name in names}}
+
+
+def _summed_counts(profiles: Sequence[dict], name: str) -> tuple[np.ndarray, np.ndarray]:
+    values = np.concatenate([p["values"][name][0] for p in profiles])
+    counts = np.concatenate([p["values"][name][1] for p in profiles])
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return distinct, np.bincount(inverse, weights=counts, minlength=distinct.size).astype(np.int64)
 
 
 def _ranks(frame: pd.DataFrame, domains: dict[str, np.ndarray]) -> np.ndarray:
@@ -194,3 +207,38 @@ def partition_dataset(policy: DatasetPolicy, dataset: DatasetInput, executor, pa
 
 def _split_sizes(split: dict[int, pd.DataFrame]) -> dict[int, int]:
     return {index: int(len(frame)) for index, frame in split.items()}
+
+
+def summary_table(policy: DatasetPolicy, dataset: DatasetInput) -> EncodedTable:
+    """The whole table as the quality models see it, built from each quasi-identifier's value counts: the same codes,
+    labels and per-level record counts as `encode_table` on the whole table, without the records themselves."""
+    attributes = []
+    for name, hierarchy in dataset.hierarchies.items():
+        spec = policy.attributes[name]
+        encoded = encode_attribute(name, dataset.values[name], hierarchy, policy.source, spec.min_level,
+                                   spec.max_level)
+        present = encoded.records   # one per distinct value, in the order of dataset.values
+        counts = [np.bincount(encoded.to_level[level][present], weights=dataset.counts[name],
+                              minlength=encoded.cardinality(level)).astype(np.int64)
+                  for level in range(encoded.levels)]
+        attributes.append(replace(encoded, counts=counts, records=np.zeros(0, dtype=np.int64)))
+    return EncodedTable(attributes, dataset.records)
+
+
+def release_evaluation(table: EncodedTable, levels: tuple[int, ...], released: Sequence[pd.DataFrame]) -> Evaluation:
+    """The whole release's classes from the partitions' released classes (labels, size, suppressed): classes meet by
+    their labels and by whether they were suppressed (a class can be kept in one partition and suppressed in
+    another), with the codes of `table` at `levels`."""
+    names = table.names
+    merged = (pd.concat(released, ignore_index=True).groupby(names + ["suppressed"], sort=True, dropna=False)
+              ["size"].sum().reset_index())
+    codes = np.empty((len(names), len(merged)), dtype=np.int64)
+    for i, (attribute, level) in enumerate(zip(table.attributes, levels)):
+        index = pd.Index(attribute.labels[level].astype(str))
+        found = index.get_indexer(merged[names[i]].astype(str))
+        if (found < 0).any():
+            raise RuntimeError(f"internal error: a released label of {names[i]} is not in the table's hierarchy")
+        codes[i] = found
+    sizes = merged["size"].to_numpy(dtype=np.int64)
+    suppressed = merged["suppressed"].to_numpy(dtype=bool)
+    return Evaluation(tuple(levels), codes, sizes, suppressed, int(sizes[suppressed].sum()), True)

@@ -174,7 +174,9 @@ def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensit
 
 @dataclass
 class P4DatasetResult:
-    """P4 whose release the workers wrote as a partitioned Parquet dataset (`files`, one per partition)."""
+    """P4 whose release the workers wrote as a partitioned Parquet dataset (`files`, one per partition). `quality`
+    holds every quality model measured over the whole release (`release`: its classes, from the partitions'
+    released classes); `loss` is the policy's model averaged over partitions by records, as P4 reports it."""
 
     levels: tuple[int, ...]
     partition_levels: list[tuple[int, ...] | None]
@@ -184,10 +186,13 @@ class P4DatasetResult:
     loss: float
     seconds: dict[str, float]
     merged: Evaluation
+    release: Evaluation
+    quality: dict[str, float]
+    attribute_quality: dict[str, dict[str, float]]
     details: dict = field(default_factory=dict)
 
     @property
-    def quality(self) -> float:
+    def quality_row_weighted(self) -> float:
         return 1.0 - self.loss
 
 
@@ -199,7 +204,8 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     manifest.json listing each part's sha256. The folder appears whole or not at all (engine.atomic.atomic_folder):
     a failing step leaves no part behind. The driver holds summaries only: distinct values, quasi-identifier
     combinations and classes, never records."""
-    from .dataset import load_dataset, partition_dataset
+    from ..deid import quality_under_all_models
+    from .dataset import load_dataset, partition_dataset, release_evaluation, summary_table
     from .worker import write_release
 
     seconds: dict[str, float] = {}
@@ -221,17 +227,25 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
         outputs = executor.map(write_release, handles, step="write", levels=levels, suppressed_labels=gone,
                                directory=str(staging))
         suppressed, loss = _check_limit(policy, outputs, dataset.records)
+        table = summary_table(policy, dataset)
+        whole = release_evaluation(table, levels, [o["classes"] for o in outputs])
+        quality, per_attribute = quality_under_all_models(table, whole, policy.quality.aggregation,
+                                                          policy.quality.gs_factor)
+        kept = whole.sizes[~whole.suppressed]
         files = {Path(o["file"]).name: o["sha256"] for o in outputs}
         manifest = {"format": "safeshare-p4-dataset/1", "dataset": policy.dataset, "policy_sha256": policy.sha256,
                     "records": dataset.records, "suppressed_records": suppressed,
                     "transformation": dict(zip(dataset.hierarchies, (int(v) for v in levels))),
                     "partition_transformations": [None if o["levels"] is None
                                                   else dict(zip(dataset.hierarchies, o["levels"])) for o in optima],
-                    "quality_row_weighted": 1.0 - loss, "files": files}
+                    "quality": quality, "attribute_quality": per_attribute, "quality_row_weighted": 1.0 - loss,
+                    "equivalence_classes": int(kept.size), "smallest_class": int(kept.min()) if kept.size else 0,
+                    "files": files}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     seconds["write"] = time.perf_counter() - mark
     return P4DatasetResult(levels, [o["levels"] for o in optima], [str(target / name) for name in files],
-                           dataset.records, suppressed, loss, seconds, merged, _details(optima, merged))
+                           dataset.records, suppressed, loss, seconds, merged, whole, quality, per_attribute,
+                           _details(optima, merged))
 
 
 def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int, hierarchies: dict, sensitive: dict,

@@ -154,7 +154,8 @@ def release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.Da
         else:
             out[name] = job.frame[name].to_numpy()
     return {"index": job.index, "released": out, "rows": job.rows, "records": table.n, "loss": float(loss),
-            "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum())}
+            "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum()),
+            "classes": labels.assign(size=evaluation.sizes, suppressed=suppressed)}
 
 
 def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.DataFrame, directory: str) -> dict:
@@ -177,4 +178,4 @@ def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels:
         for block in iter(lambda: written.read(1 << 20), b""):
             digest.update(block)
     return {"index": job.index, "file": str(final), "sha256": digest.hexdigest(), "records": output["records"],
-            "loss": output["loss"], "suppressed_records": output["suppressed_records"]}
+            "loss": output["loss"], "suppressed_records": output["suppressed_records"], "classes": output["classes"]}

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from engine.errors import InputError
 from engine.parallel import DaskExecutor, LocalExecutor, run_p4, run_p4_dataset
@@ -23,7 +24,7 @@ def as_parquet(tmp_path, policy):
     """The same policy over the table written as Parquet in several row groups."""
     frame = pd.read_csv(tmp_path / "data.csv", sep=";", dtype=str)
     frame.to_parquet(tmp_path / "data.parquet", index=False, row_group_size=57)
-    spec = policy.model_dump(mode="json", exclude_none=True)
+    spec = yaml.safe_load((tmp_path / "policy.yaml").read_text())
     spec["input"] = {"path": "data.parquet"}
     return parse_policy(spec, source=str(tmp_path / "policy.yaml"))
 
@@ -53,13 +54,13 @@ def test_chunked_partitions_are_the_in_memory_partitions(tmp_path, partitioning,
 
 def test_parquet_row_groups_give_the_same_partitions(tmp_path):
     policy = small_policy(tmp_path, PRIVACY["k5"])
-    loaded = load_input(policy)
     parquet = as_parquet(tmp_path, policy)
+    loaded = load_input(parquet)
     executor = LocalExecutor()
     dataset = load_dataset(parquet, executor)
     assert len(dataset.chunks) > 1
     chunked = partition_dataset(parquet, dataset, executor, 3)
-    memory = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3)
+    memory = partition_jobs(parquet, loaded.frame, loaded.hierarchies, loaded.sensitive, 3)
     for a, b in zip(chunked, memory):
         assert np.array_equal(a.rows, b.rows) and a.frame.equals(b.frame)
 
@@ -89,6 +90,30 @@ def test_the_written_dataset_is_the_in_memory_release(tmp_path, name):
     jobs = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2)
     assert parts.equals(released_in_partition_order(memory, jobs))
     assert set(written.seconds) == {"read", "partition", "anonymize", "harmonize", "compliance", "write"}
+
+
+@pytest.mark.parametrize("quality", ["loss", "non_uniform_entropy", "discernibility"])
+def test_the_whole_release_is_measured_as_the_in_memory_p4_measures_it(tmp_path, quality):
+    """Quality over the whole release from value counts and released classes only equals deid's P4, which measures
+    it on the whole table in memory."""
+    from engine.deid import deidentify
+    from engine.sitegate import BUILT_IN_GATE
+
+    policy = small_policy(tmp_path, PRIVACY["k3-distinct-l2"])
+    spec = yaml.safe_load((tmp_path / "policy.yaml").read_text())
+    spec["quality"] = {"model": quality}
+    spec["search"] = dict(spec.get("search", {}), parallel={"partitions": 2, "scheduler": "none"})
+    policy = parse_policy(spec, source=policy.source)
+    memory = deidentify(policy, site=BUILT_IN_GATE)
+    written = run_p4_dataset(policy, 2, LocalExecutor(), tmp_path / "release")
+    assert written.quality == pytest.approx(memory.quality, abs=1e-12)
+    assert written.attribute_quality.keys() == memory.attribute_quality.keys()
+    for model, values in memory.attribute_quality.items():
+        assert written.attribute_quality[model] == pytest.approx(values, abs=1e-12)
+    assert np.array_equal(np.sort(written.release.sizes[~written.release.suppressed]),
+                          np.sort(memory.best.sizes[~memory.best.suppressed]))
+    manifest = json.loads((tmp_path / "release" / "manifest.json").read_text())
+    assert manifest["quality"] == pytest.approx(memory.quality, abs=1e-12)
 
 
 def test_the_dataset_run_on_a_dask_cluster_equals_the_local_run(tmp_path):
