@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .encoding import sorted_codes
 from .errors import InputError
 from .hierarchy import Hierarchy
 
@@ -89,7 +90,7 @@ class EncodedSensitive:
 
 def encode_sensitive(name: str, column: np.ndarray, hierarchy: Hierarchy | None = None,
                      source: str | None = None) -> EncodedSensitive:
-    values, records = np.unique(column.astype(str), return_inverse=True)
+    values, records = sorted_codes(column)
     if hierarchy is not None:
         known = set(hierarchy.values.astype(str))
         unknown = [str(v) for v in values if v not in known]

@@ -97,8 +97,11 @@ def as_text(frame: pd.DataFrame) -> pd.DataFrame:
 def profile_chunk(frame: pd.DataFrame, names: Sequence[str]) -> dict:
     """The chunk's record count and, per attribute, its distinct values with their counts."""
     frame = as_text(frame)
-    return {"records": int(len(frame)),
-            "values": {name: np.unique(frame[name].to_numpy(dtype=str), return_counts=True) for name in names}}
+    values = {}
+    for name in names:
+        counts = frame[name].value_counts(sort=False, dropna=False)
+        values[name] = (counts.index.to_numpy(dtype=str), counts.to_numpy(dtype=np.int64))
+    return {"records": int(len(frame)), "values": values}
 
 
 def _summed_counts(profiles: Sequence[dict], name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +114,7 @@ def _summed_counts(profiles: Sequence[dict], name: str) -> tuple[np.ndarray, np.
 def _ranks(frame: pd.DataFrame, domains: dict[str, np.ndarray]) -> np.ndarray:
     """Each record's rank tuple: per quasi-identifier the position of its value among the table's distinct values in
     text order (what `pd.factorize(sort=True)` gives on the whole table)."""
-    return np.stack([np.searchsorted(domain, frame[name].to_numpy(dtype=str)) for name, domain in domains.items()]
-                    ).astype(np.int64)
+    return np.stack([pd.Index(domain).get_indexer(frame[name]) for name, domain in domains.items()]).astype(np.int64)
 
 
 def combinations_chunk(frame: pd.DataFrame, domains: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -145,18 +147,41 @@ def split_chunk(frame: pd.DataFrame, offset: int, how: str, p: int, bounds: np.n
     if how == "random":
         assignment = random_assignment(rows.astype(np.uint64), p, seed)
     else:
-        ranks = _ranks(frame, domains)
         names = list(domains)
-        keyed = pd.DataFrame(ranks.T, columns=names)
+        radix = [domain.size for domain in domains.values()]
         # The record's place in the sorted table: its segment's start plus how many records of the same tuple
         # come before it in this chunk.
-        start = keyed.merge(starts, on=names, how="left", validate="many_to_one")["start"]
-        if start.isna().any():
+        segment, keys = _segments(_ranks(frame, domains), starts, names, radix)
+        if (segment < 0).any():
             raise RuntimeError("internal error: a chunk's tuple has no place in the sorted order")
-        position = start.to_numpy(dtype=np.int64) + keyed.groupby(names, sort=False).cumcount().to_numpy()
+        ordinal = pd.Series(keys).groupby(keys, sort=False).cumcount().to_numpy()
+        position = starts["start"].to_numpy(dtype=np.int64)[segment] + ordinal
         assignment = np.searchsorted(bounds, position, side="right") - 1
     frame[ROW] = rows
     return {int(i): frame[assignment == i] for i in np.unique(assignment)}
+
+
+def _tuple_keys(ranks: np.ndarray, radix: Sequence[int]) -> np.ndarray | None:
+    """One integer per rank tuple (mixed radix), or None when the domains' product does not fit 62 bits."""
+    if float(np.prod([float(r) for r in radix])) >= 2.0 ** 62:
+        return None
+    keys = np.zeros(ranks.shape[1], dtype=np.int64)
+    for column, size in zip(ranks, radix):
+        keys = keys * int(size) + column
+    return keys
+
+
+def _segments(ranks: np.ndarray, starts: pd.DataFrame, names: list[str], radix: Sequence[int]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(row of `starts` of each record's tuple, a key per record equal for equal tuples)."""
+    keys = _tuple_keys(ranks, radix)
+    if keys is not None:
+        return pd.Index(_tuple_keys(starts[names].to_numpy().T, radix)).get_indexer(keys), keys
+    keyed = pd.DataFrame(ranks.T, columns=names)
+    segment = keyed.merge(starts[names].assign(_segment=np.arange(len(starts))), on=names, how="left",
+                          validate="many_to_one")["_segment"]
+    segment = segment.fillna(-1).to_numpy(dtype=np.int64)
+    return segment, segment
 
 
 def piece(split: dict[int, pd.DataFrame], index: int) -> pd.DataFrame | None:

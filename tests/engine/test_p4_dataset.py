@@ -153,3 +153,17 @@ def test_a_run_again_replaces_its_dataset_and_a_failing_run_leaves_none(tmp_path
         run_p4_dataset(policy, 2, LocalExecutor(), failed)
     assert "age" in str(error.value)
     assert not failed.exists() and not list(tmp_path.glob(".failed*"))
+
+
+def test_tuples_too_many_for_one_integer_key_are_matched_by_merging():
+    from engine.parallel.dataset import _segments
+
+    rng = np.random.default_rng(5)
+    ranks = rng.integers(0, 3, size=(3, 50))
+    starts = pd.DataFrame(np.unique(ranks.T, axis=0), columns=["a", "b", "c"]).assign(start=lambda f: f.index * 10)
+    fast, fast_keys = _segments(ranks, starts, ["a", "b", "c"], [3, 3, 3])
+    slow, slow_keys = _segments(ranks, starts, ["a", "b", "c"], [2 ** 31, 2 ** 31, 3])   # product above 2^62
+    assert np.array_equal(fast, slow)
+    assert (fast >= 0).all()
+    # equal tuples get equal keys either way
+    assert np.array_equal(pd.factorize(fast_keys)[0], pd.factorize(slow_keys)[0])
