@@ -287,7 +287,8 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     try:
         with executor_for(parallel.scheduler, progress=progress) as (executor, where):
             p4 = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, parallel.partitions, executor,
-                        parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed)
+                        parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed,
+                        parallel.statistics)
     except P4NoSolution as exc:
         raise NoSolutionError(f"{policy.source or policy.dataset}: P4 with {parallel.partitions} partitions: {exc}")
     codes = np.stack([a.to_level[level][a.records] for a, level in zip(table.attributes, p4.levels)]
@@ -314,6 +315,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
     record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
               "harmonization": parallel.harmonization, "transformation": "global",
+              "statistics": parallel.statistics,
               "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
                                             for lv in p4.partition_levels],
               "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},

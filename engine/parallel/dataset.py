@@ -38,6 +38,7 @@ class DatasetInput:
     sensitive: dict
     values: dict[str, np.ndarray]   # each quasi-identifier's distinct values, in text order
     counts: dict[str, np.ndarray]   # and how many records have each
+    distributions: dict[str, tuple[np.ndarray, np.ndarray]]   # per sensitive attribute: (values, counts)
 
     @property
     def records(self) -> int:
@@ -72,8 +73,7 @@ def read_chunks(policy: DatasetPolicy, blocksize: int | str = "64MB") -> list:
 def load_dataset(policy: DatasetPolicy, executor, blocksize: int | str = "64MB") -> DatasetInput:
     """Read the chunks on the workers and build the hierarchies from their distinct values."""
     chunks = executor.compute(read_chunks(policy, blocksize))
-    names = list(policy.quasi_identifiers) + [n for n in policy.sensitive_attributes
-                                              if policy.attributes[n].hierarchy is not None]
+    names = list(policy.quasi_identifiers) + list(policy.sensitive_attributes)
     profiles = executor.map(profile_chunk, chunks, names=names)
     lengths = [p["records"] for p in profiles]
     if sum(lengths) == 0:
@@ -85,7 +85,8 @@ def load_dataset(policy: DatasetPolicy, executor, blocksize: int | str = "64MB")
                  for name in policy.sensitive_attributes}
     return DatasetInput(chunks, lengths, hierarchies, sensitive,
                         {name: counted[name][0] for name in policy.quasi_identifiers},
-                        {name: counted[name][1] for name in policy.quasi_identifiers})
+                        {name: counted[name][1] for name in policy.quasi_identifiers},
+                        {name: counted[name] for name in policy.sensitive_attributes})
 
 
 def as_text(frame: pd.DataFrame) -> pd.DataFrame:
@@ -189,16 +190,16 @@ def piece(split: dict[int, pd.DataFrame], index: int) -> pd.DataFrame | None:
 
 
 def assemble(pieces: Sequence[pd.DataFrame | None], index: int, policy: DatasetPolicy, hierarchies: dict,
-             sensitive: dict, total_records: int) -> PartitionJob:
+             sensitive: dict, total_records: int, distributions: dict | None = None) -> PartitionJob:
     """One partition from its pieces, in input order, as `engine.parallel.p4.partition_jobs` builds it."""
     frame = pd.concat([p for p in pieces if p is not None and len(p)], ignore_index=True)
     frame = frame.sort_values(ROW, kind="stable").reset_index(drop=True)
     rows = frame.pop(ROW).to_numpy(dtype=np.int64)
-    return PartitionJob(index, policy, hierarchies, sensitive, frame, rows, total_records)
+    return PartitionJob(index, policy, hierarchies, sensitive, frame, rows, total_records, distributions)
 
 
 def partition_dataset(policy: DatasetPolicy, dataset: DatasetInput, executor, partitions: int,
-                      partitioning: str = "sorted", seed: int = 0) -> list:
+                      partitioning: str = "sorted", seed: int = 0, statistics: str = "partition") -> list:
     """Handles of the partitions' jobs, assembled on the workers."""
     n = dataset.records
     try:
@@ -219,6 +220,7 @@ def partition_dataset(policy: DatasetPolicy, dataset: DatasetInput, executor, pa
                   for chunk, offset in zip(dataset.chunks, dataset.offsets)]
     else:
         raise ValueError(f"unknown partitioning {partitioning!r}")
+    distributions = dataset.distributions if statistics == "table" and dataset.distributions else None
     # Random partitioning can leave a partition empty: it is left out and the others numbered on, as in the
     # in-memory partitioning.
     counts = np.sum([[sizes.get(i, 0) for i in range(partitions)] for sizes in executor.map(_split_sizes, splits)],
@@ -226,7 +228,8 @@ def partition_dataset(policy: DatasetPolicy, dataset: DatasetInput, executor, pa
     jobs = []
     for index in np.flatnonzero(counts):
         pieces = [executor.submit(piece, split, int(index)) for split in splits]
-        jobs.append(executor.submit(assemble, pieces, len(jobs), policy, dataset.hierarchies, dataset.sensitive, n))
+        jobs.append(executor.submit(assemble, pieces, len(jobs), policy, dataset.hierarchies, dataset.sensitive, n,
+                                    distributions))
     return jobs
 
 

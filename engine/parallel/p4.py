@@ -133,8 +133,19 @@ class DaskExecutor:
         return self.client.gather(futures)
 
 
+def table_distributions(frame: pd.DataFrame, sensitive: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per sensitive attribute the whole table's distinct values (in text order) and counts."""
+    from ..encoding import sorted_codes
+
+    out = {}
+    for name in sensitive:
+        values, records = sorted_codes(frame[name].to_numpy())
+        out[name] = (values, np.bincount(records, minlength=values.size).astype(np.int64))
+    return out
+
+
 def partition_jobs(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensitive: dict, partitions: int,
-                   partitioning: str = "sorted", seed: int = 0) -> list[PartitionJob]:
+                   partitioning: str = "sorted", seed: int = 0, statistics: str = "partition") -> list[PartitionJob]:
     qis = list(hierarchies)
     if partitioning == "sorted":
         parts = sorted_partitions(frame, qis, partitions)
@@ -142,18 +153,22 @@ def partition_jobs(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict
         parts = random_partitions(len(frame), partitions, seed)
     else:
         raise ValueError(f"unknown partitioning {partitioning!r}")
-    return [PartitionJob(i, policy, hierarchies, sensitive, frame.iloc[rows].reset_index(drop=True), rows, len(frame))
+    distributions = table_distributions(frame, sensitive) if statistics == "table" and sensitive else None
+    return [PartitionJob(i, policy, hierarchies, sensitive, frame.iloc[rows].reset_index(drop=True), rows, len(frame),
+                         distributions)
             for i, rows in enumerate(parts)]
 
 
 def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensitive: dict, partitions: int,
            executor=None, partitioning: str = "sorted", harmonization: str = "average",
-           time_limit: float | None = None, seed: int = 0) -> P4Result:
-    """P4 with a global transformation on `frame` (the table) with the hierarchies built for the whole of it."""
+           time_limit: float | None = None, seed: int = 0, statistics: str = "partition") -> P4Result:
+    """P4 with a global transformation on `frame` (the table) with the hierarchies built for the whole of it.
+    `statistics: table` gives every partition the whole table's sensitive distributions instead of its own (P4's);
+    the merged release is checked against the table's either way."""
     executor = executor or LocalExecutor()
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    jobs = partition_jobs(policy, frame, hierarchies, sensitive, partitions, partitioning, seed)
+    jobs = partition_jobs(policy, frame, hierarchies, sensitive, partitions, partitioning, seed, statistics)
     handles = executor.put(jobs)
     seconds["partition"] = time.perf_counter() - started
     levels, optima, merged, gone = anonymize_partitions(policy, handles, len(frame), hierarchies, sensitive, executor,
@@ -198,7 +213,7 @@ class P4DatasetResult:
 
 def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: str,
                    partitioning: str = "sorted", harmonization: str = "average", time_limit: float | None = None,
-                   seed: int = 0, blocksize: int | str = "64MB") -> P4DatasetResult:
+                   seed: int = 0, blocksize: int | str = "64MB", statistics: str = "partition") -> P4DatasetResult:
     """P4 on the policy's input file read by the workers (engine.parallel.dataset), its release written by them into
     `directory` (which every worker must reach: a local folder for a local cluster, a shared one otherwise) with a
     manifest.json listing each part's sha256. The folder appears whole or not at all (engine.atomic.atomic_folder):
@@ -213,7 +228,7 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     dataset = load_dataset(policy, executor, blocksize)
     seconds["read"] = time.perf_counter() - started
     mark = time.perf_counter()
-    handles = partition_dataset(policy, dataset, executor, partitions, partitioning, seed)
+    handles = partition_dataset(policy, dataset, executor, partitions, partitioning, seed, statistics)
     dataset.chunks = []   # the chunks' memory on the workers is freed once their partitions are assembled
     seconds["partition"] = time.perf_counter() - mark
     levels, optima, merged, gone = anonymize_partitions(policy, handles, dataset.records, dataset.hierarchies,
@@ -257,16 +272,51 @@ def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int,
     found = [o["levels"] for o in optima if o["levels"] is not None]
     if not found:
         raise P4NoSolution("no partition has a solution under the privacy models")
-    levels = harmonize(found, harmonization)
+    seconds["harmonize"] = seconds["compliance"] = 0.0
+    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
+    tried = []
+    for levels in raised_levels(harmonize(found, harmonization), found, hierarchies, policy):
+        mark = time.perf_counter()
+        summaries: list[PartitionClasses] = executor.map(classes, handles, step="harmonize", levels=levels)
+        seconds["harmonize"] += time.perf_counter() - mark
+        mark = time.perf_counter()
+        try:
+            merged, gone, suppressed = comply(policy, summaries, levels, records, hierarchies, sensitive)
+        except P4NoSolution as exc:
+            tried.append((levels, str(exc)))
+            seconds["compliance"] += time.perf_counter() - mark
+            continue
+        seconds["compliance"] += time.perf_counter() - mark
+        if suppressed <= limit:
+            if tried:
+                merged.details = {**merged.details, "raised_from": [list(t[0]) for t in tried]}
+            return levels, optima, merged, gone
+        tried.append((levels, f"suppresses {suppressed} records, above the limit {limit}"))
+    raise P4NoSolution(f"no harmonized transformation meets the models within the suppression limit: "
+                       + "; ".join(f"{list(lv)} {why}" for lv, why in tried))
 
-    mark = time.perf_counter()
-    summaries: list[PartitionClasses] = executor.map(classes, handles, step="harmonize", levels=levels)
-    seconds["harmonize"] = time.perf_counter() - mark
 
-    mark = time.perf_counter()
-    merged, gone = comply(policy, summaries, levels, records, hierarchies, sensitive)
-    seconds["compliance"] = time.perf_counter() - mark
-    return levels, optima, merged, gone
+def raised_levels(harmonized: tuple[int, ...], found: Sequence[tuple[int, ...]], hierarchies: dict,
+                  policy: DatasetPolicy):
+    """The harmonized transformation, then, when its merged release suppresses more than the limit allows (the
+    partitions' optima were found for their own records, not for the merged classes), the partitions' per-attribute
+    maximum, then every attribute one level higher at a time up to the top of the lattice. P4 itself never needs
+    this: its experiments allow 100 % suppression."""
+    tops = tuple(policy.attributes[name].max_level if policy.attributes[name].max_level is not None
+                 else hierarchies[name].max_level for name in hierarchies)
+    seen = set()
+    current = tuple(harmonized)
+    candidates = [current, tuple(int(v) for v in np.max(np.array(found), axis=0))]
+    for candidate in candidates:
+        if candidate not in seen:
+            seen.add(candidate)
+            yield candidate
+    current = candidates[-1]
+    while current != tops:
+        current = tuple(min(level + 1, top) for level, top in zip(current, tops))
+        if current not in seen:
+            seen.add(current)
+            yield current
 
 
 def _check_limit(policy: DatasetPolicy, outputs: Sequence[dict], records: int) -> tuple[int, float]:
@@ -286,10 +336,10 @@ def _details(optima: Sequence[dict], merged: Evaluation) -> dict:
 
 
 def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels: tuple[int, ...], records: int,
-           hierarchies: dict, sensitive: dict | None = None) -> tuple[Evaluation, pd.DataFrame]:
+           hierarchies: dict, sensitive: dict | None = None) -> tuple[Evaluation, pd.DataFrame, int]:
     """Step 3 on the driver: merge the partitions' released classes by label, check the class models on the merged
-    classes and decide the risk-based models on the merged histogram. Returns the merged evaluation and the labels of
-    the merged classes to suppress everywhere."""
+    classes and decide the risk-based models on the merged histogram. Returns the merged evaluation, the labels of
+    the merged classes to suppress everywhere, and how many records all steps suppress together."""
     from ..deid import privacy_configuration
 
     names = list(summaries[0].labels.columns)
@@ -326,7 +376,7 @@ def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels:
         if not evaluation.solution:
             raise P4NoSolution(f"{model.name} cannot be met on the merged table within the suppression limit")
     gone = merged.loc[evaluation.suppressed, names].reset_index(drop=True)
-    return evaluation, gone
+    return evaluation, gone, already + int(evaluation.suppressed_records)
 
 
 def _merged_view(codes, sizes, merged: pd.DataFrame, released: pd.DataFrame, summaries, names,

@@ -7,7 +7,7 @@ sensitive value, which is all the driver needs to check the merged classes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,7 @@ from ..hierarchy import Hierarchy
 from ..policy import DatasetPolicy
 from ..privacy import PrivacyConfiguration
 from ..quality import make_quality_model
+from ..sensitive import EncodedSensitive
 
 SUPPRESSED = "*"
 
@@ -31,6 +32,9 @@ class PartitionJob:
     frame: pd.DataFrame
     rows: np.ndarray            # positions of the partition's records in the whole table
     total_records: int          # of the whole table (k-map's k' is derived from it, not from a partition)
+    # Per sensitive attribute the whole table's (values, counts): with them a partition's models compare its classes
+    # with the table's distribution (as the merged release is checked), not with the partition's own.
+    table_distributions: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     # The encoded partition, kept by the worker that holds the job between steps (not sent back and forth).
     table: EncodedTable | None = field(default=None, repr=False, compare=False)
 
@@ -58,8 +62,23 @@ def encode(job: PartitionJob) -> EncodedTable:
     if job.table is None:
         bounds = {name: (job.policy.attributes[name].min_level, job.policy.attributes[name].max_level)
                   for name in job.hierarchies}
-        job.table = encode_table(job.frame, job.hierarchies, job.policy.source, bounds, job.sensitive)
+        table = encode_table(job.frame, job.hierarchies, job.policy.source, bounds, job.sensitive)
+        if job.table_distributions:
+            table = replace(table, sensitive=tuple(_with_table_distribution(s, job.table_distributions.get(s.name))
+                                                   for s in table.sensitive))
+        job.table = table
     return job.table
+
+
+def _with_table_distribution(attribute: EncodedSensitive, distribution) -> EncodedSensitive:
+    if distribution is None:
+        return attribute
+    values, counts = distribution
+    codes = np.searchsorted(values, attribute.values)
+    if not np.array_equal(values[np.minimum(codes, values.size - 1)], attribute.values):
+        raise RuntimeError(f"internal error: a value of {attribute.name} is missing from the table's distribution")
+    return EncodedSensitive(attribute.name, codes[attribute.records], values, np.asarray(counts, dtype=np.int64),
+                            attribute.hierarchy)
 
 
 def configuration(job: PartitionJob, with_risk_models: bool = True) -> PrivacyConfiguration:

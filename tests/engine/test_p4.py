@@ -236,3 +236,35 @@ def test_gate_require_is_checked_on_a_p4_release(tmp_path):
     failing = released.groupby(["age", "zip", "sex"])["dx"].nunique() < 4
     assert required["failing_classes"] == int(failing.sum())
     assert required["passed"] == (not failing.any())
+
+
+def test_raised_levels_go_from_the_harmonized_to_the_maximum_then_up_to_the_top(tmp_path):
+    from engine.parallel.p4 import raised_levels
+
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    loaded = load_input(policy)
+    tops = tuple(h.max_level for h in loaded.hierarchies.values())
+    steps = list(raised_levels((1, 0, 0), [(0, 1, 0), (2, 0, 1)], loaded.hierarchies, policy))
+    assert steps[:2] == [(1, 0, 0), (2, 1, 1)]
+    assert steps[-1] == tops
+    for before, after in zip(steps[1:], steps[2:]):
+        assert all(b <= a <= max(b + 1, t) for b, a, t in zip(before, after, tops))
+
+
+def test_table_statistics_give_each_partition_the_whole_tables_distribution(tmp_path):
+    from engine.parallel.p4 import partition_jobs
+    from engine.parallel.worker import encode
+
+    policy = small_policy(tmp_path, PRIVACY["t-equal-0.3"])
+    loaded = load_input(policy)
+    overall = loaded.frame["dx"].value_counts().sort_index()
+    for statistics in ("table", "partition"):
+        for job in partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3,
+                                  statistics=statistics):
+            encoded = encode(job).sensitive_attribute("dx")
+            own = job.frame["dx"].value_counts().sort_index()
+            expected = overall if statistics == "table" else own
+            assert list(encoded.values) == list(expected.index)
+            assert list(encoded.counts) == list(expected.to_numpy())
+            # each record still holds its own value
+            assert list(encoded.values[encoded.records]) == list(job.frame["dx"])

@@ -167,3 +167,14 @@ def test_tuples_too_many_for_one_integer_key_are_matched_by_merging():
     assert (fast >= 0).all()
     # equal tuples get equal keys either way
     assert np.array_equal(pd.factorize(fast_keys)[0], pd.factorize(slow_keys)[0])
+
+
+def test_table_statistics_give_the_in_memory_result(tmp_path):
+    policy = small_policy(tmp_path, PRIVACY["t-equal-0.3"])
+    loaded = load_input(policy)
+    memory = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3, statistics="table")
+    written = run_p4_dataset(policy, 3, LocalExecutor(), tmp_path / "release", blocksize=1_500, statistics="table")
+    assert written.levels == memory.levels and written.suppressed_records == memory.suppressed_records
+    parts = pd.concat([pd.read_parquet(f) for f in written.files], ignore_index=True)
+    jobs = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3)
+    assert parts.equals(released_in_partition_order(memory, jobs))
