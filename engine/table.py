@@ -31,11 +31,16 @@ class LoadedInput:
     sensitive: dict[str, Hierarchy | None] = field(default_factory=dict)
 
 
-def read_table(policy: DatasetPolicy) -> tuple[pd.DataFrame, Path]:
+def input_file(policy: DatasetPolicy) -> tuple[Path, str]:
+    """The policy's input file and its format (`input.format`, else by suffix); a missing file is bad input."""
     path = policy.resolve(policy.input.path)
     if not path.is_file():
         raise InputError(policy.source, "input.path", f"input file {str(path)!r} does not exist")
-    fmt = policy.input.format or ("parquet" if path.suffix.lower() in {".parquet", ".pq"} else "csv")
+    return path, policy.input.format or ("parquet" if path.suffix.lower() in {".parquet", ".pq"} else "csv")
+
+
+def read_table(policy: DatasetPolicy) -> tuple[pd.DataFrame, Path]:
+    path, fmt = input_file(policy)
     try:
         if fmt == "parquet":
             frame = pd.read_parquet(path).astype(str)

@@ -20,7 +20,7 @@ from ..classes import Evaluation
 from ..encoding import EncodedTable, encode_attribute
 from ..errors import InputError
 from ..policy import DatasetPolicy
-from ..table import check_columns, resolve_hierarchy
+from ..table import check_columns, input_file, resolve_hierarchy
 from .partitioning import partition_sizes, random_assignment
 from .worker import PartitionJob
 
@@ -54,10 +54,7 @@ def read_chunks(policy: DatasetPolicy, blocksize: int | str = "64MB") -> list:
     written); only the columns' names are read here."""
     import dask.dataframe as dd
 
-    path = policy.resolve(policy.input.path)
-    if not path.is_file():
-        raise InputError(policy.source, "input.path", f"input file {str(path)!r} does not exist")
-    fmt = policy.input.format or ("parquet" if path.suffix.lower() in {".parquet", ".pq"} else "csv")
+    path, fmt = input_file(policy)
     try:
         if fmt == "parquet":
             frame = dd.read_parquet(str(path), split_row_groups=True)
