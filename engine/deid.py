@@ -195,9 +195,12 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         except ValueError as exc:
             raise InputError(policy.source, "search.parallel", str(exc).splitlines()[-1]) from None
     if parallel is not None:
-        if policy.search.recoding == "local" or table.population is not None:
+        if table.population is not None:
             raise InputError(policy.source, "search.parallel",
-                             "P4 runs global recoding without a research subset (as P4's own implementation)")
+                             "P4 runs without a research subset (as P4's own implementation)")
+        if policy.search.recoding == "local" and parallel.transformation != "local":
+            raise InputError(policy.source, "search.parallel.transformation",
+                             "search.recoding is local: P4 recodes locally with transformation: local")
         return _deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate, started,
                               progress)
     if policy.search.recoding == "local":
@@ -288,19 +291,32 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
         with executor_for(parallel.scheduler, progress=progress) as (executor, where):
             p4 = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, parallel.partitions, executor,
                         parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed,
-                        parallel.statistics)
+                        parallel.statistics, parallel.transformation)
     except P4NoSolution as exc:
         raise NoSolutionError(f"{policy.source or policy.dataset}: P4 with {parallel.partitions} partitions: {exc}")
-    codes = np.stack([a.to_level[level][a.records] for a, level in zip(table.attributes, p4.levels)]
-                     + [p4.record_suppressed.astype(np.int64)])
-    cards = [a.cardinality(level) for a, level in zip(table.attributes, p4.levels)] + [2]
-    from .classes import group
+    if p4.record_levels is None:
+        codes = np.stack([a.to_level[level][a.records] for a, level in zip(table.attributes, p4.levels)]
+                         + [p4.record_suppressed.astype(np.int64)])
+        cards = [a.cardinality(level) for a, level in zip(table.attributes, p4.levels)] + [2]
+        from .classes import group
 
-    class_codes, sizes, record_class = group(codes, np.ones(table.n, dtype=np.int64), cards)
-    suppressed = class_codes[-1].astype(bool)
-    best = Evaluation(tuple(p4.levels), class_codes[:-1], sizes, suppressed, int(sizes[suppressed].sum()), True)
-    quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
-                                                      policy.quality.gs_factor)
+        class_codes, sizes, record_class = group(codes, np.ones(table.n, dtype=np.int64), cards)
+        suppressed = class_codes[-1].astype(bool)
+        class_codes = class_codes[:-1]
+    else:   # local transformation: classes are the released values (a class can span levels and partitions)
+        from .local import released_classes
+
+        class_codes, sizes, suppressed, record_class = released_classes(p4.released, table.names,
+                                                                        p4.record_suppressed)
+    best = Evaluation(tuple(p4.levels), class_codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
+    if p4.record_levels is None:
+        quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
+                                                          policy.quality.gs_factor)
+    else:
+        from .local import quality_at_record_levels
+
+        quality, per_attribute = quality_at_record_levels(policy, table, p4.record_levels, p4.record_suppressed, best,
+                                                          p4.suppression_levels)
     best.loss = 1.0 - quality[policy.quality.model]
     search = SearchResult(best, sum(p["checked"] for p in p4.details["partitions"]), False, sum(p4.seconds.values()),
                           Lattice(tuple(a.min_level for a in table.attributes),
@@ -314,17 +330,21 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
         required = (gate_required_models(policy, table), view, ~suppressed)
     risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
     record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
-              "harmonization": parallel.harmonization, "transformation": "global",
+              "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
+              "transformation": parallel.transformation,
               "statistics": parallel.statistics,
               "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
                                             for lv in p4.partition_levels],
               "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
               "quality_row_weighted": p4.quality,
               "risk_models_decided_on_merged_table": bool(configuration.risk_models)}
+    extra = {"risk": risk, "gate": gate, "parallel": record,
+             "privacy_models": [model.describe() for model in configuration.models]}
+    if p4.record_levels is not None:
+        # the manifest's transformation is then the coarsest level any released record has
+        extra["local"] = {"recoding": "local", "iterations": p4.iterations, "fell_back": None}
     return DeidResult(policy, table, search, best, p4.released, p4.record_suppressed, quality, per_attribute,
-                      time.perf_counter() - started, loaded.frame,
-                      extra={"risk": risk, "gate": gate, "parallel": record,
-                             "privacy_models": [model.describe() for model in configuration.models]})
+                      time.perf_counter() - started, loaded.frame, extra=extra)
 
 
 def _sha256(data: bytes) -> str:

@@ -140,7 +140,7 @@ def _part_table(table: EncodedTable, sub_frame: pd.DataFrame, rows: np.ndarray, 
     return replace(part, sensitive=tuple(replace(s, records=s.records[rows]) for s in table.sensitive))
 
 
-def _classes(released: pd.DataFrame, names: list[str], suppressed: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+def released_classes(released: pd.DataFrame, names: list[str], suppressed: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                                           np.ndarray, np.ndarray]:
     """Classes of the combined output by released values (records of different parts with equal values merge);
     suppressed records form their own classes. Returns codes, sizes, per-class suppression, class of each record."""
@@ -162,7 +162,7 @@ def combine(policy, frame: pd.DataFrame, table: EncodedTable, configuration, par
     names = table.names
     released, suppressed = _assemble(policy, frame, parts)
     fell_back = None
-    codes, sizes, class_suppressed, record_class = _classes(released, names, suppressed)
+    codes, sizes, class_suppressed, record_class = released_classes(released, names, suppressed)
     if configuration.class_models:   # never fires for k-anonymity (merging only grows classes)
         from .distributions import view_from_records
 
@@ -212,7 +212,7 @@ def _result(policy, table: EncodedTable, parts: list[LocalPart], released: pd.Da
     return LocalResult(parts, released, suppressed, combined, quality, per_attribute, fell_back)
 
 
-def _record_levels(table: EncodedTable, parts: list[LocalPart], suppressed: np.ndarray) -> np.ndarray:
+def record_levels(table: EncodedTable, parts: list[LocalPart], suppressed: np.ndarray) -> np.ndarray:
     """(attributes, n) the level each record was released at (the last part that covered it)."""
     levels = np.zeros((len(table.attributes), table.n), dtype=np.int64)
     for part in parts:
@@ -222,8 +222,20 @@ def _record_levels(table: EncodedTable, parts: list[LocalPart], suppressed: np.n
 
 def local_quality(policy, table: EncodedTable, parts: list[LocalPart], suppressed: np.ndarray,
                   combined: Evaluation) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Every quality model over the whole table, each record at its own part's levels (see the module docstring)."""
-    levels = _record_levels(table, parts, suppressed)
+    """Every quality model over the whole table, each record at its own part's levels (see the module docstring);
+    Non-uniform entropy's suppression term at the last part's levels."""
+    levels = record_levels(table, parts, suppressed)
+    last = np.broadcast_to(np.asarray(parts[-1].best.levels, dtype=np.int64)[:, None], levels.shape)
+    return quality_at_record_levels(policy, table, levels, suppressed, combined, last)
+
+
+def quality_at_record_levels(policy, table: EncodedTable, levels: np.ndarray, suppressed: np.ndarray,
+                             combined: Evaluation, suppression_levels: np.ndarray
+                             ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Every quality model over `table` whose records were released at their own `levels` (attributes x records):
+    local recoding, and P4 with local transformation, where each partition's records carry their partition's
+    iterations' levels. `suppression_levels` (same shape) gives the levels at which Non-uniform entropy counts each
+    suppressed record's values; `combined` are the released classes (for Discernibility and AECS)."""
     kept = ~suppressed
     n = float(table.n)
     n_suppressed = float(suppressed.sum())
@@ -250,7 +262,6 @@ def local_quality(policy, table: EncodedTable, parts: list[LocalPart], suppresse
             loss = float(attributes.mean())
         elif name == "non_uniform_entropy":
             raw = np.zeros(len(table.attributes))
-            last = np.asarray(parts[-1].best.levels)
             for i, a in enumerate(table.attributes):
                 original = a.counts[0][a.to_level[0][a.records]].astype(float)
                 generalized = np.empty(table.n)
@@ -259,9 +270,15 @@ def local_quality(policy, table: EncodedTable, parts: list[LocalPart], suppresse
                     generalized[rows] = a.counts[lv][a.to_level[lv][a.records[rows]]]
                 raw[i] = float(np.log2(generalized / original).sum())
                 if n_suppressed > 0:
-                    codes = a.to_level[last[i]][a.records[suppressed]]
-                    per_value = np.bincount(codes).astype(float)
-                    per_value = per_value[per_value > 0.5]
+                    # suppressed records counted per (level, value) they would have had
+                    at = suppression_levels[i][suppressed].astype(np.int64)
+                    values = a.records[suppressed]
+                    codes = np.empty(values.size, dtype=np.int64)
+                    for lv in np.unique(at):
+                        rows = at == lv
+                        codes[rows] = a.to_level[lv][values[rows]]
+                    per_value = np.unique(at * (int(a.cardinality(0)) + 1) + codes,
+                                          return_counts=True)[1].astype(float)
                     raw[i] += float(np.dot(per_value, np.log2(n_suppressed / per_value)))
             attributes = model._normalize(raw)
             loss = float(attributes.mean())
@@ -274,4 +291,5 @@ def local_quality(policy, table: EncodedTable, parts: list[LocalPart], suppresse
     return quality, per_attribute
 
 
-__all__ = ["LocalPart", "LocalResult", "local_quality", "local_recoding"]
+__all__ = ["LocalPart", "LocalResult", "local_quality", "local_recoding", "quality_at_record_levels", "record_levels",
+           "released_classes"]

@@ -367,7 +367,8 @@ class GeneticSpec(_Strict):
 class ParallelSpec(_Strict):
     """P4 partitioned anonymization (engine.parallel): `partitions` parts anonymized in parallel on a Dask cluster
     (`scheduler: local` starts one with a process per core; `tcp://HOST:8786` uses a running one), their
-    transformations harmonized, the merged classes checked against every model. Only global transformation so far."""
+    transformations harmonized (`transformation: global`) or each partition locally recoded (`local`, no
+    harmonization), the merged classes checked against every model."""
 
     partitions: Annotated[int, Field(ge=1, le=100_000)]
     scheduler: str = "local"
@@ -385,13 +386,6 @@ class ParallelSpec(_Strict):
     def _scheduler_address(cls, value: str) -> str:
         if value not in ("local", "none") and not re.fullmatch(r"(tcp|tls|inproc)://[^\s/]+", value):
             raise ValueError(f"expected local, none or a scheduler address such as tcp://host:8786, got {value!r}")
-        return value
-
-    @field_validator("transformation")
-    @classmethod
-    def _global_only(cls, value: str) -> str:
-        if value != "global":
-            raise ValueError("P4 with local transformation is not available yet; use global")
         return value
 
 

@@ -54,6 +54,11 @@ class P4Result:
     seconds: dict[str, float]
     merged: Evaluation
     details: dict = field(default_factory=dict)
+    # Local transformation: each record's levels (attributes x records) and the levels at which its suppression is
+    # counted (engine.local.quality_at_record_levels); `levels` is then the coarsest level any record got.
+    record_levels: np.ndarray | None = None
+    suppression_levels: np.ndarray | None = None
+    iterations: list[dict] = field(default_factory=list)
 
     @property
     def quality(self) -> float:
@@ -161,8 +166,10 @@ def partition_jobs(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict
 
 def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensitive: dict, partitions: int,
            executor=None, partitioning: str = "sorted", harmonization: str = "average",
-           time_limit: float | None = None, seed: int = 0, statistics: str = "partition") -> P4Result:
-    """P4 with a global transformation on `frame` (the table) with the hierarchies built for the whole of it.
+           time_limit: float | None = None, seed: int = 0, statistics: str = "partition",
+           transformation: str = "global") -> P4Result:
+    """P4 on `frame` (the table) with the hierarchies built for the whole of it, with a global transformation
+    (harmonized) or a local one (each partition locally recoded, no harmonization; P4's LOCAL setting).
     `statistics: table` gives every partition the whole table's sensitive distributions instead of its own (P4's);
     the merged release is checked against the table's either way."""
     executor = executor or LocalExecutor()
@@ -171,6 +178,10 @@ def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensit
     jobs = partition_jobs(policy, frame, hierarchies, sensitive, partitions, partitioning, seed, statistics)
     handles = executor.put(jobs)
     seconds["partition"] = time.perf_counter() - started
+    if transformation == "local":
+        return _run_p4_local(policy, frame, handles, hierarchies, sensitive, executor, time_limit, seconds)
+    if transformation != "global":
+        raise ValueError(f"unknown transformation {transformation!r}")
     levels, optima, merged, gone = anonymize_partitions(policy, handles, len(frame), hierarchies, sensitive, executor,
                                                         harmonization, time_limit, seconds)
     mark = time.perf_counter()
@@ -185,6 +196,57 @@ def run_p4(policy: DatasetPolicy, frame: pd.DataFrame, hierarchies: dict, sensit
     suppressed, loss = _check_limit(policy, outputs, len(frame))
     return P4Result(levels, [o["levels"] for o in optima], released, record_suppressed, suppressed, loss, seconds,
                     merged, _details(optima, merged))
+
+
+def _run_p4_local(policy: DatasetPolicy, frame: pd.DataFrame, handles: Sequence, hierarchies: dict, sensitive: dict,
+                  executor, time_limit: float | None, seconds: dict[str, float]) -> P4Result:
+    """P4 with local transformation: each partition is locally recoded (worker.local_classes); compliance merges
+    the partitions' released classes by their released values (records of different partitions and iterations that
+    read the same meet in one class) and checks every class model and, beyond P4, decides the risk-based models on
+    the merged histogram (order: size, then first record, as single-machine local recoding); the workers blank what
+    it suppressed. Quality is measured over the whole table with each record at its own levels."""
+    from .worker import local_classes, release_local
+
+    n = int(frame.shape[0])
+    mark = time.perf_counter()
+    summaries = executor.map(local_classes, handles, step="anonymize", time_limit=time_limit)
+    seconds["anonymize"] = time.perf_counter() - mark
+    seconds["harmonize"] = 0.0
+    mark = time.perf_counter()
+    merged, gone, suppressed = comply(policy, summaries, None, n, hierarchies, sensitive)
+    seconds["compliance"] = time.perf_counter() - mark
+    limit = int(np.floor(policy.suppression_limit * n + 1e-9))
+    if suppressed > limit:
+        raise P4NoSolution(f"the partitions' local recodings suppress {suppressed} records on the merged table, "
+                           f"above the limit {limit}")
+    mark = time.perf_counter()
+    outputs = executor.map(release_local, handles, step="merge", suppressed_labels=gone)
+    released = pd.concat([o["released"] for o in outputs], ignore_index=True)
+    rows = np.concatenate([o["rows"] for o in outputs])
+    released.index = rows
+    released = released.sort_index().reset_index(drop=True)
+    record_suppressed = np.zeros(n, dtype=bool)
+    names = list(hierarchies)
+    record_levels = np.zeros((len(names), n), dtype=np.int64)
+    suppression_levels = np.zeros((len(names), n), dtype=np.int64)
+    for output in outputs:
+        record_suppressed[output["rows"]] = output["record_suppressed"]
+        record_levels[:, output["rows"]] = output["record_levels"]
+        suppression_levels[:, output["rows"]] = np.asarray(output["suppression_levels"])[:, None]
+    seconds["merge"] = time.perf_counter() - mark
+    suppressed, loss = _check_limit(policy, outputs, n)
+    first_parts = [o["iterations"][0]["transformation"] for o in outputs]
+    partition_levels = [tuple(int(part[name]) for name in names) for part in first_parts]
+    coarsest = tuple(int(v) for v in record_levels[:, ~record_suppressed].max(axis=1)) \
+        if (~record_suppressed).any() else tuple(int(v) for v in record_levels.max(axis=1))
+    details = {"partitions": [{"index": o["index"], "records": o["records"], "levels": partition_levels[i],
+                               "iterations": len(o["iterations"]), "fell_back": o["fell_back"],
+                               "checked": o["checked"]}
+                              for i, o in enumerate(outputs)],
+               "merged_classes": int(merged.sizes.size), "risk": merged.details}
+    return P4Result(coarsest, partition_levels, released, record_suppressed, suppressed, loss, seconds, merged,
+                    details, record_levels, suppression_levels,
+                    [it for o in outputs for it in o["iterations"]])
 
 
 @dataclass
@@ -223,6 +285,11 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     from .dataset import load_dataset, partition_dataset, release_evaluation, summary_table
     from .worker import write_release
 
+    if policy.search.parallel is not None and policy.search.parallel.transformation != "global" \
+            or policy.search.recoding != "global":
+        raise InputError(policy.source, "search.parallel.transformation",
+                         "a dataset written by the workers is released with a global transformation only; local "
+                         "transformation runs on a table the driver reads (safeshare deid --partitions)")
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     dataset = load_dataset(policy, executor, blocksize)
@@ -335,7 +402,7 @@ def _details(optima: Sequence[dict], merged: Evaluation) -> dict:
             "risk": merged.details}
 
 
-def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels: tuple[int, ...], records: int,
+def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels: tuple[int, ...] | None, records: int,
            hierarchies: dict, sensitive: dict | None = None) -> tuple[Evaluation, pd.DataFrame, int]:
     """Step 3 on the driver: merge the partitions' released classes by label, check the class models on the merged
     classes and decide the risk-based models on the merged histogram. Returns the merged evaluation, the labels of
@@ -366,7 +433,7 @@ def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels:
         suppressed |= model.violating(view)
         if model.blocks_release(view):
             raise P4NoSolution(f"{model.name} fails on classes that cannot be suppressed")
-    evaluation = Evaluation(tuple(levels), codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
+    evaluation = Evaluation(tuple(levels or ()), codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
     already = int(table["size"].sum() - table["kept"].sum())
     limit = int(np.floor(policy.suppression_limit * records + 1e-9))
     for model in configuration.risk_models:
@@ -418,10 +485,11 @@ def _merged_view(codes, sizes, merged: pd.DataFrame, released: pd.DataFrame, sum
 def _suppression_order(policy: DatasetPolicy, merged: pd.DataFrame, names, sizes: np.ndarray, visible: np.ndarray,
                        levels, hierarchies: dict) -> np.ndarray:
     """Classes in the single-machine engine's order: size, under Loss ARX's per-class loss (size x the label's share
-    of its hierarchy, aggregated as the policy says), then first record."""
+    of its hierarchy, aggregated as the policy says), then first record. With local transformation (`levels` None:
+    a class's labels come from different levels) size then first record, as single-machine local recoding."""
     index = np.flatnonzero(visible)
     first = merged["first"].to_numpy()[index]
-    if policy.quality.model != "loss":
+    if policy.quality.model != "loss" or levels is None:
         return index[np.lexsort((first, sizes[index]))]
     values = np.empty((len(names), index.size))
     for i, (name, level) in enumerate(zip(names, levels)):

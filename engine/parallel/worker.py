@@ -37,10 +37,14 @@ class PartitionJob:
     table_distributions: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     # The encoded partition, kept by the worker that holds the job between steps (not sent back and forth).
     table: EncodedTable | None = field(default=None, repr=False, compare=False)
+    # Local transformation: the partition's local recoding (engine.local.LocalResult), kept by its worker until the
+    # release step.
+    local: object | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["table"] = None   # a worker encodes its partition itself
+        state["local"] = None
         return state
 
 
@@ -175,6 +179,89 @@ def release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.Da
     return {"index": job.index, "released": out, "rows": job.rows, "records": table.n, "loss": float(loss),
             "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum()),
             "classes": labels.assign(size=evaluation.sizes, suppressed=suppressed)}
+
+
+def local_classes(job: PartitionJob, time_limit: float | None = None) -> PartitionClasses:
+    """Steps 1-2 with local transformation (P4's LOCAL setting, which has no harmonization): the partition is
+    locally recoded with the whole configuration (engine.local: each iteration re-anonymizes the records the previous
+    ones suppressed); with no solution under the policy's limit it is recoded again with every record suppressible,
+    as P4 does. Returns its released classes by released values, which is how they merge with other partitions'."""
+    from ..local import local_recoding
+    from ..search import search
+
+    table = encode(job)
+    policy = job.policy
+    full = configuration(job)
+    bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level) for name in job.hierarchies}
+    seconds = time_limit if time_limit is not None else policy.search.time_limit_seconds
+    result = None
+    for config in (full, PrivacyConfiguration(full.models, 1.0)):
+        def run_search(sub_table: EncodedTable, quality_model, budget: float, config=config):
+            return search(sub_table, config, quality_model, algorithm=policy.search.algorithm, time_limit=budget,
+                          check_limit=policy.search.check_limit)
+
+        result = local_recoding(policy, job.frame, job.hierarchies, bounds, table, config, run_search, seconds,
+                                policy.search.local_iterations)
+        if result is not None:
+            break
+    if result is None:
+        raise RuntimeError(f"partition {job.index}: local recoding found no solution even with every record "
+                           "suppressible")
+    job.local = result
+    names = list(job.hierarchies)
+    from ..local import released_classes
+
+    codes, sizes, class_suppressed, record_class = released_classes(result.released, names, result.record_suppressed)
+    first_record = np.full(sizes.size, -1, dtype=np.int64)
+    first_record[record_class[::-1]] = np.arange(record_class.size)[::-1]
+    labels = pd.DataFrame({name: result.released[name].to_numpy(dtype=object)[first_record].astype(str)
+                           for name in names})
+    first = job.rows[first_record].astype(np.int64)
+    sensitive = {}
+    for attribute in table.sensitive:
+        key = record_class.astype(np.int64) * attribute.cardinality + attribute.records
+        uniques, counts = np.unique(key, return_counts=True)
+        sensitive[attribute.name] = pd.DataFrame({"class": uniques // attribute.cardinality,
+                                                  "value": attribute.values[uniques % attribute.cardinality],
+                                                  "count": counts})
+    return PartitionClasses(job.index, labels, sizes, class_suppressed, first, sensitive)
+
+
+def release_local(job: PartitionJob, suppressed_labels: pd.DataFrame) -> dict:
+    """Step 4 with local transformation: the partition's locally recoded records with the classes compliance
+    suppressed on the merged table blanked too, its quality under the policy's model (over the partition, each
+    record at its own iteration's levels) and each record's levels, from which the driver measures the whole."""
+    from ..classes import Evaluation
+    from ..local import local_quality, record_levels, released_classes
+
+    result = job.local
+    if result is None:
+        raise RuntimeError(f"partition {job.index}: released before it was locally recoded")
+    table = encode(job)
+    names = list(job.hierarchies)
+    labels = result.released[names].astype(str)
+    marked = labels.merge(suppressed_labels.assign(_gone=True), on=names, how="left")["_gone"]
+    record_suppressed = result.record_suppressed | marked.fillna(False).to_numpy(dtype=bool)
+    out = pd.DataFrame(index=job.frame.index)
+    for name, attribute in job.policy.attributes.items():
+        if attribute.type == "identifying":
+            continue
+        values = result.released[name].to_numpy(dtype=object).copy() if name in job.hierarchies else None
+        if values is None:
+            out[name] = job.frame[name].to_numpy()
+            continue
+        values[record_suppressed] = SUPPRESSED
+        out[name] = values
+    codes, sizes, class_suppressed, _ = released_classes(out, names, record_suppressed)
+    combined = Evaluation((), codes, sizes, class_suppressed, int(sizes[class_suppressed].sum()), True)
+    quality, _ = local_quality(job.policy, table, result.parts, record_suppressed, combined)
+    return {"index": job.index, "released": out, "rows": job.rows, "records": table.n,
+            "loss": 1.0 - float(quality[job.policy.quality.model]), "record_suppressed": record_suppressed,
+            "suppressed_records": int(record_suppressed.sum()),
+            "record_levels": record_levels(table, result.parts, record_suppressed).astype(np.int16),
+            "suppression_levels": np.asarray(result.parts[-1].best.levels, dtype=np.int16),
+            "iterations": [dict(part.summary(), partition=job.index) for part in result.parts],
+            "fell_back": result.fell_back, "checked": int(sum(part.search.checked for part in result.parts))}
 
 
 def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.DataFrame, directory: str) -> dict:

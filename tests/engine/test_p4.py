@@ -94,11 +94,13 @@ PRIVACY = {
 
 @pytest.mark.parametrize("name", sorted(PRIVACY))
 @pytest.mark.parametrize("partitions", [2, 3])
-def test_every_released_class_meets_every_model_on_the_merged_output(tmp_path, name, partitions):
+@pytest.mark.parametrize("transformation", ["global", "local"])
+def test_every_released_class_meets_every_model_on_the_merged_output(tmp_path, name, partitions, transformation):
     policy = small_policy(tmp_path, PRIVACY[name])
     loaded = load_input(policy)
     try:
-        result = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, partitions)
+        result = run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, partitions,
+                        transformation=transformation)
     except P4NoSolution:
         pytest.skip("no harmonized solution for this partitioning")
     released = result.released[~result.record_suppressed]
@@ -210,7 +212,7 @@ def test_safeshare_deid_with_partitions_writes_a_p4_release(tmp_path, capsys):
 @pytest.mark.parametrize("parallel, field, words", [
     ({"partitions": 0}, "search.parallel.partitions", "greater than or equal to 1"),
     ({"partitions": 2, "scheduler": "http://x"}, "search.parallel.scheduler", "scheduler address"),
-    ({"partitions": 2, "transformation": "local"}, "search.parallel.transformation", "not available yet"),
+    ({"partitions": 2, "transformation": "both"}, "search.parallel.transformation", "'global' or 'local'"),
 ])
 def test_bad_parallel_settings_name_the_field(tmp_path, parallel, field, words):
     from engine.errors import InputError
@@ -268,3 +270,51 @@ def test_table_statistics_give_each_partition_the_whole_tables_distribution(tmp_
             assert list(encoded.counts) == list(expected.to_numpy())
             # each record still holds its own value
             assert list(encoded.values[encoded.records]) == list(job.frame["dx"])
+
+
+def test_local_transformation_with_one_partition_equals_single_machine_local_recoding(tmp_path):
+    """P4's LOCAL setting on one partition is the engine's local recoding: same records, same values, same quality
+    over the whole table (each record at its own iteration's levels)."""
+    import yaml
+
+    policy = small_policy(tmp_path, PRIVACY["k5"], limit=0.05)
+    spec = yaml.safe_load((tmp_path / "policy.yaml").read_text())
+    spec["search"] = {"recoding": "local"}
+    policy = parse_policy(spec, source=policy.source)
+    single = deidentify(policy, site=BUILT_IN_GATE)
+    assert len(single.extra["local"]["iterations"]) > 1   # a table where local recoding does something
+    spec["search"]["parallel"] = {"partitions": 1, "scheduler": "none", "transformation": "local"}
+    p4 = deidentify(parse_policy(spec, source=policy.source), site=BUILT_IN_GATE)
+    assert (p4.released.to_numpy() == single.released.to_numpy()).all()
+    assert (p4.record_suppressed == single.record_suppressed).all()
+    assert p4.quality == pytest.approx(single.quality, abs=1e-12)
+    assert p4.extra["parallel"]["transformation"] == "local" and p4.extra["parallel"]["harmonization"] is None
+    assert [i["transformation"] for i in p4.extra["local"]["iterations"]] == \
+        [i["transformation"] for i in single.extra["local"]["iterations"]]
+
+
+def test_local_transformation_beats_global_on_adult_and_releases_only_5_anonymous_classes(adult_k5):
+    """P4's finding (local transformation keeps more utility than global) on ADULT k = 5 with 2 partitions, and every
+    released class, by released values across partitions and iterations, has at least 5 records."""
+    policy, loaded = adult_k5
+    qis = list(loaded.hierarchies)
+    results = {t: run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2, time_limit=20,
+                         transformation=t) for t in ("global", "local")}
+    local = results["local"]
+    released = local.released[~local.record_suppressed]
+    assert released.groupby(qis).size().min() >= 5
+    assert local.suppressed_records <= int(policy.suppression_limit * len(loaded.frame))
+    assert local.record_levels.shape == (len(qis), len(loaded.frame))
+    assert local.quality > results["global"].quality
+
+
+def test_local_recoding_needs_local_transformation_under_p4(tmp_path):
+    from engine.errors import InputError
+
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+    spec = policy.model_dump(exclude={"source", "sha256"})
+    spec["search"]["recoding"] = "local"
+    spec["search"]["parallel"] = {"partitions": 2, "scheduler": "none"}
+    with pytest.raises(InputError) as error:
+        deidentify(parse_policy(spec, source=policy.source), site=BUILT_IN_GATE)
+    assert error.value.field == "search.parallel.transformation"

@@ -178,3 +178,14 @@ def test_table_statistics_give_the_in_memory_result(tmp_path):
     parts = pd.concat([pd.read_parquet(f) for f in written.files], ignore_index=True)
     jobs = partition_jobs(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 3)
     assert parts.equals(released_in_partition_order(memory, jobs))
+
+
+def test_local_transformation_is_refused_for_a_dataset_written_by_the_workers(tmp_path):
+    small_policy(tmp_path, PRIVACY["k5"])
+    spec = yaml.safe_load((tmp_path / "policy.yaml").read_text())
+    spec["search"] = {"parallel": {"partitions": 2, "transformation": "local"}}
+    policy = parse_policy(spec, source=str(tmp_path / "policy.yaml"))
+    with pytest.raises(InputError) as error:
+        run_p4_dataset(policy, 2, LocalExecutor(), tmp_path / "out")
+    assert error.value.field == "search.parallel.transformation"
+    assert not (tmp_path / "out").exists()
