@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -102,19 +103,48 @@ def _load_manifest(folder: Path, raw: bytes | None = None) -> dict:
     return manifest
 
 
+DATASET_PART = re.compile(r"data/part-[0-9]{5}\.parquet")
+
+
+def dataset_digest(parts: dict[str, str]) -> str:
+    """The data_sha256 of a partitioned release: the sha256 of its parts' listing ("NAME SHA256\n" in name order),
+    so the seal's one data hash covers every part and their names."""
+    listing = "".join(f"{name} {parts[name]}\n" for name in sorted(parts))
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()
+
+
+def data_files(manifest: dict) -> list[str]:
+    """The release's data files in row order: data.parquet, or a partitioned release's data/part-NNNNN.parquet."""
+    if manifest.get("layout", "table") == "dataset":
+        return sorted(name for name in manifest.get("files", {}) if DATASET_PART.fullmatch(name))
+    return ["data.parquet"]
+
+
 def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> dict:
     """Check a deid output folder: every listed file matches its hash, data matches data_sha256, gate passed.
-    `manifest_bytes`: the manifest as already read (and checked against a seal), so that it is not read twice."""
+    `manifest_bytes`: the manifest as already read (and checked against a seal), so that it is not read twice.
+    A partitioned release (`layout: dataset`, engine.parallel.release) lists its parts as data/part-NNNNN.parquet
+    and its data_sha256 is their listing's hash (`dataset_digest`)."""
     folder = Path(folder)
     manifest = _load_manifest(folder, manifest_bytes)
     files = manifest.get("files")
-    if not isinstance(files, dict) or "data.parquet" not in files:
-        raise BundleError(f"{folder / MANIFEST}: field 'files' must list data.parquet with its sha256")
-    if files["data.parquet"] != manifest.get("data_sha256"):
-        raise BundleError(f"{folder / MANIFEST}: data_sha256 does not match files['data.parquet']")
+    layout = manifest.get("layout", "table")
+    if layout not in ("table", "dataset"):
+        raise BundleError(f"{folder / MANIFEST}: field 'layout' is {layout!r}, not 'table' or 'dataset'")
+    if layout == "dataset":
+        if not isinstance(files, dict) or not data_files(manifest):
+            raise BundleError(f"{folder / MANIFEST}: field 'files' must list data/part-NNNNN.parquet with their sha256")
+        parts = {name: files[name] for name in data_files(manifest)}
+        if dataset_digest(parts) != manifest.get("data_sha256"):
+            raise BundleError(f"{folder / MANIFEST}: data_sha256 does not match the listing of the data parts")
+    else:
+        if not isinstance(files, dict) or "data.parquet" not in files:
+            raise BundleError(f"{folder / MANIFEST}: field 'files' must list data.parquet with its sha256")
+        if files["data.parquet"] != manifest.get("data_sha256"):
+            raise BundleError(f"{folder / MANIFEST}: data_sha256 does not match files['data.parquet']")
     for name, expected in files.items():
         path = folder / name
-        if Path(name).name != name:
+        if Path(name).name != name and not (layout == "dataset" and DATASET_PART.fullmatch(name)):
             raise BundleError(f"{folder / MANIFEST}: file name {name!r} is not a plain file name")
         if not path.is_file():
             raise BundleError(f"{path}: listed in the manifest but missing")
@@ -230,6 +260,7 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     old: Path | None = None
     try:
         for name in [MANIFEST, *manifest["files"]]:
+            (staging / name).parent.mkdir(exist_ok=True)
             shutil.copy2(output / name, staging / name)
         verify_output(staging)  # what was copied is what was verified
         seal = {
@@ -242,7 +273,10 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
         }
         seal["signature"] = key.sign(canonical(seal))
         (staging / SEAL).write_text(json.dumps(seal, indent=2) + "\n", encoding="utf-8")
-        for path in staging.iterdir():
+        for path in staging.rglob("*"):
+            if path.is_dir():
+                os.chmod(path, 0o755)
+                continue
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
         os.chmod(staging, 0o755)

@@ -40,13 +40,21 @@ def run_deid(args: argparse.Namespace) -> int:
     from .sitegate import load_site_gate, site_folder
 
     try:
-        check_output(args.out)   # before the search: a run that cannot write its output should not start
-        policy = load_policy(args.policy)
-        site = load_site_gate(site_folder(args.site))
-        result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit,
-                            site=site, memory_mb=args.memory_mb, partitions=args.partitions,
-                            scheduler=args.scheduler)
-        manifest = write_release(result, args.out)
+        if args.dataset:
+            from .parallel.release import deidentify_dataset
+
+            policy = load_policy(args.policy)
+            manifest = deidentify_dataset(policy, args.out, args.partitions, args.scheduler,
+                                          progress=None if not args.quiet else False,
+                                          site=load_site_gate(site_folder(args.site)), time_limit=args.time_limit)
+        else:
+            check_output(args.out)   # before the search: a run that cannot write its output should not start
+            policy = load_policy(args.policy)
+            site = load_site_gate(site_folder(args.site))
+            result = deidentify(policy, progress=None if not args.quiet else False, time_limit=args.time_limit,
+                                site=site, memory_mb=args.memory_mb, partitions=args.partitions,
+                                scheduler=args.scheduler)
+            manifest = write_release(result, args.out)
     except InputError as exc:
         print(f"safeshare deid: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -57,7 +65,8 @@ def run_deid(args: argparse.Namespace) -> int:
         print(json.dumps(manifest, indent=2))
     else:
         print(_summary(manifest))
-        print(f"written to            {Path(args.out)}/ (data.csv, data.parquet, manifest.json, report.html)")
+        files = ("data/part-*.parquet" if manifest.get("layout") == "dataset" else "data.csv, data.parquet")
+        print(f"written to            {Path(args.out)}/ ({files}, manifest.json, report.html)")
     gate = manifest.get("gate")
     return EXIT_REFUSED if gate is not None and not gate.get("passed", False) else EXIT_OK
 
@@ -194,6 +203,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deid.add_argument("--scheduler", default=None, metavar="ADDRESS",
                       help="where P4 runs: local (a Dask cluster with a process per core, the default), none (this "
                            "process), or a Dask scheduler such as tcp://host:8786")
+    deid.add_argument("--dataset", action="store_true",
+                      help="for tables larger than one process: P4 whose workers read the input (Parquet or CSV) in "
+                           "chunks and write the release as data/part-NNNNN.parquet; the driver holds summaries only "
+                           "(no data.csv; gate.require and research subsets are refused)")
     deid.add_argument("--quiet", action="store_true", help="no progress bar")
     deid.set_defaults(func=run_deid)
 

@@ -150,6 +150,22 @@ def check_populations(policy: DatasetPolicy, gate: EffectiveGate, records: int) 
         population_size(population, records)
 
 
+def parallel_spec(policy: DatasetPolicy, partitions: int | None = None, scheduler: str | None = None):
+    """The policy's `search.parallel` (P4) with the command line's --partitions and --scheduler over it; None when
+    neither asks for P4."""
+    parallel = policy.search.parallel
+    if partitions is not None or scheduler is not None:
+        from .policy import ParallelSpec
+
+        base = parallel.model_dump() if parallel is not None else {"partitions": partitions or 2}
+        overrides = {k: v for k, v in (("partitions", partitions), ("scheduler", scheduler)) if v is not None}
+        try:
+            parallel = ParallelSpec.model_validate({**base, **overrides})
+        except ValueError as exc:
+            raise InputError(policy.source, "search.parallel", str(exc).splitlines()[-1]) from None
+    return parallel
+
+
 def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False,
                time_limit: float | None = None, site: SiteGateSource | str | os.PathLike | None = None,
                memory_mb: int | None = None, partitions: int | None = None, scheduler: str | None = None
@@ -184,16 +200,7 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                       progress=progress, memory_mb=memory, check_limit=policy.search.check_limit,
                       genetic=GeneticParameters(**policy.search.genetic.model_dump()))
 
-    parallel = policy.search.parallel
-    if partitions is not None or scheduler is not None:
-        from .policy import ParallelSpec
-
-        base = parallel.model_dump() if parallel is not None else {"partitions": partitions or 2}
-        overrides = {k: v for k, v in (("partitions", partitions), ("scheduler", scheduler)) if v is not None}
-        try:
-            parallel = ParallelSpec.model_validate({**base, **overrides})
-        except ValueError as exc:
-            raise InputError(policy.source, "search.parallel", str(exc).splitlines()[-1]) from None
+    parallel = parallel_spec(policy, partitions, scheduler)
     if parallel is not None:
         if table.population is not None:
             raise InputError(policy.source, "search.parallel",

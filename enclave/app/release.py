@@ -24,7 +24,7 @@ from urllib.parse import quote
 import numpy as np
 import sqlalchemy as sa
 
-from engine.bundle import BundleError, VerifiedBundle, bundle_trust, check_bundle
+from engine.bundle import BundleError, VerifiedBundle, bundle_trust, check_bundle, data_files
 from safeshare.signing import KeyFileError, TrustStore
 
 from .table import MISSING, Column, code_dtype, encode_labels, label_key
@@ -127,17 +127,23 @@ def _placeholders(engine: sa.Engine, count: int) -> str:
     raise ReleaseError(f"unsupported DBAPI parameter style {style!r}")
 
 
-def _open_parquet(raw: bytes, folder: Path, manifest: dict):  # -> pyarrow.parquet.ParquetFile
-    """Parse the verified bytes. pyarrow is imported only here: `safeshare app` imports in a child process, so the
-    serving process never loads it (it would add ~80 MB to every running enclave)."""
+def _verified_parquets(folder: Path, manifest: dict) -> Iterator:  # of pyarrow.parquet.ParquetFile
+    """The release's data files (data.parquet, or a partitioned release's parts in order), each parsed from the very
+    bytes hashed here against the verified manifest: what is imported is what verified. One part is held at a time.
+    pyarrow is imported only here: `safeshare app` imports in a child process, so the serving process never loads it
+    (it would add ~80 MB to every running enclave)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(pa.BufferReader(raw))
-    if parquet.metadata.num_rows != _expected_rows(manifest, folder):
-        raise ReleaseError(f"refused bundle {folder}: data.parquet has {parquet.metadata.num_rows} rows, the manifest "
-                           f"says {manifest.get('records')}")
-    return parquet
+    for name in data_files(manifest):
+        path = folder / name
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ReleaseError(f"refused bundle {folder}: {path}: {exc.strerror or exc}") from None
+        if hashlib.sha256(raw).hexdigest() != manifest["files"][name]:
+            raise ReleaseError(f"refused bundle {folder}: {path} changed after verification")
+        yield pq.ParquetFile(pa.BufferReader(raw))
 
 
 def _expected_rows(manifest: dict, folder: Path) -> int:
@@ -147,30 +153,42 @@ def _expected_rows(manifest: dict, folder: Path) -> int:
     return records
 
 
-def _batches(parquet) -> tuple[list[str], Iterator[list[tuple]]]:
-    """The column names and the rows of data.parquet as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a
-    time: memory stays bounded by one chunk instead of the whole table as Python strings. Every value becomes text
-    (released values are labels); a null stays NULL."""
-    names = [str(name) for name in parquet.schema_arrow.names]
-
+def _batches(parquets: Iterator, folder: Path, manifest: dict) -> Iterator[tuple[list[str], list[tuple]]]:
+    """(column names, rows) of the data files as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a time: memory
+    stays bounded by one chunk (and one part's bytes) instead of the whole table as Python strings. Every value
+    becomes text (released values are labels); a null stays NULL. Row ids run on across parts; every part must have
+    the first part's columns and all parts together the manifest's number of records."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def rows() -> Iterator[list[tuple]]:
-        start = 0
+    expected = _expected_rows(manifest, folder)
+    start = 0
+    names: list[str] | None = None
+    for parquet in parquets:
+        part_names = [str(name) for name in parquet.schema_arrow.names]
+        if names is None:
+            names = part_names
+        elif part_names != names:
+            raise ReleaseError(f"refused bundle {folder}: the data parts' columns differ ({part_names} after {names})")
+        if start + parquet.metadata.num_rows > expected:
+            break
         for batch in parquet.iter_batches(batch_size=IMPORT_CHUNK):
             columns = [pc.cast(column, pa.string()).to_pylist() for column in batch.columns]
-            yield list(zip(range(start, start + batch.num_rows), *columns))
+            yield names, list(zip(range(start, start + batch.num_rows), *columns))
             start += batch.num_rows
+        if parquet.metadata.num_rows == 0:
+            yield names, []
+    if start != expected or names is None:
+        raise ReleaseError(f"refused bundle {folder}: the data has {start} rows or more, the manifest says "
+                           f"{manifest.get('records')}")
 
-    return names, rows()
 
-
-def _import(engine: sa.Engine, parquet, manifest: dict) -> None:
+def _import(engine: sa.Engine, folder: Path, manifest: dict) -> None:
     """Replace both tables in one transaction: the data by DBAPI executemany in chunks of IMPORT_CHUNK rows (a few
     seconds for a million rows, where per-row inserts or pandas' dict-per-row path take several times longer), then
     the metadata row last, so that a database holding a data_sha256 holds all of that data."""
-    names, chunks = _batches(parquet)
+    batches = _batches(_verified_parquets(folder, manifest), folder, manifest)
+    names, first = next(batches)
     metadata = sa.MetaData()
     data = sa.Table(DATA_TABLE, metadata, sa.Column(ROW_ID, sa.Integer, primary_key=True, autoincrement=False),
                     *[sa.Column(name, sa.Text) for name in names])
@@ -182,8 +200,11 @@ def _import(engine: sa.Engine, parquet, manifest: dict) -> None:
     with engine.begin() as conn:
         metadata.drop_all(conn, checkfirst=True)
         metadata.create_all(conn)
-        for chunk in chunks:
-            conn.exec_driver_sql(insert, chunk)
+        if first:
+            conn.exec_driver_sql(insert, first)
+        for _, chunk in batches:
+            if chunk:
+                conn.exec_driver_sql(insert, chunk)
         conn.execute(meta.insert(), [
             {"key": "data_sha256", "value": manifest["data_sha256"]},
             {"key": "dataset", "value": str(manifest.get("dataset", ""))},
@@ -205,10 +226,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     verified = verify(folder, trust)
     manifest = verified.manifest
     started = time.perf_counter()
-    # Import from the very bytes that are hashed here, not by reopening the file: what is imported is what verified.
-    raw = (folder / "data.parquet").read_bytes()
-    if hashlib.sha256(raw).hexdigest() != manifest["data_sha256"]:
-        raise ReleaseError(f"refused bundle {folder}: {folder / 'data.parquet'} changed after verification")
+    # The import parses the very bytes it hashes (_verified_parquets), not the files verify() read.
     rows_expected = _expected_rows(manifest, folder)
     state = Path(state_dir)
     sqlite_path: Path | None = None
@@ -238,7 +256,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                 # No journal and no syncs while importing: the file is new and only renamed into place once whole.
                 sa.event.listen(writer, "connect", _fast_sqlite)
                 try:
-                    _import(writer, _open_parquet(raw, folder, manifest), manifest)
+                    _import(writer, folder, manifest)
                 finally:
                     writer.dispose()
                 with open(staging, "rb") as handle:
@@ -256,7 +274,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
             try:
                 imported = _stored_sha(writer) != (manifest["data_sha256"], rows_expected)
                 if imported:
-                    _import(writer, _open_parquet(raw, folder, manifest), manifest)
+                    _import(writer, folder, manifest)
             finally:
                 writer.dispose()
         engine = _read_only_engine(url, sqlite_path)

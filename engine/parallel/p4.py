@@ -267,6 +267,7 @@ class P4DatasetResult:
     quality: dict[str, float]
     attribute_quality: dict[str, dict[str, float]]
     details: dict = field(default_factory=dict)
+    table: object | None = None   # the whole table's summary (engine.parallel.dataset.summary_table)
 
     @property
     def quality_row_weighted(self) -> float:
@@ -327,7 +328,7 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     seconds["write"] = time.perf_counter() - mark
     return P4DatasetResult(levels, [o["levels"] for o in optima], [str(target / name) for name in files],
                            dataset.records, suppressed, loss, seconds, merged, whole, quality, per_attribute,
-                           _details(optima, merged))
+                           _details(optima, merged), table)
 
 
 def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int, hierarchies: dict, sensitive: dict,

@@ -1,0 +1,176 @@
+"""`safeshare deid --dataset`: a P4 release whose data never passes through the driver (engine.parallel.dataset).
+
+The output folder is a `safeshare deid` output like any other, so the bundle, the app and the gate take it as they
+take a single-file release; only the data is laid out differently:
+
+    OUT/manifest.json                 format safeshare-release/1 with "layout": "dataset"; `files` lists every part
+                                      and report.html with its sha256; `data_sha256` is the hash of the parts' listing
+                                      (engine.bundle.dataset_digest), so a seal covers every part and its name
+    OUT/data/part-NNNNN.parquet       one per partition, written by the worker that anonymized it
+    OUT/report.html                   from the summaries the driver holds (classes, quality, gate, P4's steps)
+
+There is no data.csv: a CSV of tens of millions of rows is not what anyone opens, and the parts are the data. The
+folder appears whole or not at all. The release gate is evaluated on the merged release's class sizes, exactly as for
+a single-file release; models the gate must re-check on the released records (`gate.require`) and research subsets
+need the records on one machine and are refused here.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import atomic_folder
+from ..errors import InputError
+from ..policy import DatasetPolicy
+
+DATASET_RELEASE_FILES = ("data", "report.html", "manifest.json")
+
+
+def check_dataset_policy(policy: DatasetPolicy) -> None:
+    """Refuse what a release written by the workers cannot do (InputError naming the field)."""
+    from ..subset import subset_specs
+
+    if policy.gate is not None and policy.gate.require:
+        raise InputError(policy.source, "gate.require", "a partitioned dataset release cannot re-check models on "
+                         "its records on one machine; drop gate.require or release without --dataset")
+    if subset_specs(policy):
+        raise InputError(policy.source, "privacy", "a research subset needs the whole table on one machine; "
+                         "release without --dataset")
+
+
+def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int | None = None,
+                       scheduler: str | None = None, progress: bool | None = False, site=None,
+                       time_limit: float | None = None) -> dict:
+    """Run P4 with the workers reading the policy's input and writing the release into `out`; return the manifest.
+    Raises InputError (bad policy or output) or NoSolutionError. A refused gate still writes the folder (as `safeshare
+    deid` does), with `gate.passed` false, which sealing refuses."""
+    from ..deid import DeidResult, NoSolutionError, build_manifest, check_populations, finite_json, parallel_spec
+    from ..gate import combine, evaluate_gate
+    from ..lattice import Lattice
+    from ..search.common import SearchResult
+    from ..sitegate import SiteGateSource, load_site_gate, site_folder
+    from .cluster import executor_for
+    from .p4 import P4NoSolution, run_p4_dataset
+
+    from ..atomic import check_output_folder
+    from ..deid import privacy_configuration
+
+    started = time.perf_counter()
+    check_output_folder(out, DATASET_RELEASE_FILES)   # before the run: a run that cannot write should not start
+    check_dataset_policy(policy)
+    parallel = parallel_spec(policy, partitions, scheduler)
+    if parallel is None:
+        raise InputError(policy.source, "search.parallel", "a dataset release is a P4 run: give --partitions or "
+                         "search.parallel")
+    site_gate = site if isinstance(site, SiteGateSource) else load_site_gate(site_folder(site))
+    effective_gate = combine(policy.gate, site_gate, policy.source)
+    limit = time_limit if time_limit is not None else policy.search.time_limit_seconds
+    out = Path(out)
+    try:
+        with executor_for(parallel.scheduler, progress=progress) as (executor, where), \
+                atomic_folder(out, DATASET_RELEASE_FILES) as staging:
+            p4 = run_p4_dataset(policy, parallel.partitions, executor, str(staging / "data"),
+                                parallel.partitioning, parallel.harmonization, limit / 2, parallel.seed,
+                                statistics=parallel.statistics)
+            check_populations(policy, effective_gate, p4.records)
+            release = p4.release
+            kept = ~release.suppressed
+            risk, gate = evaluate_gate(effective_gate, release.sizes[kept])
+            table = p4.table
+            lattice = Lattice(tuple(a.min_level for a in table.attributes),
+                              tuple(a.max_level for a in table.attributes))
+            release.loss = 1.0 - p4.quality[policy.quality.model]
+            search = SearchResult(release, sum(p["checked"] for p in p4.details["partitions"]), False,
+                                  sum(p4.seconds.values()), lattice.size, "p4")
+            record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
+                      "harmonization": parallel.harmonization, "transformation": "global",
+                      "statistics": parallel.statistics,
+                      "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
+                                                    for lv in p4.partition_levels],
+                      "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
+                      "quality_row_weighted": p4.quality_row_weighted,
+                      "read_and_written_by": "workers"}
+            configuration = privacy_configuration(policy, p4.records)
+            record["risk_models_decided_on_merged_table"] = bool(configuration.risk_models)
+            result = DeidResult(policy, table, search, release, None, None, p4.quality, p4.attribute_quality,
+                                time.perf_counter() - started, None,
+                                extra={"risk": risk, "gate": gate, "parallel": record,
+                                       "privacy_models": [model.describe() for model in configuration.models]})
+            parts = {f"data/{Path(name).name}": digest
+                     for name, digest in json.loads((staging / "data" / "manifest.json").read_text())["files"].items()}
+            from ..bundle import dataset_digest
+
+            manifest = finite_json(build_manifest(result, dataset_digest(parts), dict(parts)))
+            manifest["layout"] = "dataset"
+            html = render_dataset_report(manifest, release.sizes, release.suppressed)
+            (staging / "report.html").write_text(html, encoding="utf-8")
+            import hashlib
+
+            manifest["files"]["report.html"] = hashlib.sha256(html.encode("utf-8")).hexdigest()
+            (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n",
+                                                   encoding="utf-8")
+    except P4NoSolution as exc:
+        raise NoSolutionError(f"{policy.source or policy.dataset}: P4 with {parallel.partitions} partitions: {exc}")
+    return manifest
+
+
+def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndarray) -> str:
+    """The release report of a partitioned release, from what the driver holds: the gate, the summary, the
+    transformation, every quality model, the class sizes and P4's steps (no per-value distributions: the records
+    stayed on the workers)."""
+    from datetime import datetime, timezone
+
+    from ..report import (_STYLE, _esc, _table, bar_chart_svg, class_size_distribution, gate_section,
+                          risk_interval_label)
+
+    parallel = manifest["parallel"]
+    summary = [
+        ["records", manifest["records"]],
+        ["suppressed records", manifest["suppressed_records"]],
+        ["equivalence classes released", manifest["equivalence_classes"]],
+        ["smallest released class", manifest["smallest_class"]],
+        ["privacy models", "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in manifest["privacy"])],
+        ["suppression limit", manifest["suppression_limit"]],
+        ["search", f'P4, {parallel["partitions"]} partitions ({parallel["scheduler"]}), '
+                   f'{parallel["partitioning"]} partitioning, {parallel["harmonization"]} harmonization'],
+        ["data", f'{len([f for f in manifest["files"] if f.startswith("data/")])} Parquet parts under data/'],
+        ["data sha256 (of the parts' listing)", manifest["data_sha256"]],
+        ["seconds", f'{manifest["seconds"]:.3f}'],
+    ]
+    transformation = [[name, level] for name, level in manifest["transformation"].items()]
+    partitions = [[i, ", ".join(f"{k}={v}" for k, v in (levels or {}).items()) or "no solution"]
+                  for i, levels in enumerate(parallel["partition_transformations"])]
+    steps = [[step, f"{seconds:.3f}"] for step, seconds in parallel["seconds_per_step"].items()]
+    quality = [[name, f"{value:.6f}", "yes" if name == manifest["optimized_for"] else ""]
+               for name, value in manifest["quality"].items()]
+    quality.append(["row-weighted over partitions (as P4 reports it)", f'{parallel["quality_row_weighted"]:.6f}', ""])
+    labels, values = class_size_distribution(sizes, suppressed)
+    chart = bar_chart_svg(labels, values, "Records by equivalence-class size", "class size")
+    kept = np.asarray(sizes)[~np.asarray(suppressed)]
+    edges = [(0.5, 1.0), (0.2, 0.5), (0.1, 0.2), (0.0, 0.1)]
+    risk_rows = [[risk_interval_label(low, high), int(kept[(1.0 / kept > low) & (1.0 / kept <= high)].sum())]
+                 for low, high in edges] if kept.size else []
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>safeshare release report: {_esc(manifest["dataset"])}</title>
+<style>{_STYLE}</style></head><body>
+<h1>Release report: {_esc(manifest["dataset"])} (partitioned dataset)</h1>
+<p>Generated {generated} by safeshare engine {_esc(manifest["engine_version"])}; optimized for
+<b>{_esc(manifest["optimized_for"])}</b>.</p>
+{gate_section(manifest.get("gate"))}
+<h2>Summary</h2>{_table(None, summary)}
+<h2>Transformation (every partition)</h2>{_table(["attribute", "level"], transformation)}
+<h2>Quality over the whole release (1 = original data)</h2>{_table(["model", "quality", "optimized"], quality)}
+<h2>Equivalence classes</h2>{chart}
+<h2>Prosecutor risk of released records</h2>{_table(["risk (1 / class size)", "records"], risk_rows)}
+<h2>P4</h2>{_table(["partition", "its own optimum"], partitions)}{_table(["step", "seconds"], steps)}
+</body></html>
+"""
+
+
+__all__ = ["DATASET_RELEASE_FILES", "check_dataset_policy", "deidentify_dataset", "render_dataset_report"]
