@@ -78,7 +78,7 @@ def peak_mb() -> float:
 
 
 def run_one(mode: str, size: str, config: str, workdir: Path, partitions: int,
-            statistics: str = "partition") -> dict:
+            statistics: str = "auto", partitioning: str = "auto") -> dict:
     """One measurement in this process (the parent starts a process per measurement)."""
     policy = policy_for(config, table_for(size, workdir))
     started = time.perf_counter()
@@ -98,17 +98,20 @@ def run_one(mode: str, size: str, config: str, workdir: Path, partitions: int,
     with distributed.LocalCluster(n_workers=partitions, threads_per_worker=1, processes=True,
                                   dashboard_address=None, memory_limit=0) as cluster, \
             distributed.Client(cluster) as client:
-        result = run_p4_dataset(policy, partitions, DaskExecutor(client), str(out), statistics=statistics)
+        result = run_p4_dataset(policy, partitions, DaskExecutor(client), str(out), partitioning=partitioning,
+                                statistics=statistics)
         workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {"seconds": time.perf_counter() - started, "steps": result.seconds,
             "quality": result.quality[policy.quality.model], "quality_row_weighted": result.quality_row_weighted,
             "levels": list(result.levels), "records": result.records, "suppressed": result.suppressed_records,
-            "driver_mb": peak_mb(), "workers_mb": sorted(workers.values())}
+            "driver_mb": peak_mb(), "workers_mb": sorted(workers.values()),
+            "partitioning": result.details["partitioning"], "statistics": result.details["statistics"]}
 
 
 def measure(mode: str, size: str, config: str, args) -> dict | None:
     command = [sys.executable, __file__, "--one", mode, size, config, "--workdir", str(args.workdir),
-               "--partitions", str(args.partitions), "--statistics", args.statistics]
+               "--partitions", str(args.partitions), "--statistics", args.statistics, "--partitioning",
+               args.partitioning]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"  {mode} {size} {config}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
@@ -120,10 +123,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="adult,1000000,10000000,30000000",
                         help="comma-separated: adult (the original 30,162 rows) or a number of records")
-    parser.add_argument("--configs", default="k5,k50,t02,pu1", help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--configs", default="k5,k50,t02,t02-s100,pu1", help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--statistics", choices=["table", "partition"], default="partition",
+    parser.add_argument("--statistics", choices=["auto", "table", "partition"], default="auto",
                         help="sensitive distributions each partition is anonymized against (search.parallel.statistics)")
+    parser.add_argument("--partitioning", choices=["auto", "sorted", "random"], default="auto",
+                        help="search.parallel.partitioning")
     parser.add_argument("--single-max", type=float, default=10_000_000,
                         help="run the single-machine engine only up to this many records (it holds the whole table)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/safeshare-p4-bench"))
@@ -133,7 +138,7 @@ def main() -> int:
     parser.add_argument("--one", nargs=3, metavar=("MODE", "SIZE", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(*args.one, args.workdir, args.partitions, args.statistics)))
+        print(json.dumps(run_one(*args.one, args.workdir, args.partitions, args.statistics, args.partitioning)))
         return 0
     print(f"P4, {args.partitions} partitions on a local Dask cluster (a worker process per partition)")
     header = (f"{'table':>10} {'config':>6} {'P4 s':>8} {'read':>6} {'part':>6} {'anon':>6} {'harm':>6} {'comp':>6} "

@@ -336,10 +336,10 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
         view = view_from_records(best.codes, sizes, record_class, table.sensitive)
         required = (gate_required_models(policy, table), view, ~suppressed)
     risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
-    record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
+    record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": p4.details["partitioning"],
               "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
               "transformation": parallel.transformation,
-              "statistics": parallel.statistics,
+              "statistics": p4.details["statistics"],
               "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
                                             for lv in p4.partition_levels],
               "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},

@@ -85,9 +85,9 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
             release.loss = 1.0 - p4.quality[policy.quality.model]
             search = SearchResult(release, sum(p["checked"] for p in p4.details["partitions"]), False,
                                   sum(p4.seconds.values()), lattice.size, "p4")
-            record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": parallel.partitioning,
+            record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": p4.details["partitioning"],
                       "harmonization": parallel.harmonization, "transformation": "global",
-                      "statistics": parallel.statistics,
+                      "statistics": p4.details["statistics"],
                       "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
                                                     for lv in p4.partition_levels],
                       "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
