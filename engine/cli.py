@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-EXIT_OK, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2, 3
 
 
 def _summary(manifest: dict) -> str:
@@ -36,6 +36,7 @@ def _summary(manifest: dict) -> str:
 
 def run_deid(args: argparse.Namespace) -> int:
     from .deid import NoSolutionError, check_output, deidentify, write_release
+    from .parallel.p4 import P4ClusterError
     from .policy import load_policy
     from .sitegate import load_site_gate, site_folder
 
@@ -61,6 +62,9 @@ def run_deid(args: argparse.Namespace) -> int:
     except NoSolutionError as exc:
         print(f"safeshare deid: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except P4ClusterError as exc:
+        print(f"safeshare deid: failed: {exc}; nothing was written", file=sys.stderr)
+        return EXIT_FAILED
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:
@@ -183,7 +187,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "deid", help="de-identify a table under a dataset policy and write a release bundle",
         description="Search the generalization lattice for the transformation of best quality that satisfies the "
                     "policy's privacy models, apply it, and write data.csv, data.parquet, manifest.json and "
-                    "report.html. Exit 0 on success, 1 when refused (no solution or gate failed), 2 on bad input.")
+                    "report.html. Exit 0 on success, 1 when refused (no solution or gate failed), 2 on bad input, "
+                    "3 when a P4 run's Dask cluster failed (nothing is written).")
     deid.add_argument("policy", help="dataset policy (YAML)")
     deid.add_argument("--out", required=True, help="output folder for the release bundle")
     deid.add_argument("--json", action="store_true", help="print manifest.json instead of a summary")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,28 @@ SUPPRESSED = "*"
 
 class P4NoSolution(RuntimeError):
     """No harmonized transformation meets the privacy models within the suppression limit."""
+
+
+class P4ClusterError(RuntimeError):
+    """The cluster could not finish a step (a worker died more often than Dask retries, the scheduler went away):
+    the run fails and writes nothing. Errors raised by the steps' own code pass through unchanged."""
+
+
+@contextmanager
+def cluster_errors(step: str | None):
+    """Turn what Dask and its transport raise into P4ClusterError naming the step; Dask itself has already retried
+    the tasks of a dead worker on another (recomputing what was lost from the tasks that made it)."""
+    try:
+        yield
+    except (P4NoSolution, InputError):
+        raise
+    except Exception as exc:
+        module = type(exc).__module__ or ""
+        if module.split(".")[0] in ("distributed", "tornado", "asyncio", "concurrent") \
+                or isinstance(exc, (TimeoutError, ConnectionError)):
+            raise P4ClusterError(f"the Dask cluster failed during the {step or 'P4'} step: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        raise
 
 
 @dataclass
@@ -117,25 +140,28 @@ class DaskExecutor:
         self.bar = StepBar(progress)
 
     def put(self, jobs: Sequence[PartitionJob]) -> list:
-        return self.client.scatter(list(jobs))
+        with cluster_errors("partition"):
+            return self.client.scatter(list(jobs))
 
     def compute(self, delayed: Sequence) -> list:
-        return self.client.compute(list(delayed))
+        with cluster_errors("read"):
+            return self.client.compute(list(delayed))
 
     def submit(self, function: Callable, *args, **kwargs):
         """A handle (future) of the result, left on the worker that computed it."""
         return self.client.submit(function, *args, pure=False, **kwargs)
 
     def map(self, function: Callable, items: Sequence, step: str | None = None, **kwargs) -> list:
-        futures = self.client.map(function, items, pure=False, **kwargs)
-        bar = self.bar(step, len(futures))
-        if bar is not None:
-            from distributed import as_completed
+        with cluster_errors(step):
+            futures = self.client.map(function, items, pure=False, **kwargs)
+            bar = self.bar(step, len(futures))
+            if bar is not None:
+                from distributed import as_completed
 
-            for _ in as_completed(futures):
-                bar.update()
-            bar.close()
-        return self.client.gather(futures)
+                for _ in as_completed(futures):
+                    bar.update()
+                bar.close()
+            return self.client.gather(futures)
 
 
 def table_distributions(frame: pd.DataFrame, sensitive: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:

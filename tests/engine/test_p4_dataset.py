@@ -189,3 +189,81 @@ def test_local_transformation_is_refused_for_a_dataset_written_by_the_workers(tm
         run_p4_dataset(policy, 2, LocalExecutor(), tmp_path / "out")
     assert error.value.field == "search.parallel.transformation"
     assert not (tmp_path / "out").exists()
+
+
+def _slowly(function, item, **kwargs):
+    """A step's function that first waits, so that a worker is surely killed while it runs the task."""
+    import time
+
+    time.sleep(1.5)
+    return function(item, **kwargs)
+
+
+class KillingExecutor(DaskExecutor):
+    """Kills one worker process (SIGKILL, as the OOM killer or a lost machine would) while `step`'s tasks run."""
+
+    def __init__(self, client, step: str) -> None:
+        super().__init__(client)
+        self.step = step
+        self.killed = False
+
+    def map(self, function, items, step=None, **kwargs):
+        if step != self.step or self.killed:
+            return super().map(function, items, step=step, **kwargs)
+        import functools
+        import os
+        import signal
+        import time
+
+        pids = self.client.run(os.getpid)
+        futures = self.client.map(functools.partial(_slowly, function), items, pure=False, **kwargs)
+        keys = {future.key for future in futures}
+        deadline = time.monotonic() + 30
+        while not self.killed and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for address, running in self.client.processing().items():
+                if keys & set(running):
+                    os.kill(pids[address], signal.SIGKILL)
+                    self.killed = True
+                    break
+        from engine.parallel.p4 import cluster_errors
+
+        with cluster_errors(step):
+            return self.client.gather(futures)
+
+
+def _cluster(**config):
+    import dask
+    import distributed
+
+    with dask.config.set(config):
+        return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+
+
+@pytest.mark.parametrize("step", ["anonymize", "write"])
+def test_a_worker_killed_during_a_step_is_retried_and_the_release_is_the_same(tmp_path, step):
+    import distributed
+
+    policy = small_policy(tmp_path, PRIVACY["pu-5pct"])
+    expected = run_p4_dataset(policy, 2, LocalExecutor(), tmp_path / "expected")
+    with _cluster() as cluster, distributed.Client(cluster) as client:
+        executor = KillingExecutor(client, step)
+        result = run_p4_dataset(policy, 2, executor, tmp_path / "out")
+    assert executor.killed
+    assert result.levels == expected.levels and result.suppressed_records == expected.suppressed_records
+    for a, b in zip(expected.files, result.files):
+        assert pd.read_parquet(a).equals(pd.read_parquet(b))
+
+
+def test_a_cluster_that_cannot_finish_a_step_fails_the_run_and_writes_nothing(tmp_path):
+    import distributed
+
+    from engine.parallel.p4 import P4ClusterError
+
+    policy = small_policy(tmp_path, PRIVACY["pu-5pct"])
+    # no retry: the first worker lost while running a task fails that task (KilledWorker)
+    with _cluster(**{"distributed.scheduler.allowed-failures": 0}) as cluster, \
+            distributed.Client(cluster) as client:
+        with pytest.raises(P4ClusterError, match="during the write step: KilledWorker"):
+            run_p4_dataset(policy, 2, KillingExecutor(client, "write"), tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))

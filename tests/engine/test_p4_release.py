@@ -142,3 +142,20 @@ def test_what_a_dataset_release_cannot_do_is_refused_naming_the_field(tmp_path, 
     assert code == 2
     assert field in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_cluster_exits_3_with_the_step_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    import engine.parallel.release as release_module
+    from engine.parallel.p4 import P4ClusterError
+
+    policy = small_policy(tmp_path, PRIVACY["k5"])
+
+    def lost(*args, **kwargs):
+        raise P4ClusterError("the Dask cluster failed during the anonymize step: KilledWorker: ...")
+
+    monkeypatch.setattr(release_module, "deidentify_dataset", lost)
+    code = main(["deid", policy.source, "--out", str(tmp_path / "out"), "--partitions", "2", "--dataset", "--quiet"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "failed during the anonymize step" in err and "nothing was written" in err
+    assert not (tmp_path / "out").exists()
