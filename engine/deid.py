@@ -336,6 +336,8 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
         view = view_from_records(best.codes, sizes, record_class, table.sensitive)
         required = (gate_required_models(policy, table), view, ~suppressed)
     risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
+    if "population_uniqueness" in p4.merged.details:   # decided on the merged release, not per partition
+        risk["privacy_model_estimate"] = p4.merged.details["population_uniqueness"]
     record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": p4.details["partitioning"],
               "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
               "transformation": parallel.transformation,

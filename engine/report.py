@@ -375,6 +375,33 @@ def search_section(manifest: dict) -> str:
     return f"<h2>Search</h2>{_table(None, rows)}<figure>{chart}</figure>"
 
 
+def parallel_section(manifest: dict) -> str:
+    """P4 (engine.parallel): how the table was partitioned, each partition's own optimum, the seconds per step, and
+    that the risk-based models were decided on the merged release, not per partition."""
+    record = manifest.get("parallel")
+    if not record:
+        return ""
+    rows = [["partitions", f'{record["partitions"]} ({record["scheduler"]})'],
+            ["partitioning", f'{record["partitioning"]}, sensitive distributions of the {record["statistics"]}'],
+            ["transformation", record["transformation"] + (f', harmonized to the {record["harmonization"]}'
+                                                           if record.get("harmonization") else "")],
+            ["quality row-weighted over partitions (as P4 reports it)", f'{record["quality_row_weighted"]:.6f}'],
+            ["quality of the whole release", f'{manifest["quality"][manifest["optimized_for"]]:.6f}']]
+    if record.get("risk_models_decided_on_merged_table"):
+        estimate = (manifest.get("risk") or {}).get("privacy_model_estimate") or {}
+        text = "on the merged release (all partitions together), with the single-machine suppression order"
+        if estimate.get("population_uniqueness") is not None:
+            text += (f": population uniqueness {_fmt_float(estimate['population_uniqueness'], 'uniqueness')} "
+                     f"({estimate.get('model_used')}, N = {float(estimate.get('population_size', 0)):,.0f})")
+        rows.append(["risk-based privacy models decided", text])
+    partitions = [[i, ", ".join(f"{k}={v}" for k, v in (levels or {}).items()) or "no solution"]
+                  for i, levels in enumerate(record["partition_transformations"])]
+    steps = [[step, f"{seconds:.3f}"] for step, seconds in record["seconds_per_step"].items()]
+    return (f'<h2 id="parallel">Partitioned anonymization (P4)</h2>{_table(None, rows)}'
+            f'{_table(["partition", "its own optimum (first iteration under local transformation)"], partitions)}'
+            f'{_table(["step", "seconds"], steps)}')
+
+
 def local_recoding_line(manifest: dict) -> str:
     """Global, or local with the records each iteration's transformation released (engine.local)."""
     if manifest.get("recoding") != "local":
@@ -432,6 +459,7 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
 <h2>Quality per attribute</h2>{_table(["attribute"] + models, attribute_rows)}
 <h2>Equivalence classes</h2>{chart}
 {search_section(manifest)}
+{parallel_section(manifest)}
 {distributions_section(result)}
 {attribute_disclosure_section(result)}
 {"".join(extra_sections)}

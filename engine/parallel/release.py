@@ -79,6 +79,8 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
             release = p4.release
             kept = ~release.suppressed
             risk, gate = evaluate_gate(effective_gate, release.sizes[kept])
+            if "population_uniqueness" in p4.merged.details:   # decided on the merged release
+                risk["privacy_model_estimate"] = p4.merged.details["population_uniqueness"]
             table = p4.table
             lattice = Lattice(tuple(a.min_level for a in table.attributes),
                               tuple(a.max_level for a in table.attributes))
@@ -124,7 +126,7 @@ def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndar
     from datetime import datetime, timezone
 
     from ..report import (_STYLE, _esc, _table, bar_chart_svg, class_size_distribution, gate_section,
-                          risk_interval_label)
+                          parallel_section, risk_interval_label)
 
     parallel = manifest["parallel"]
     summary = [
@@ -141,12 +143,8 @@ def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndar
         ["seconds", f'{manifest["seconds"]:.3f}'],
     ]
     transformation = [[name, level] for name, level in manifest["transformation"].items()]
-    partitions = [[i, ", ".join(f"{k}={v}" for k, v in (levels or {}).items()) or "no solution"]
-                  for i, levels in enumerate(parallel["partition_transformations"])]
-    steps = [[step, f"{seconds:.3f}"] for step, seconds in parallel["seconds_per_step"].items()]
     quality = [[name, f"{value:.6f}", "yes" if name == manifest["optimized_for"] else ""]
                for name, value in manifest["quality"].items()]
-    quality.append(["row-weighted over partitions (as P4 reports it)", f'{parallel["quality_row_weighted"]:.6f}', ""])
     labels, values = class_size_distribution(sizes, suppressed)
     chart = bar_chart_svg(labels, values, "Records by equivalence-class size", "class size")
     kept = np.asarray(sizes)[~np.asarray(suppressed)]
@@ -168,7 +166,7 @@ def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndar
 <h2>Quality over the whole release (1 = original data)</h2>{_table(["model", "quality", "optimized"], quality)}
 <h2>Equivalence classes</h2>{chart}
 <h2>Prosecutor risk of released records</h2>{_table(["risk (1 / class size)", "records"], risk_rows)}
-<h2>P4</h2>{_table(["partition", "its own optimum"], partitions)}{_table(["step", "seconds"], steps)}
+{parallel_section(manifest)}
 </body></html>
 """
 

@@ -207,6 +207,11 @@ def test_safeshare_deid_with_partitions_writes_a_p4_release(tmp_path, capsys):
     sizes = kept.groupby(["age", "zip", "sex"]).size().to_numpy()
     estimate = population_uniqueness(sizes, 5000, estimator="pitman")
     assert estimate.population_uniqueness <= 0.05
+    # manifest and report say that population uniqueness was decided on the merged release, and what it is there
+    recorded = manifest["risk"]["privacy_model_estimate"]
+    assert recorded["population_uniqueness"] == pytest.approx(estimate.population_uniqueness, rel=1e-9)
+    report = (out / "report.html").read_text()
+    assert "Partitioned anonymization (P4)" in report and "on the merged release" in report
 
 
 @pytest.mark.parametrize("parallel, field, words", [
