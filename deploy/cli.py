@@ -11,9 +11,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_BAD_INPUT = 2
+from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _home_arg(parser: argparse.ArgumentParser) -> None:

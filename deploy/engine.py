@@ -30,14 +30,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from safeshare.exitcodes import EXIT_NO_ENGINE, EXIT_NOT_ISOLATED, EXIT_OK
+
 DEFAULT_LOG = Path(os.environ.get("SAFESHARE_DOCKERD_LOG", "/var/log/safeshare-dockerd.log"))
 # Bridges of enclave networks are named ss-<something> (at most 15 characters in all, a Linux interface name).
 ENCLAVE_BRIDGE_PREFIX = "ss-"
 START_TIMEOUT = 60.0
-
-EXIT_OK = 0
-EXIT_NO_ENGINE = 1
-EXIT_NOT_ISOLATED = 3  # an engine runs, but its networks cannot keep enclaves in (no iptables or no host rule)
 
 
 class EngineUnavailable(RuntimeError):
@@ -141,13 +139,6 @@ def status(docker: str = "docker", firewall: bool = True) -> EngineStatus | None
     return EngineStatus(server_version=str(info.get("ServerVersion", "")), storage_driver=str(info.get("Driver", "")),
                         iptables=iptables, host_firewall=host_rule, cgroup_version=str(info.get("CgroupVersion", "")),
                         problems=problems)
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _try_dockerd(args: list[str], log: Path, docker: str, timeout: float) -> tuple[bool, str]:

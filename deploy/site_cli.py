@@ -16,9 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_BAD_INPUT = 2
+from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _site(args: argparse.Namespace):

@@ -7,18 +7,16 @@
 __version__ = "0.1.0"
 
 from .errors import InputError  # noqa: E402
-from .hierarchy import Hierarchy  # noqa: E402
-from .policy import DatasetPolicy, load_policy  # noqa: E402
+
+_LAZY = {"Hierarchy": "hierarchy", "DatasetPolicy": "policy", "load_policy": "policy", "deidentify": "deid",
+         "write_release": "deid", "NoSolutionError": "deid", "DeidResult": "deid"}
 
 
 def __getattr__(name: str):
-    # The pipeline pulls in pandas and pyarrow; import it lazily so `import engine` stays light.
-    if name in {"deidentify", "write_release", "NoSolutionError", "DeidResult"}:
-        from . import deid
+    # numpy, pandas, pydantic and pyarrow load when first used, so that `import engine` (and every `safeshare`
+    # command that only registers its options) stays light.
+    if name in _LAZY:
+        import importlib
 
-        return getattr(deid, name)
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(name)
-
-
-__all__ = ["DatasetPolicy", "DeidResult", "Hierarchy", "InputError", "NoSolutionError", "deidentify",
-           "load_policy", "write_release"]

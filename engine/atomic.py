@@ -14,7 +14,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -46,17 +46,6 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
 def write_text(target: str | os.PathLike, text: str) -> None:
     with atomic_path(target) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def write_bytes(target: str | os.PathLike, data: bytes) -> None:
-    with atomic_path(target) as tmp:
-        tmp.write_bytes(data)
-
-
-def write_with(target: str | os.PathLike, writer: Callable[[Path], None]) -> None:
-    """Let `writer` produce the file at a temporary path (e.g. a pandas or pyarrow writer), then rename it."""
-    with atomic_path(target) as tmp:
-        writer(tmp)
 
 
 def check_output_file(target: str, option: str = "--out", kind: str = "") -> Path:

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import InputError
+from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 
-EXIT_OK, EXIT_REFUSED, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2, 3
+from .errors import InputError
 
 
 def _summary(manifest: dict) -> str:

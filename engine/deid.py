@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .atomic import atomic_folder, check_output_folder, write_with
+from .atomic import atomic_folder, check_output_folder
 from .classes import Evaluation, combined_key
 from .encoding import EncodedTable, encode_table
 from .errors import InputError
@@ -452,4 +452,4 @@ def write_release(result: DeidResult, out_dir: str | Path) -> dict:
 
 
 __all__ = ["DeidResult", "NoSolutionError", "RELEASE_FILES", "apply_transformation", "check_output", "deidentify",
-           "write_release", "write_with"]
+           "write_release"]

@@ -410,7 +410,7 @@ def local_recoding_line(manifest: dict) -> str:
     return "local: " + ", ".join(f'{p["released_records"]} records by iteration {p["iteration"]}' for p in parts)
 
 
-def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence[str] = ()) -> str:
+def render_report(result: "DeidResult", manifest: dict) -> str:
     best = result.best
     table = result.table
     transformation_rows = []
@@ -462,6 +462,5 @@ def render_report(result: "DeidResult", manifest: dict, extra_sections: Sequence
 {parallel_section(manifest)}
 {distributions_section(result)}
 {attribute_disclosure_section(result)}
-{"".join(extra_sections)}
 </body></html>
 """

@@ -14,9 +14,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_BAD_INPUT = 2
+from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _db_arg(parser: argparse.ArgumentParser) -> None:

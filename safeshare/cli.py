@@ -1,18 +1,13 @@
 """Entry point of the `safeshare` command.
 
 Each component owns its subcommands through a `register(subparsers)` function, so that this module stays a thin
-dispatcher and the components stay importable on their own. Exit codes follow DESIGN.md: 0 success, 1 a refused
-result (for example a gate that does not pass), 2 bad input.
+dispatcher and the components stay importable on their own. Exit codes: safeshare.exitcodes.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_BAD_INPUT = 2
 
 # Modules that expose `register(subparsers)`; kept as names so a component can be added without touching logic.
 COMPONENT_CLIS = ("engine.cli", "proxy.cli", "enclave.kiosk.cli", "deploy.cli", "enclave.app.cli", "deploy.images.cli",

@@ -16,8 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
+from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK
+
 TRUST_ENV = "SAFESHARE_TRUST"  # the trust store, when --trust is not given
 
 
