@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safeshare.processes import signal_group
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -92,21 +94,14 @@ class Child:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                _signal_group(self.proc.pid, signal.SIGKILL)
+                signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        _signal_group(self.proc.pid, signal.SIGKILL)  # anything left in its group
+        signal_group(self.proc.pid, signal.SIGKILL)  # anything left in its group
         return self.proc.returncode
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def adopted_children(zombies: bool = False) -> list[int]:
@@ -170,7 +165,7 @@ def reap_strays(timeout: float = 5.0) -> list[int]:
     """Stop whatever descendants are left (their groups too) and collect them; returns the pids that were found."""
     strays = adopted_children()
     for pid in strays:
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -180,7 +175,7 @@ def reap_strays(timeout: float = 5.0) -> list[int]:
         time.sleep(0.05)
         _reap_zombies()
     for pid in adopted_children():
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

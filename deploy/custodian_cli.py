@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from safeshare.endpoints import parse_host_port
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
@@ -231,9 +232,9 @@ def cmd_events(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from deploy.custodian_api import serve
 
-    host, _, port = args.listen.rpartition(":")
     try:
-        return serve(_site(args), host or "127.0.0.1", int(port), expiry_interval=args.expiry_interval)
+        host, port = parse_host_port(args.listen)
+        return serve(_site(args), host, port, expiry_interval=args.expiry_interval)
     except ValueError as exc:
         return _fail("custodian serve", exc)
 

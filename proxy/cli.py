@@ -11,21 +11,12 @@ import signal
 import sys
 from pathlib import Path
 
+from safeshare.endpoints import parse_host_port, read_vnc_password
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
-def _split_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 def _read_password(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    data = Path(path).read_bytes()
-    return data.rstrip(b"\r\n")
+    return None if path is None else read_vnc_password(path)
 
 
 def _load_limits(path: str | None):  # -> tuple[SessionLimits, recipient, release]
@@ -59,7 +50,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     from proxy.session import UpstreamTarget
 
     try:
-        host, port = _split_hostport(args.listen)
+        host, port = parse_host_port(args.listen)
         upstream = UpstreamTarget.parse(args.upstream, _read_password(args.upstream_password_file))
         limits, recipient, release = _load_limits(args.limits)
         if args.capture_filter and not args.capture_interface:

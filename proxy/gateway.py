@@ -47,6 +47,7 @@ from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
 from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore, end_of_day
+from safeshare.endpoints import read_vnc_password
 
 log = logging.getLogger("safeshare.gateway")
 
@@ -508,7 +509,7 @@ class Gateway:
         """The grant's upstream (with its password) and limits; any problem refuses the connection."""
         password = None
         if grant.password_file:
-            password = Path(grant.password_file).read_bytes().rstrip(b"\r\n")
+            password = read_vnc_password(grant.password_file)
         upstream = UpstreamTarget.parse(grant.upstream, password)
         limits, release = self.default_limits, grant.release
         if grant.policy_file:

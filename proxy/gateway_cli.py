@@ -14,19 +14,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from safeshare.endpoints import parse_host_port
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _db_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="SQLAlchemy URL of the token database (default: $SAFESHARE_DB or "
                                      "sqlite:///safeshare.db)")
-
-
-def _split_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _store(args: argparse.Namespace):
@@ -42,7 +36,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 
     try:
-        host, port = _split_hostport(args.listen)
+        host, port = parse_host_port(args.listen)
         limits = load_recipient_policy(Path(args.limits)).limits if args.limits else SessionLimits()
         if args.poll_interval <= 0 or args.poll_interval > 1.0:
             raise ValueError("--poll-interval must be in (0, 1] so that revocation ends sessions within a second")

@@ -54,6 +54,7 @@ from proxy.keysyms import RELEASE_KEYSYMS
 from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, REFUSED, InputFilter, SessionLimits
 from proxy.recording import Recorder, RecordingError
 from proxy.rfb import PixelFormat, ProtocolError
+from safeshare.endpoints import parse_host_port
 
 HANDSHAKE_TIMEOUT = 15.0
 CLIENT_HANDSHAKE_TIMEOUT = 10.0  # the client's part (version, security, ClientInit), before the upstream is opened
@@ -119,10 +120,11 @@ class UpstreamTarget:
     def parse(cls, text: str, password: bytes | None = None) -> "UpstreamTarget":
         if text.startswith("unix:"):
             return cls(unix_path=text[5:], password=password)
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"upstream must be HOST:PORT or unix:PATH, got {text!r}")
-        return cls(host=host.strip("[]"), port=int(port), password=password)
+        try:
+            host, port = parse_host_port(text, default_host=None, allow_port_zero=False)
+        except ValueError:
+            raise ValueError(f"upstream must be HOST:PORT or unix:PATH, got {text!r}") from None
+        return cls(host=host, port=port, password=password)
 
     def describe(self) -> str:
         return f"unix:{self.unix_path}" if self.unix_path else f"{self.host}:{self.port}"

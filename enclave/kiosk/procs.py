@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from safeshare.processes import group_alive, signal_group
+
 log = logging.getLogger("safeshare.kiosk")
 
 
@@ -25,37 +27,16 @@ def spawn(cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = No
                                 start_new_session=True, pass_fds=tuple(pass_fds), close_fds=True)
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a group member changed user; the leader itself is ours
-        return True
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group still exists (zombies of reaped children do not count for long)."""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def stop_group(proc: subprocess.Popen, timeout: float = 5.0) -> None:
     """SIGTERM the whole process group, wait, then SIGKILL what is left; always reaps the leader."""
     pgid = proc.pid  # start_new_session made the leader's pid the group id
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None and not group_alive(pgid):
             break
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

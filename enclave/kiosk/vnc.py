@@ -18,6 +18,7 @@ from pathlib import Path
 
 from enclave.kiosk.display import XDisplay
 from enclave.kiosk.procs import spawn, stop_group
+from safeshare.endpoints import read_vnc_password
 
 # Same meaning as proxy.vncserver.SAFE_X11VNC_FLAGS (the enclave does not import the proxy; a test keeps them equal).
 CLIPBOARD_OFF_FLAGS: tuple[str, ...] = ("-nosel", "-noprimary", "-nosetprimary", "-noclipboard", "-nosetclipboard")
@@ -47,7 +48,7 @@ class VncEndpoint:
     password_file: Path
 
     def password(self) -> bytes:
-        return self.password_file.read_bytes().splitlines()[0]
+        return read_vnc_password(self.password_file)
 
 
 def new_password(path: Path) -> None:
