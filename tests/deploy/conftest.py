@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import engine
+from deploy import dockerd
 from deploy.images.build import BuildResult, build_all
 from deploy.images.rootfs import DEFAULT_CACHE, ImageBuildError
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> engine.EngineStatus:
+def docker_engine() -> dockerd.EngineStatus:
     """The running engine's status; skips when no engine can start (not installed, not root, dockerd fails)."""
     try:
-        return engine.start()
-    except engine.EngineUnavailable as exc:
+        return dockerd.start()
+    except dockerd.EngineUnavailable as exc:
         pytest.skip(f"no Docker engine: {exc}")
 
 
 @pytest.fixture(scope="session")
-def isolated_engine(docker_engine: engine.EngineStatus) -> engine.EngineStatus:
+def isolated_engine(docker_engine: dockerd.EngineStatus) -> dockerd.EngineStatus:
     """An engine whose networks can keep enclaves in; skips (with what is missing) otherwise."""
     if not docker_engine.networks_isolated:
         pytest.skip("the Docker engine cannot isolate networks here: " + "; ".join(docker_engine.problems))
@@ -31,7 +31,7 @@ def isolated_engine(docker_engine: engine.EngineStatus) -> engine.EngineStatus:
 
 
 @pytest.fixture(scope="session")
-def offline_images(docker_engine: engine.EngineStatus) -> BuildResult:
+def offline_images(docker_engine: dockerd.EngineStatus) -> BuildResult:
     """app, gateway and kiosk images from the offline build (a failure is a test failure, not a skip: the engine
     is there, so the build must work)."""
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.engine import ENCLAVE_BRIDGE_PREFIX
+from deploy.dockerd import ENCLAVE_BRIDGE_PREFIX
 from deploy.images.build import SERVICES, BuildResult, image_sizes
 from deploy.images.hardening import docker_run_args
 

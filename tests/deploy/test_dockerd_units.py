@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import engine
+from deploy import dockerd
 from deploy.images import rootfs, wheels
 
 FAKE_DOCKER = """#!/bin/sh
@@ -49,7 +49,7 @@ esac
 @pytest.fixture
 def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if os.geteuid() != 0:
-        pytest.skip("engine.start() refuses to start dockerd unless root")
+        pytest.skip("dockerd.start() refuses to start dockerd unless root")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("docker", FAKE_DOCKER), ("dockerd", FAKE_DOCKERD), ("iptables", FAKE_IPTABLES)):
@@ -66,13 +66,13 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_start_falls_back_to_vfs_and_installs_the_host_rule(fake_engine: Path) -> None:
-    status = engine.start(log=fake_engine / "dockerd.log", timeout=10)
+    status = dockerd.start(log=fake_engine / "dockerd.log", timeout=10)
     assert status.started_now and status.storage_driver == "vfs" and status.server_version == "fake-1"
     assert status.dockerd_args == ["--storage-driver", "vfs"]
     assert status.iptables and status.host_firewall and status.networks_isolated and not status.problems
-    assert (fake_engine / "rules").read_text().split() == engine.host_firewall_rule()
+    assert (fake_engine / "rules").read_text().split() == dockerd.host_firewall_rule()
     assert "driver not supported" in (fake_engine / "dockerd.log").read_text()
-    again = engine.start(log=fake_engine / "dockerd.log", timeout=10)  # idempotent: nothing started, no second rule
+    again = dockerd.start(log=fake_engine / "dockerd.log", timeout=10)  # idempotent: nothing started, no second rule
     assert not again.started_now and len((fake_engine / "calls").read_text().splitlines()) == 2
     assert len((fake_engine / "rules").read_text().splitlines()) == 1
 
@@ -80,17 +80,17 @@ def test_start_falls_back_to_vfs_and_installs_the_host_rule(fake_engine: Path) -
 def test_without_iptables_the_engine_runs_but_says_networks_are_not_isolated(fake_engine: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NO_IPTABLES", "1")
-    status = engine.start(log=fake_engine / "dockerd.log", timeout=10)
+    status = dockerd.start(log=fake_engine / "dockerd.log", timeout=10)
     assert "--iptables=false" in status.dockerd_args
     assert not status.iptables and not status.networks_isolated
     assert any("iptables" in problem for problem in status.problems)
-    assert engine._report(status, as_json=True) == engine.EXIT_NOT_ISOLATED
+    assert dockerd._report(status, as_json=True) == dockerd.EXIT_NOT_ISOLATED
 
 
 def test_no_dockerd_is_a_reason_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(engine.EngineUnavailable, match="not installed"):
-        engine.start(log=tmp_path / "log", timeout=1)
+    with pytest.raises(dockerd.EngineUnavailable, match="not installed"):
+        dockerd.start(log=tmp_path / "log", timeout=1)
 
 
 def test_changes_are_what_was_added_changed_or_removed_after_the_copy(tmp_path: Path) -> None:

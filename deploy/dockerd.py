@@ -251,8 +251,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m deploy.engine start|status` (what scripts/dockerd.sh runs)."""
-    parser = argparse.ArgumentParser(prog="deploy.engine")
+    """`python3 -m deploy.dockerd start|status` (what scripts/dockerd.sh runs)."""
+    parser = argparse.ArgumentParser(prog="deploy.dockerd")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     argv = list(argv if argv is not None else sys.argv[1:]) or ["start"]
     args = parser.parse_args(["engine", *argv])
