@@ -25,6 +25,8 @@ from deploy.images.rootfs import ImageBuildError
 
 REPO = Path(__file__).resolve().parents[2]
 DISTRIBUTION = "safeshare"
+# The images run the servers (safeshare[enclave]); the engine alone needs none of them.
+IMAGE_EXTRAS = ("enclave",)
 # What goes into the project wheel (pyproject.toml's packages plus the files setuptools reads).
 SOURCE_DIRS = ("engine", "proxy", "enclave", "deploy", "policies", "safeshare")
 SOURCE_FILES = ("pyproject.toml", "README.md")
@@ -35,16 +37,16 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
-    """`name==version` for every runtime dependency of `distribution`, recursively, as installed in this interpreter's
-    environment (markers evaluated here, extras of the top level ignored). Raises if something is not installed."""
+def pinned_requirements(distribution: str = DISTRIBUTION, extras: tuple[str, ...] = IMAGE_EXTRAS) -> list[str]:
+    """`name==version` for every runtime dependency of `distribution` with `extras`, recursively, as installed in this
+    interpreter's environment (markers evaluated here). Raises if something is not installed."""
     try:
         from packaging.requirements import Requirement
     except ImportError:  # not a runtime dependency of ours; pip always carries a copy
         from pip._vendor.packaging.requirements import Requirement
 
     pins: dict[str, str] = {}
-    pending: list[tuple[str, frozenset[str]]] = [(distribution, frozenset())]
+    pending: list[tuple[str, frozenset[str]]] = [(distribution, frozenset(extras))]
     seen: set[tuple[str, frozenset[str]]] = set()
     while pending:
         name, extras = pending.pop()
@@ -58,6 +60,9 @@ def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
                                   "(the images get the versions the host's virtualenv has)") from None
         if _canonical(name) != _canonical(distribution):
             pins[_canonical(dist.metadata["Name"])] = dist.version
+        elif extras and not (set(extras) <= set(dist.metadata.get_all("Provides-Extra") or [])):
+            raise ImageBuildError(f"{name} as installed does not provide the extras {sorted(extras)}; run "
+                                  "scripts/setup.sh")
         for text in dist.requires or []:
             requirement = Requirement(text)
             environments = [{"extra": extra} for extra in extras] or [{"extra": ""}]

@@ -135,3 +135,4 @@ def test_dependency_pins_are_the_installed_runtime_closure() -> None:
     for name in ("fastapi", "pyarrow", "starlette", "pydantic-core"):  # direct and transitive
         assert pins[name] == metadata.version(name)
     assert "pytest" not in pins and "hypothesis" not in pins and "safeshare" not in pins  # no test extras, no self
+    assert "docker" not in pins and "httpx" not in pins   # the servers' extra only: no host tools, no test client
