@@ -179,7 +179,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from deploy.site import SiteError
     from proxy.audit.player import export_video, prepare
-    from proxy.audit.sessions import read_meta
+    from proxy.sessiondir import read_meta
     from safeshare.signing import KeyFileError
 
     folder = _session_folder(args.session, args.site)

@@ -38,7 +38,8 @@ from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
 from proxy.audit.player import prepare, prepare_ended
-from proxy.audit.sessions import find_sessions, read_meta
+from proxy.audit.sessions import find_sessions
+from proxy.sessiondir import read_meta
 from proxy.tokens import parse_ttl
 
 STATIC = Path(__file__).resolve().parent / "static"

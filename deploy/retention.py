@@ -4,7 +4,6 @@ exactly which recording was removed. The period is the recipient policy's `reten
 the site's `session_retention_days`."""
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from deploy.records import Records
 from deploy.site import Site
 from proxy.audit.retention import due_sessions
 from proxy.limits import PolicyError, load_recipient_policy
+from proxy.sessiondir import read_meta
 
 
 def retention_days_for(site: Site, records: Records):
@@ -42,11 +42,7 @@ def apply_retention(site: Site, records: Records, now: datetime, *, actor: str =
     for due in due_sessions(site.sessions, now, retention_days_for(site, records)):
         summary = due.summary
         folder = Path(summary.folder)
-        head = None
-        try:
-            head = json.loads((folder / "meta.json").read_text()).get("log_head")
-        except (OSError, ValueError):
-            pass
+        head = read_meta(folder).get("log_head")
         item = {"session": summary.session, "recipient": summary.recipient, "release": summary.release,
                 "start": summary.start.isoformat() if summary.start else None,
                 "end": summary.end.isoformat() if summary.end else None, "retention_days": due.retention_days,

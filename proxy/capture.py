@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CAPTURE_FILE = "network.pcap"
+from proxy.sessiondir import PCAP as CAPTURE_FILE  # the session folder's name for the capture
+
 START_TIMEOUT = 5.0
 
 

@@ -83,7 +83,9 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
     from proxy.eventlog import verify_log
 
     path = Path(args.path)
-    log_path = path / "events.jsonl" if path.is_dir() else path
+    from proxy.sessiondir import EVENTS
+
+    log_path = path / EVENTS if path.is_dir() else path
     if not log_path.is_file():
         print(f"safeshare verify-session: no events log at {log_path}", file=sys.stderr)
         return EXIT_BAD_INPUT

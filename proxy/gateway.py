@@ -46,6 +46,7 @@ from proxy.eventlog import read_events, verify_log
 from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
+from proxy.sessiondir import EVENTS
 from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore, end_of_day
 from safeshare.endpoints import read_vnc_password
 
@@ -387,12 +388,12 @@ class Gateway:
         anchor = self.anchors.get(session_id)
         prefix = (anchor.anchor_head, anchor.anchor_lines) if anchor is not None else (None, None)
         seal_interrupted(folder, reason, self.sealer, prefix)
-        result = verify_log(folder / "events.jsonl")
+        result = verify_log(folder / EVENTS)
         if not result.ok or not extends(result.hashes, *prefix):
             return None
         if anchor is not None and anchor.seal_hash:
             return anchor.seal_hash
-        seal = read_events(folder / "events.jsonl")[-1]
+        seal = read_events(folder / EVENTS)[-1]
         recording, previous = seal.get("recording"), seal.get("previous")
         self.anchors.sealed(session_id, result.head, result.lines,
                             recording.get("sha256") if isinstance(recording, dict) else None,

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import os
 import secrets
 import struct
 import time
@@ -54,6 +52,7 @@ from proxy.keysyms import RELEASE_KEYSYMS
 from proxy.limits import BLOCKED, COALESCED, DROPPED, FORWARD, REFUSED, InputFilter, SessionLimits
 from proxy.recording import Recorder, RecordingError
 from proxy.rfb import PixelFormat, ProtocolError
+from proxy.sessiondir import EVENTS, SCREEN, read_meta, write_meta
 from safeshare.endpoints import parse_host_port
 
 HANDSHAKE_TIMEOUT = 15.0
@@ -140,15 +139,6 @@ def new_session_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(4)
 
 
-def _write_json_atomic(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def seal_interrupted(folder: Path, reason: str, sealer: Any = None,
                      anchor: tuple[str | None, int | None] = (None, None)) -> str | None:
     """Seal the log of a session whose proxy was killed (the gateway's container or process died): a `disconnect`
@@ -161,13 +151,13 @@ def seal_interrupted(folder: Path, reason: str, sealer: Any = None,
     from proxy.eventlog import EventLog, file_digest, verify_log
 
     try:
-        if not extends(verify_log(folder / "events.jsonl", require_seal=False).hashes, *anchor):
+        if not extends(verify_log(folder / EVENTS, require_seal=False).hashes, *anchor):
             return None
-        log = EventLog.resume(folder / "events.jsonl")
+        log = EventLog.resume(folder / EVENTS)
     except (OSError, ValueError):
         return None
     fields: dict[str, Any] = {"session": folder.name}
-    screen = folder / "screen.rfbrec"
+    screen = folder / SCREEN
     if screen.is_file():
         digest, size = file_digest(screen)
         fields["recording"] = {"file": screen.name, "sha256": digest, "bytes": size, "complete": False}
@@ -177,13 +167,10 @@ def seal_interrupted(folder: Path, reason: str, sealer: Any = None,
     head = log.close(sealer.key() if sealer is not None else None, recovered=True, **fields)
     if sealer is not None:
         sealer.sealed(folder.name, head)
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
-        meta = {"session": folder.name}
+    meta = read_meta(folder) or {"session": folder.name}
     meta.update(end=datetime.now(timezone.utc).isoformat(), end_reason=reason, log_head=head, recovered=True,
                 **fields)
-    _write_json_atomic(folder / "meta.json", meta)
+    write_meta(folder, meta)
     return head
 
 
@@ -304,17 +291,17 @@ class ProxySession:
             "session": self.session_id, "recipient": self.recipient, "release": self.release,
             "peer": self.peer, "upstream": self.upstream.describe(),
             "start": datetime.fromtimestamp(self._start_wall, timezone.utc).isoformat(),
-            "end": None, "limits": self.limits.model_dump(), "recording": "screen.rfbrec" if self.record else None,
+            "end": None, "limits": self.limits.model_dump(), "recording": SCREEN if self.record else None,
             "capture": self._capture_summary or (self.capture_config.as_dict() if self.capture_config else None),
             **self.extra_meta,
         }
 
     def _prepare(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=False)
-        _write_json_atomic(self.dir / "meta.json", self._meta())
-        self.log = EventLog(self.dir / "events.jsonl")
+        write_meta(self.dir, self._meta())
+        self.log = EventLog(self.dir / EVENTS)
         if self.record:
-            self.recorder = Recorder(self.dir / "screen.rfbrec", start=self._start)
+            self.recorder = Recorder(self.dir / SCREEN, start=self._start)
 
     async def run(self) -> str:
         """Serve the session until either side closes, a limit ends it, or `terminate` is called.
@@ -418,7 +405,7 @@ class ProxySession:
         """What the seal line says about the screen recording: its file's SHA-256 and size."""
         if self.recorder is None or self.recorder.sha256 is None:
             return {}
-        return {"recording": {"file": "screen.rfbrec", "sha256": self.recorder.sha256,
+        return {"recording": {"file": SCREEN, "sha256": self.recorder.sha256,
                               "bytes": self.recorder.file_bytes}}
 
     async def _close_all(self) -> None:
@@ -466,7 +453,7 @@ class ProxySession:
         meta["log_head"] = head
         meta["counters"] = self.counters
         meta.update(self._recording_seal())
-        _write_json_atomic(self.dir / "meta.json", meta)
+        write_meta(self.dir, meta)
 
     # --- handshakes ------------------------------------------------------------------------------------------------
 

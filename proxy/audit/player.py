@@ -31,7 +31,7 @@ import numpy as np
 
 from proxy.audit.rfbdecode import Replay
 from proxy.audit.sessions import read_meta
-from proxy.audit.verify import EVENTS, SCREEN
+from proxy.sessiondir import EVENTS, SCREEN
 from proxy.eventlog import read_events
 from proxy.rfb import keysym_name, modifier_of
 
@@ -216,7 +216,7 @@ def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None)
     """Prepare the players of sealed sessions under `root` that have none yet (newest first), so that an auditor's
     first look does not wait for the decoding pass. Returns the sessions prepared; a recording that cannot be
     decoded is skipped (verify reports it)."""
-    from proxy.audit.verify import is_session_folder, session_folders
+    from proxy.sessiondir import is_session_folder, session_folders
 
     done: list[str] = []
     if not Path(root).is_dir():

@@ -2,14 +2,13 @@
 `safeshare audit sessions` offers (recipient, release, time range, sessions with blocked or dropped events)."""
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from proxy.audit.verify import EVENTS, META, is_session_folder, session_folders
+from proxy.sessiondir import EVENTS, is_session_folder, read_meta, session_folders
 from proxy.eventlog import read_events
 
 
@@ -57,15 +56,6 @@ def _time(text: Any) -> datetime | None:
     except ValueError:
         return None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def read_meta(folder: Path) -> dict[str, Any]:
-    """A session's meta.json as far as it reads ({} when missing or not an object)."""
-    try:
-        meta = json.loads((folder / META).read_text())
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def summarize(folder: str | Path) -> SessionSummary:

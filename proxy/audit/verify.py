@@ -34,11 +34,10 @@ from typing import Any
 
 from proxy.anchors import Anchor, extends
 from proxy.eventlog import file_digest, read_events, seal_message, verify_log
-from safeshare.signing import SignatureError, TrustStore
 from proxy.recording import HEADER, MAGIC, read_recording
+from proxy.sessiondir import EVENTS, KNOWN_FILES, META, PCAP, SCREEN, is_session_folder, session_folders
+from safeshare.signing import SignatureError, TrustStore
 
-EVENTS, META, SCREEN, PCAP = "events.jsonl", "meta.json", "screen.rfbrec", "network.pcap"
-KNOWN_FILES = {EVENTS, META, SCREEN, PCAP}
 
 
 @dataclass(frozen=True)
@@ -253,16 +252,6 @@ def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: 
         elif (folder / PCAP).is_file():
             findings.append(Finding(str(folder / PCAP), "not covered by the seal (no capture hash in the log)"))
     return check
-
-
-def session_folders(root: str | Path) -> list[Path]:
-    """Folders under a sessions root that hold (or held) a session, oldest name first."""
-    root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def is_session_folder(path: Path) -> bool:
-    return (path / EVENTS).exists() or (path / META).exists()
 
 
 def verify_path(path: str | Path, known_folders: list[str] | None = None, *, trust: TrustStore | None = None,
