@@ -32,7 +32,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from engine.bundle import BundleError
     from engine.deid import NoSolutionError
     from engine.errors import InputError
-    from proxy.limits import PolicyError
+    from policies.recipient import PolicyError
     from proxy.tokens import parse_ttl
     from safeshare.signing import KeyFileError
 

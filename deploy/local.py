@@ -161,7 +161,7 @@ class LocalEnclave:
             (home / sub).mkdir(parents=True, exist_ok=True)
         if become_subreaper():
             self._reaper.start()
-        from proxy.limits import load_recipient_policy
+        from policies.recipient import load_recipient_policy
 
         recipient = load_recipient_policy(cfg.recipient_policy)  # bad input before anything starts
 
@@ -187,18 +187,14 @@ class LocalEnclave:
         assert isinstance(endpoint, dict)
 
         self.say(f"[4/5] token for {recipient.recipient}")
-        from proxy.tokens import TokenStore
+        from proxy.tokens import TokenStore, issue_for_policy
 
         store = TokenStore(cfg.db)
         try:
-            expires = datetime.now(timezone.utc) + cfg.token_ttl
-            if recipient.expires is not None:
-                from proxy.tokens import end_of_day
-
-                expires = min(expires, end_of_day(recipient.expires))
-            issued = store.issue(recipient.recipient, endpoint["upstream"], password_file=endpoint["password_file"],
-                                 target_name=f"local-{home.name}", expires_at=expires, release=release_ref(bundle),
-                                 policy_file=str(cfg.recipient_policy.resolve()))
+            issued = issue_for_policy(store, recipient, cfg.recipient_policy.resolve(), endpoint["upstream"],
+                                      expires_at=datetime.now(timezone.utc) + cfg.token_ttl,
+                                      password_file=endpoint["password_file"], target_name=f"local-{home.name}",
+                                      release=release_ref(bundle))
         finally:
             store.dispose()
         self.token_id = issued.token_id

@@ -50,8 +50,8 @@ from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.site import Site, give_to_gateway, write_atomic
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
-from proxy.limits import PolicyError, RecipientPolicy, load_recipient_policy
-from proxy.tokens import SessionBook, TokenStore, end_of_day
+from policies.recipient import PolicyError, RecipientPolicy, load_recipient_policy
+from proxy.tokens import SessionBook, TokenStore, issue_for_policy
 
 LABEL = "org.safeshare"
 APP_PORT = 8050
@@ -61,7 +61,6 @@ APP_TRUST = "/trust.json"  # where the site's trust store is mounted (read-only)
 KIOSK_V_HOST = 20  # the kiosk's host number on its VNC network (the gateway gets one of the lower ones)
 DEFAULT_TTL = timedelta(days=30)  # token lifetime when the policy sets no expiry
 READY_TIMEOUT = 90.0
-DEFAULT_SCREEN = "1280x800"
 
 
 class ProvisionError(Exception):
@@ -81,12 +80,6 @@ def cli_actor() -> str:
 
 def _spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def screen_size(policy: RecipientPolicy) -> str:
-    if isinstance(policy.screen, dict):
-        return f"{policy.screen.get('width')}x{policy.screen.get('height')}"
-    return policy.screen or DEFAULT_SCREEN
 
 
 @dataclass
@@ -239,7 +232,7 @@ class Provisioner:
         if not policy.release:
             raise ProvisionError(f"{policy_path}: field 'release' is required to provision (the sealed release "
                                  f"the recipient may see)", bad_input=True)
-        policy_end = end_of_day(policy.expires) if policy.expires else None
+        policy_end = policy.access_ends
         if policy_end is not None and policy_end <= now:
             raise ProvisionError(f"{policy_path}: field 'expires' is {policy.expires}: access has already ended",
                                  bad_input=True)
@@ -266,7 +259,7 @@ class Provisioner:
         kiosk_ip = str(ipaddress.IPv4Network(vnc_net.attrs["IPAM"]["Config"][0]["Subnet"])[KIOSK_V_HOST])
         app_spec = {"image": self.images["app"], "bundle": str(bundle), "net": names["enclave_net"],
                     "trust": str(self.site.trust_file)}
-        kiosk_spec = {"image": self.images["kiosk"], "size": screen_size(policy), "ip": kiosk_ip,
+        kiosk_spec = {"image": self.images["kiosk"], "size": policy.screen_text, "ip": kiosk_ip,
                       "password": str(password_file), "nets": [names["enclave_net"], names["vnc_net"]]}
         existing = {c.labels.get(f"{LABEL}.role"): c for c in self._find("container", rid=rid)}
         unchanged = all(
@@ -300,11 +293,11 @@ class Provisioner:
             if active:
                 self.store.revoke(recipient=name, reason="replaced by a new provisioning")
                 notes.append(f"{len(active)} older token(s) revoked: the researcher needs the new URL")
-            ends = [end for end in (policy_end, now + ttl if ttl else None) if end is not None]
-            expires_at = min(ends) if ends else now + DEFAULT_TTL
-            issued = self.store.issue(name, f"{names['kiosk']}:{VNC_PORT}", password_file=str(password_file),
-                                      target_name=self._target(rid), expires_at=expires_at, release=release,
-                                      policy_file=str(policy_file))
+            requested = now + ttl if ttl else (policy_end or now + DEFAULT_TTL)
+            issued = issue_for_policy(self.store, policy, policy_file, f"{names['kiosk']}:{VNC_PORT}",
+                                      expires_at=requested, password_file=str(password_file),
+                                      target_name=self._target(rid), release=release, now=now)
+            expires_at = issued.expires_at
             token_id, url = issued.token_id, f"{self.site.settings.url}?token={issued.token}"
         self.site.db_files_to_gateway()
         self.records.save_recipient(name, rid=rid, release_ref=policy.release, release=release,

@@ -12,7 +12,7 @@ from typing import Any
 from deploy.records import Records
 from deploy.site import Site
 from proxy.audit.retention import due_sessions
-from proxy.limits import PolicyError, load_recipient_policy
+from policies.recipient import PolicyError, load_recipient_policy
 from proxy.sessiondir import read_meta
 
 

@@ -20,7 +20,8 @@ def _read_password(path: str | None) -> bytes | None:
 
 
 def _load_limits(path: str | None):  # -> tuple[SessionLimits, recipient, release]
-    from proxy.limits import SessionLimits, load_recipient_policy
+    from policies.recipient import load_recipient_policy
+    from proxy.limits import SessionLimits
 
     if path is None:
         return SessionLimits(), None, None
@@ -45,7 +46,7 @@ async def _run_until_signal(serve, close) -> None:
 
 def cmd_proxy(args: argparse.Namespace) -> int:
     from proxy.capture import CaptureConfig
-    from proxy.limits import PolicyError
+    from policies.recipient import PolicyError
     from proxy.server import RfbProxyServer
     from proxy.session import UpstreamTarget
 

@@ -41,13 +41,14 @@ from urllib.parse import urlsplit
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 
+from policies.recipient import PolicyError, load_recipient_policy
 from proxy.anchors import AnchorBook, Sealer, extends
 from proxy.eventlog import read_events, verify_log
-from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
+from proxy.limits import SessionLimits
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
 from proxy.sessiondir import EVENTS
-from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore, end_of_day
+from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore
 from safeshare.endpoints import read_vnc_password
 
 log = logging.getLogger("safeshare.gateway")
@@ -518,7 +519,7 @@ class Gateway:
             if policy.recipient != grant.recipient:
                 raise PolicyError(f"{grant.policy_file} is the policy of {policy.recipient!r}, "
                                   f"not of {grant.recipient!r}")
-            if policy.expires is not None and end_of_day(policy.expires) <= datetime.now(grant.expires_at.tzinfo):
+            if policy.access_ends is not None and policy.access_ends <= datetime.now(grant.expires_at.tzinfo):
                 raise TokenRefused(EXPIRED, "recipient policy expired")
             limits, release = policy.limits, release or policy.release
         return upstream, limits, release

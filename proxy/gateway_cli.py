@@ -33,7 +33,8 @@ def _store(args: argparse.Namespace):
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     from proxy.gateway import Gateway
-    from proxy.limits import PolicyError, SessionLimits, load_recipient_policy
+    from policies.recipient import PolicyError, load_recipient_policy
+    from proxy.limits import SessionLimits
 
     try:
         host, port = parse_host_port(args.listen)
@@ -98,20 +99,17 @@ def _fmt(value: datetime | None) -> str:
 
 
 def cmd_token_issue(args: argparse.Namespace) -> int:
-    from proxy.limits import PolicyError, load_recipient_policy
-    from proxy.tokens import end_of_day, parse_expiry, parse_ttl
+    from policies.recipient import PolicyError, load_recipient_policy
+    from proxy.tokens import AccessEnded, issue_for_policy, parse_expiry, parse_ttl
 
-    recipient, release, policy_file = args.recipient, args.release, None
+    recipient, policy, policy_path = args.recipient, None, None
     try:
         if args.policy:
             policy_path = Path(args.policy).resolve()
             policy = load_recipient_policy(policy_path)
             if recipient and recipient != policy.recipient:
                 raise ValueError(f"--recipient {recipient!r} but {args.policy} is the policy of {policy.recipient!r}")
-            recipient, release, policy_file = policy.recipient, release or policy.release, str(policy_path)
-            policy_end = end_of_day(policy.expires) if policy.expires else None
-        else:
-            policy_end = None
+            recipient = policy.recipient
         if not recipient:
             raise ValueError("--recipient (or --policy) is required")
         from proxy.session import UpstreamTarget
@@ -128,14 +126,18 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     except (ValueError, OSError, PolicyError) as exc:
         print(f"safeshare token issue: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if policy_end is not None:
-        if policy_end <= now:
-            print(f"safeshare token issue: the recipient policy of {recipient} expired", file=sys.stderr)
-            return EXIT_REFUSED
-        expires = min(expires, policy_end)
+    store = _store(args)
     try:
-        issued = _store(args).issue(recipient, args.upstream, password_file=password_file, target_name=args.target,
-                                    expires_at=expires, release=release, policy_file=policy_file)
+        if policy is not None:
+            issued = issue_for_policy(store, policy, policy_path, args.upstream, expires_at=expires,
+                                      password_file=password_file, target_name=args.target,
+                                      release=args.release or policy.release, now=now)
+        else:
+            issued = store.issue(recipient, args.upstream, password_file=password_file, target_name=args.target,
+                                 expires_at=expires, release=args.release)
+    except AccessEnded as exc:
+        print(f"safeshare token issue: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except ValueError as exc:
         print(f"safeshare token issue: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

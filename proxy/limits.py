@@ -1,6 +1,7 @@
 """Recipient session limits and the input controls built from them.
 
-The limits come from the `limits:` section of a recipient policy YAML (see `policies/examples/recipient-*.yaml`).
+The limits come from the `limits:` section of a recipient policy YAML (`policies.recipient`, examples in
+`policies/examples/recipient-*.yaml`).
 The schema is strict (unknown keys are an error) because a misspelt limit silently falling back to a default would be
 a control that is not there. `InputFilter` holds the decision logic for key and pointer events without any I/O, so it
 can be tested on its own and the proxy session only has to act on its verdicts.
@@ -10,12 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
-from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from proxy import keysyms
 from proxy.rfb import ClickShortcut, Shortcut, modifier_of
@@ -83,37 +81,6 @@ class SessionLimits(_Strict):
 
     def click_shortcuts(self) -> list[ClickShortcut]:
         return [ClickShortcut.parse(text) for text in self.blocked_clicks]
-
-
-class RecipientPolicy(_Strict):
-    """The parts of a recipient policy the proxy reads; other components own the rest of the file's meaning."""
-
-    recipient: str = Field(min_length=1)
-    release: str | None = None
-    expires: date | None = None
-    limits: SessionLimits = SessionLimits()
-    # The kiosk's screen ("1280x800" or {width, height}); validated by the kiosk, which owns its meaning.
-    screen: str | dict[str, int] | None = None
-    # Days the recorded sessions of this recipient are kept after they end (then deleted, the deletion logged);
-    # None: the site's default (site.json `session_retention_days`).
-    retention_days: int | None = Field(None, ge=1, le=36500)
-
-
-class PolicyError(ValueError):
-    """A recipient policy file that cannot be used (the caller exits with code 2)."""
-
-
-def load_recipient_policy(path: Path) -> RecipientPolicy:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PolicyError(f"{path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise PolicyError(f"{path}: a recipient policy is a mapping")
-    try:
-        return RecipientPolicy.model_validate(raw)
-    except ValidationError as exc:
-        raise PolicyError(f"{path}: {exc}") from exc
 
 
 class TokenBucket:

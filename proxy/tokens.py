@@ -12,13 +12,18 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from datetime import date, datetime, time, timedelta, timezone
-from typing import Any
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 
+from policies.recipient import end_of_day
 from proxy.db import GatewaySession, Target, Token, make_engine, make_sessionmaker, utcnow
+
+if TYPE_CHECKING:
+    from policies.recipient import RecipientPolicy
 
 TOKEN_BYTES = 32
 MAX_TOKEN_LENGTH = 200  # anything longer is not one of ours; refuse before hashing an attacker's megabyte
@@ -106,11 +111,6 @@ def _status(row: Token, now: datetime) -> str | None:
     if row.expires_at <= now:
         return EXPIRED
     return None
-
-
-def end_of_day(day: date) -> datetime:
-    """A policy's `expires: 2027-06-30` means access through that day (UTC)."""
-    return datetime.combine(day + timedelta(days=1), time(0, 0), tzinfo=timezone.utc)
 
 
 class TokenStore:
@@ -339,3 +339,25 @@ def parse_expiry(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"expected an ISO date or datetime, got {text!r}") from None
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+class AccessEnded(ValueError):
+    """The recipient policy's access has ended (its `expires` day is past): no token is issued (refused)."""
+
+
+def issue_for_policy(store: TokenStore, policy: "RecipientPolicy", policy_file: str | Path, upstream: str, *,
+                     expires_at: datetime, password_file: str | None = None, target_name: str | None = None,
+                     release: str | None = None, now: datetime | None = None) -> IssuedToken:
+    """A token for the recipient `policy` names, for `release` (default the policy's), expiring at `expires_at`
+    capped at the end of the policy's `expires` day. Every path that grants access (`safeshare token issue`,
+    provisioning, `safeshare up`) issues through here, so none can outlast the policy. Raises AccessEnded when the
+    policy's access has ended (at `now`, default the store's clock)."""
+    ends = policy.access_ends
+    if ends is not None:
+        if ends <= (now or store.clock()):
+            raise AccessEnded(f"the recipient policy of {policy.recipient} expired ({policy.expires}): access has "
+                              "already ended")
+        expires_at = min(expires_at, ends)
+    return store.issue(policy.recipient, upstream, password_file=password_file, target_name=target_name,
+                       expires_at=expires_at, release=release if release is not None else policy.release,
+                       policy_file=str(policy_file))

@@ -1,13 +1,11 @@
 """What a kiosk needs to know: the app URL, the screen size, where to keep its state, how to isolate the network.
 
-The screen size can come from the recipient policy (`screen: 1280x800`, or `{width: .., height: ..}`); the policy is
-read leniently here because the rest of the file belongs to other components (the proxy validates `limits:`
-strictly). A bad size is an error, never a silent default.
+The screen size can come from the recipient policy (`screen: 1280x800`, or `{width: .., height: ..}`), read through
+policies.recipient like every other component reads it. A bad size is an error, never a silent default.
 """
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 import time
 import urllib.error
@@ -16,11 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
+from policies.recipient import DEFAULT_SCREEN, PolicyError, load_recipient_policy, parse_screen
 
-DEFAULT_SIZE = (1280, 800)
-MIN_SIZE = (320, 240)
-MAX_SIZE = (7680, 4320)
+DEFAULT_SIZE = DEFAULT_SCREEN
 
 # Network isolation modes: "netns" (the browser in its own network namespace; needs root), "proxy" (every request
 # but the app's goes to a proxy that refuses; the fallback where namespaces are impossible), "auto" (netns if possible).
@@ -32,31 +28,19 @@ class KioskConfigError(ValueError):
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(text))
-    if not match:
-        raise KioskConfigError(f"screen size must be WIDTHxHEIGHT, got {text!r}")
-    width, height = int(match.group(1)), int(match.group(2))
-    if not (MIN_SIZE[0] <= width <= MAX_SIZE[0] and MIN_SIZE[1] <= height <= MAX_SIZE[1]):
-        raise KioskConfigError(f"screen size {width}x{height} outside {MIN_SIZE} .. {MAX_SIZE}")
-    return width, height
+    """(width, height) from `WIDTHxHEIGHT` (policies.recipient.parse_screen: the one parser of screen sizes)."""
+    try:
+        return parse_screen(text)
+    except ValueError as exc:
+        raise KioskConfigError(str(exc)) from None
 
 
 def size_from_policy(path: Path) -> tuple[int, int] | None:
-    """The `screen` entry of a recipient policy, or None if it has none."""
+    """The `screen` of a recipient policy, or None if it has none; the policy is read as every component reads it."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise KioskConfigError(f"{path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise KioskConfigError(f"{path}: a recipient policy is a mapping")
-    screen = raw.get("screen")
-    if screen is None:
-        return None
-    if isinstance(screen, dict):
-        if set(screen) != {"width", "height"}:
-            raise KioskConfigError(f"{path}: screen must have exactly width and height")
-        return parse_size(f"{screen['width']}x{screen['height']}")
-    return parse_size(str(screen))
+        return load_recipient_policy(path).screen_size
+    except PolicyError as exc:
+        raise KioskConfigError(str(exc)) from None
 
 
 def check_app_url(url: str) -> str:

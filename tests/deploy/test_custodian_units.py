@@ -13,10 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from deploy.custodian_api import create_app
-from deploy.provision import Provisioner, screen_size
+from deploy.provision import Provisioner
 from deploy.records import Records
 from deploy.site import Site, SiteError, SiteSettings, write_atomic
-from proxy.limits import RecipientPolicy
+from policies.recipient import RecipientPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,9 +74,9 @@ def test_write_atomic_leaves_no_partial_file(tmp_path: Path) -> None:
 
 
 def test_screen_size_from_the_policy() -> None:
-    assert screen_size(RecipientPolicy(recipient="a")) == "1280x800"
-    assert screen_size(RecipientPolicy(recipient="a", screen="1600x900")) == "1600x900"
-    assert screen_size(RecipientPolicy(recipient="a", screen={"width": 1024, "height": 768})) == "1024x768"
+    assert RecipientPolicy(recipient="a").screen_text == "1280x800"
+    assert RecipientPolicy(recipient="a", screen="1600x900").screen_text == "1600x900"
+    assert RecipientPolicy(recipient="a", screen={"width": 1024, "height": 768}).screen_text == "1024x768"
 
 
 def test_records_recipients_events_and_keys(tmp_path: Path) -> None:

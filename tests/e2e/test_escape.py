@@ -308,7 +308,7 @@ async def _link_centres(app_url: str, profile: Path) -> dict[str, tuple[int, int
 @pytest.fixture(scope="module")
 def enclave(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Enclave]:
     from proxy.gateway import Gateway
-    from proxy.limits import load_recipient_policy
+    from policies.recipient import load_recipient_policy
     from proxy.tokens import TokenStore
 
     root = tmp_path_factory.mktemp("escape")

@@ -23,7 +23,8 @@ from enclave.kiosk import KioskConfig
 from enclave.kiosk.browser import browser_env
 from enclave.kiosk.browser_policy import build_policy
 from enclave.kiosk.netns import netns_unavailable_reason
-from proxy.limits import KeyLimits, SessionLimits, load_recipient_policy
+from policies.recipient import load_recipient_policy
+from proxy.limits import KeyLimits, SessionLimits
 from proxy.session import UpstreamTarget
 from tests.enclave.kiosk_fixtures import (APP_BG, APP_TITLE, STICKYKEYS_ENABLE, TERMINATE_SERVER, AppServer,
                                           CountingServer, Researcher, RunningKiosk, WindowMonitor, drain, events, grab,

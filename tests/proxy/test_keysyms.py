@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from policies.recipient import PolicyError, load_recipient_policy
 from proxy import keysyms
 from proxy.limits import (BLOCKED, DEFAULT_BLOCKED_CLICKS, DEFAULT_BLOCKED_SHORTCUTS, FORWARD, REFUSED, InputFilter,
-                          PolicyError, SessionLimits, load_recipient_policy)
+                          SessionLimits)
 
 DEMO_POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "recipient-demo.yaml"
 
