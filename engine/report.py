@@ -410,6 +410,21 @@ def local_recoding_line(manifest: dict) -> str:
     return "local: " + ", ".join(f'{p["released_records"]} records by iteration {p["iteration"]}' for p in parts)
 
 
+def report_head(manifest: dict, kind: str = "") -> str:
+    """The report's document head (a Content-Security-Policy that allows nothing but inline styles and images),
+    title and generation line; `kind` qualifies the heading (e.g. a partitioned dataset)."""
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    heading = _esc(manifest["dataset"]) + (f" ({_esc(kind)})" if kind else "")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>safeshare release report: {_esc(manifest["dataset"])}</title>
+<style>{_STYLE}</style></head><body>
+<h1>Release report: {heading}</h1>
+<p>Generated {generated} by safeshare engine {_esc(manifest["engine_version"])}; optimized for
+<b>{_esc(manifest["optimized_for"])}</b>.</p>"""
+
+
 def render_report(result: "DeidResult", manifest: dict) -> str:
     best = result.best
     table = result.table
@@ -441,15 +456,7 @@ def render_report(result: "DeidResult", manifest: dict) -> str:
     ]
     before = input_class_sizes(result)
     after = released_class_sizes(result)
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>safeshare release report: {_esc(manifest["dataset"])}</title>
-<style>{_STYLE}</style></head><body>
-<h1>Release report: {_esc(manifest["dataset"])}</h1>
-<p>Generated {generated} by safeshare engine {_esc(manifest["engine_version"])}; optimized for
-<b>{_esc(manifest["optimized_for"])}</b>.</p>
+    return f"""{report_head(manifest)}
 {gate_section(manifest.get("gate"))}
 <h2>Summary</h2>{_table(None, summary)}
 {risk_profile_section(before, after)}

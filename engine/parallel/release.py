@@ -123,10 +123,8 @@ def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndar
     """The release report of a partitioned release, from what the driver holds: the gate, the summary, the
     transformation, every quality model, the class sizes and P4's steps (no per-value distributions: the records
     stayed on the workers)."""
-    from datetime import datetime, timezone
-
-    from ..report import (_STYLE, _esc, _table, bar_chart_svg, class_size_distribution, gate_section,
-                          parallel_section, risk_interval_label)
+    from ..report import (_table, bar_chart_svg, class_size_distribution, gate_section, parallel_section,
+                          report_head, risk_interval_label)
 
     parallel = manifest["parallel"]
     summary = [
@@ -151,15 +149,7 @@ def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndar
     edges = [(0.5, 1.0), (0.2, 0.5), (0.1, 0.2), (0.0, 0.1)]
     risk_rows = [[risk_interval_label(low, high), int(kept[(1.0 / kept > low) & (1.0 / kept <= high)].sum())]
                  for low, high in edges] if kept.size else []
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>safeshare release report: {_esc(manifest["dataset"])}</title>
-<style>{_STYLE}</style></head><body>
-<h1>Release report: {_esc(manifest["dataset"])} (partitioned dataset)</h1>
-<p>Generated {generated} by safeshare engine {_esc(manifest["engine_version"])}; optimized for
-<b>{_esc(manifest["optimized_for"])}</b>.</p>
+    return f"""{report_head(manifest, "partitioned dataset")}
 {gate_section(manifest.get("gate"))}
 <h2>Summary</h2>{_table(None, summary)}
 <h2>Transformation (every partition)</h2>{_table(["attribute", "level"], transformation)}
