@@ -262,6 +262,10 @@ def test_heuristic_chosen_by_the_configuration():
     assert choose_heuristic(k_and_pu, quality, lattice, all_suppressed, 200) == "topdown"   # risk-based: top-down
     assert choose_heuristic(pu, quality, lattice, all_suppressed, 200) == "topdown"
     assert choose_heuristic(pu, quality, lattice, None, 200) == "topdown"
+    # given long enough, the genetic algorithm overtakes top-down under risk-based models (heuristics_bench)
+    assert choose_heuristic(pu, quality, lattice, None, 200, time_limit=10.0) == "topdown"
+    assert choose_heuristic(pu, quality, lattice, all_suppressed, 200, time_limit=600.0) == "genetic"
+    assert choose_heuristic(k_and_pu, quality, lattice, None, 200, time_limit=100.0) == "genetic"
     assert choose_heuristic(pu, quality, lattice, few_suppressed, 200) == "lightning"
 
 
