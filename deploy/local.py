@@ -31,6 +31,7 @@ from pathlib import Path
 from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
                              safeshare_argv)
 from deploy.readiness import wait_for_http_ok
+from enclave.kiosk.ready import find_ready
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
@@ -183,7 +184,7 @@ class LocalEnclave:
                       "--logs", str(home / "logs" / "kiosk"), "--network", cfg.network]
         kiosk_args += ["--size", cfg.size] if cfg.size else ["--policy", str(cfg.recipient_policy)]
         kiosk = self._spawn("kiosk", safeshare_argv(*kiosk_args))
-        endpoint = kiosk.wait_for(_kiosk_ready, READY_TIMEOUT, "a browser window on the app")
+        endpoint = kiosk.wait_for(find_ready, READY_TIMEOUT, "a browser window on the app")
         assert isinstance(endpoint, dict)
 
         self.say(f"[4/5] token for {recipient.recipient}")
@@ -268,16 +269,6 @@ class LocalEnclave:
         if state is not None and state.get("pid") == os.getpid():
             (self.config.home / STATE_FILE).unlink(missing_ok=True)
         return strays
-
-
-def _kiosk_ready(text: str) -> dict | None:
-    for line in text.splitlines():
-        if line.startswith("{") and '"event": "ready"' in line:
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                return None
-    return None
 
 
 def _gateway_ready(text: str) -> str | None:

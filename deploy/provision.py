@@ -48,6 +48,7 @@ from deploy.images.hardening import HARDENING
 from deploy.readiness import wait_for_http_ok
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.site import Site, give_to_gateway, write_atomic
+from enclave.kiosk.ready import find_ready
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
 from policies.recipient import PolicyError, RecipientPolicy, load_recipient_policy
@@ -466,7 +467,7 @@ class Provisioner:
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             logs = kiosk.logs(stdout=True, stderr=False).decode(errors="replace")
-            if '"event": "ready"' in logs:
+            if find_ready(logs) is not None:
                 return
             kiosk.reload()
             if kiosk.status in ("exited", "dead"):

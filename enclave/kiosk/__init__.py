@@ -13,16 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from enclave.kiosk.config import KioskConfig, KioskConfigError
-
 
 def __getattr__(name: str) -> Any:
-    """Kiosk and KioskEndpoint load libX11 (ctypes): imported on first use, so that `safeshare` runs in images
-    without X (the app's and the gateway's) where the kiosk's command is registered but never used."""
+    """Kiosk and KioskEndpoint load libX11 (ctypes), and the configuration the recipient-policy model: imported on
+    first use, so that `safeshare` starts fast and runs in images without X (the app's and the gateway's) where the
+    kiosk's command is registered but never used."""
     if name in ("Kiosk", "KioskEndpoint"):
         from enclave.kiosk import kiosk
 
         return getattr(kiosk, name)
+    if name in ("KioskConfig", "KioskConfigError"):
+        from enclave.kiosk import config
+
+        return getattr(config, name)
     raise AttributeError(name)
 
 

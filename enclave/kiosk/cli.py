@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import signal
 import sys
 from pathlib import Path
 
+from enclave.kiosk.ready import FAILED, READY, STOPPED, event_line
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
@@ -52,18 +52,18 @@ async def _serve(config) -> int:  # config: KioskConfig
             await asyncio.gather(start, return_exceptions=True)
             return EXIT_OK
         endpoint = start.result()
-        print(json.dumps({"event": "ready", **endpoint.as_dict()}), flush=True)
+        print(event_line(READY, **endpoint.as_dict()), flush=True)
         failed = asyncio.create_task(kiosk.failed.wait())
         await asyncio.wait([waiter, failed], return_when=asyncio.FIRST_COMPLETED)
         failed.cancel()
         if kiosk.failure is not None:
-            print(json.dumps({"event": "failed", "reason": kiosk.failure}), flush=True)
+            print(event_line(FAILED, reason=kiosk.failure), flush=True)
             return EXIT_REFUSED
         return EXIT_OK
     finally:
         waiter.cancel()
         await kiosk.stop()
-        print(json.dumps({"event": "stopped"}), flush=True)
+        print(event_line(STOPPED), flush=True)
 
 
 def cmd_kiosk(args: argparse.Namespace) -> int:

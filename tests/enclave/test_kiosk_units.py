@@ -360,3 +360,12 @@ def test_kiosk_takes_the_escape_shortcuts_off_the_keyboard() -> None:
     for keysym, mask in ((ord("c"), ctrl), (ord("v"), ctrl), (ord("a"), ctrl), (ord("f"), ctrl), (ord("w"), ctrl),
                          (0xFF1B, 0), (ord("n"), shift), (ord("n"), 0), (0xFF51, alt), (f[5], 0)):
         assert not taken(keysym, mask), (hex(keysym), mask)
+
+
+def test_the_ready_event_is_written_and_found_in_one_place() -> None:
+    from enclave.kiosk.ready import READY, event_line, find_ready
+
+    line = event_line(READY, upstream="unix:/run/vnc.sock", password_file="/run/pw")
+    log = "\n".join(["Xvfb started", '{"event": "starting"}', "{not json", line, event_line("failed", reason="x")])
+    assert find_ready(log) == {"event": "ready", "upstream": "unix:/run/vnc.sock", "password_file": "/run/pw"}
+    assert find_ready("Xvfb started\n{not json\n") is None
