@@ -17,7 +17,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, create_engine, event, inspect, text
+from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, Text, create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -81,6 +81,10 @@ class Token(Base):
     target_id: Mapped[int] = mapped_column(ForeignKey("gateway_targets.id"))
     release: Mapped[str | None] = mapped_column(String(200), default=None)
     policy_file: Mapped[str | None] = mapped_column(String(1000), default=None)
+    # The session limits the token grants (JSON of proxy.limits.SessionLimits), taken from the recipient policy when
+    # it was issued: the gateway reads them here, not the policy file on every connection. None for tokens issued
+    # without a policy or before this column existed (the gateway then reads `policy_file` as it used to).
+    limits: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

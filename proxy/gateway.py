@@ -508,12 +508,16 @@ class Gateway:
         return web.json_response(openapi_document())
 
     def _resolve(self, grant: Grant) -> tuple[UpstreamTarget, SessionLimits, str | None]:
-        """The grant's upstream (with its password) and limits; any problem refuses the connection."""
+        """The grant's upstream (with its password) and limits: those the token was issued with, else (a token
+        issued before the snapshot, or without a policy) its policy file's, read now; any problem refuses the
+        connection."""
         password = None
         if grant.password_file:
             password = read_vnc_password(grant.password_file)
         upstream = UpstreamTarget.parse(grant.upstream, password)
         limits, release = self.default_limits, grant.release
+        if grant.limits is not None:   # the limits the token was issued with (proxy.tokens.issue_for_policy)
+            return upstream, SessionLimits.model_validate_json(grant.limits), release
         if grant.policy_file:
             policy = load_recipient_policy(Path(grant.policy_file))
             if policy.recipient != grant.recipient:

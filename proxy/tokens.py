@@ -64,6 +64,7 @@ class Grant:
     release: str | None
     policy_file: str | None
     expires_at: datetime
+    limits: str | None = None   # the SessionLimits granted (JSON), None: read them from policy_file
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class TokenStore:
 
     def issue(self, recipient: str, upstream: str, *, password_file: str | None = None,
               target_name: str | None = None, ttl: timedelta | None = None, expires_at: datetime | None = None,
-              release: str | None = None, policy_file: str | None = None) -> IssuedToken:
+              release: str | None = None, policy_file: str | None = None, limits: str | None = None) -> IssuedToken:
         if not recipient:
             raise ValueError("a token needs a recipient")
         now = self.clock()
@@ -164,7 +165,7 @@ class TokenStore:
         token = new_token()
         with self._session.begin() as db:
             row = Token(token_hash=hash_token(token), recipient=recipient, target_id=target_id, release=release,
-                        policy_file=policy_file, created_at=now, expires_at=expires_at)
+                        policy_file=policy_file, limits=limits, created_at=now, expires_at=expires_at)
             db.add(row)
             db.flush()
             token_id = row.id
@@ -185,7 +186,7 @@ class TokenStore:
                 raise TokenRefused(reason, row.revoke_reason or "")
             return Grant(token_id=row.id, recipient=row.recipient, target_name=row.target.name,
                          upstream=row.target.upstream, password_file=row.target.password_file, release=row.release,
-                         policy_file=row.policy_file, expires_at=row.expires_at)
+                         policy_file=row.policy_file, expires_at=row.expires_at, limits=row.limits)
 
     def mark_used(self, token_id: int) -> None:
         with self._session.begin() as db:
@@ -349,8 +350,9 @@ def issue_for_policy(store: TokenStore, policy: "RecipientPolicy", policy_file: 
                      expires_at: datetime, password_file: str | None = None, target_name: str | None = None,
                      release: str | None = None, now: datetime | None = None) -> IssuedToken:
     """A token for the recipient `policy` names, for `release` (default the policy's), expiring at `expires_at`
-    capped at the end of the policy's `expires` day. Every path that grants access (`safeshare token issue`,
-    provisioning, `safeshare up`) issues through here, so none can outlast the policy. Raises AccessEnded when the
+    capped at the end of the policy's `expires` day, with a snapshot of the session limits the policy grants (the
+    gateway applies those, without reading the policy file again). Every path that grants access (`safeshare token
+    issue`, provisioning, `safeshare up`) issues through here, so none can outlast the policy. Raises AccessEnded when the
     policy's access has ended (at `now`, default the store's clock)."""
     ends = policy.access_ends
     if ends is not None:
@@ -360,4 +362,4 @@ def issue_for_policy(store: TokenStore, policy: "RecipientPolicy", policy_file: 
         expires_at = min(expires_at, ends)
     return store.issue(policy.recipient, upstream, password_file=password_file, target_name=target_name,
                        expires_at=expires_at, release=release if release is not None else policy.release,
-                       policy_file=str(policy_file))
+                       policy_file=str(policy_file), limits=policy.limits.model_dump_json())

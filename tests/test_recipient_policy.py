@@ -86,3 +86,30 @@ def test_issue_for_policy_caps_the_expiry_and_refuses_after_the_policy_ended(tmp
         assert len(store.list_tokens("ann")) == 2   # nothing issued
     finally:
         store.dispose()
+
+
+def test_the_gateway_applies_the_limits_the_token_was_issued_with(tmp_path):
+    """The token row holds the policy's limits: a later edit of the policy file does not change a live grant (a new
+    policy means a new token: provisioning re-issues when the policy's hash changes)."""
+    from proxy.gateway import Gateway
+    from proxy.limits import SessionLimits
+
+    path = tmp_path / "ann.yaml"
+    path.write_text("recipient: ann\nrelease: adult/abc\nlimits: {idle_seconds: 42, keys: {rate: 3}}\n")
+    policy = load_recipient_policy(path)
+    store = TokenStore(f"sqlite:///{tmp_path / 'tokens.db'}")
+    try:
+        issued = issue_for_policy(store, policy, path, "127.0.0.1:5900",
+                                  expires_at=datetime.now(timezone.utc) + timedelta(hours=1))
+        path.write_text("recipient: ann\nlimits: {idle_seconds: 9999}\n")   # edited after issuing
+        grant = store.verify(issued.token)
+        assert SessionLimits.model_validate_json(grant.limits) == policy.limits
+        gateway = Gateway(store, tmp_path / "sessions", novnc_dir=None)
+        upstream, limits, release = gateway._resolve(grant)
+        assert limits.idle_seconds == 42 and limits.keys.rate == 3 and release == "adult/abc"
+        assert upstream.describe() == "127.0.0.1:5900"
+        # a token issued without a policy snapshot (older rows) still reads its policy file
+        legacy = store.issue("ann", "127.0.0.1:5900", policy_file=str(path), expires_at=issued.expires_at)
+        assert gateway._resolve(store.verify(legacy.token))[1].idle_seconds == 9999
+    finally:
+        store.dispose()
