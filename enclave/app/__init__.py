@@ -7,7 +7,7 @@ Content-Security-Policy. Modules, one job each:
 - `release`: bundle verification, bulk import into SQLAlchemy (SQLite or PostgreSQL), read-only reopening
 - `table`: the release as integer codes per column; masks, bincount frequencies and cross-tabulations
 - `analyses`: cohort counts, frequency tables, cross-tabulations, cohort comparison with a chi-square test
-- `charts`: inline SVG bar charts
+- charts: inline SVG from `engine.svgcharts` (one chart module for the app and the release report)
 - `workspace`: saved analyses (parameters only, bounded in count and size) in their own writable SQLite file
 - `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream
 - `api`, `pages`: JSON endpoints and HTML pages; `cli`: `safeshare app`

@@ -2,7 +2,7 @@
 
 Every page's <title> starts with "safeshare" (the kiosk watchdog's sign that the window shows the app). Analyses read
 their parameters from the query string (GET forms), so a page can be saved as an analysis by saving its query
-string, and re-opened by redirecting to it. Charts are inline SVG from `charts`. The only POST forms save and delete
+string, and re-opened by redirecting to it. Charts are inline SVG from `engine.svgcharts`. The only POST forms save and delete
 saved analyses in the workspace; their bodies are parsed here (urlencoded) without an extra dependency.
 """
 from __future__ import annotations
@@ -16,7 +16,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from . import analyses, charts
+from engine import svgcharts as charts
+
+from . import analyses
 from .context import PAGE_PARAMS, AppContext
 from .table import FilterError
 from .workspace import WorkspaceError
@@ -135,7 +137,7 @@ def frequencies(request: Request) -> HTMLResponse:
     try:
         spec = context.cohort_from(params)
         result = analyses.frequency_table(context.table, attribute, spec)
-        chart = charts.bar_chart([r["value"] for r in result["rows"]], [r["count"] for r in result["rows"]],
+        chart = charts.horizontal_bar_chart([r["value"] for r in result["rows"]], [r["count"] for r in result["rows"]],
                                  f"Frequencies of {attribute}", [r["percent"] for r in result["rows"]])
     except FilterError as exc:
         error = str(exc)
@@ -183,7 +185,7 @@ def compare(request: Request) -> HTMLResponse:
         spec_b = context.cohort_from(params, "b", "xb")
         if ran:
             result = analyses.compare_cohorts(context.table, attribute, spec_a, spec_b)
-            chart = charts.grouped_bars([r["value"] for r in result["rows"]],
+            chart = charts.horizontal_grouped_bars([r["value"] for r in result["rows"]],
                                         [("A: " + result["cohort_a"], [r["percent_a"] for r in result["rows"]]),
                                          ("B: " + result["cohort_b"], [r["percent_b"] for r in result["rows"]])],
                                         f"{attribute} in cohorts A and B (%)")

@@ -382,11 +382,12 @@ def test_release_database_is_read_only_at_run_time(app, state, bundle) -> None:
 
 
 def test_svg_charts_are_well_formed_and_escaped(client) -> None:
-    from enclave.app.charts import bar_chart, grouped_bars, stacked_percent_bars
+    from engine.svgcharts import horizontal_bar_chart, horizontal_grouped_bars, stacked_percent_bars
 
     nasty = ['<script>alert(1)</script>', 'a & b', '"quoted"']
-    for svg in (bar_chart(nasty, [1, 2, 3], "t<"), stacked_percent_bars(nasty, nasty, [[50, 50, 0]] * 3, "t"),
-                grouped_bars(nasty, [("A", [1, 2, 3]), ("B", [3, 2, 1])], "t")):
+    for svg in (horizontal_bar_chart(nasty, [1, 2, 3], "t<"),
+                stacked_percent_bars(nasty, nasty, [[50, 50, 0]] * 3, "t"),
+                horizontal_grouped_bars(nasty, [("A", [1, 2, 3]), ("B", [3, 2, 1])], "t")):
         root = ET.fromstring(svg)
         assert root.tag.endswith("svg") and "<script" not in svg
     page = client.get("/frequencies?attr=salary-class").text
