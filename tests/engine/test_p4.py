@@ -351,3 +351,20 @@ def test_auto_strategy_keeps_t_closeness_utility_on_adult(data_dir):
     auto, sorted_ = runs[("auto", "auto")], runs[("sorted", "partition")]
     assert auto.details["partitioning"] == "random"
     assert auto.quality >= 0.95 * optimum > sorted_.quality
+
+
+def test_in_memory_p4_that_loses_a_worker_fails_cleanly(tmp_path):
+    """The in-memory run scatters its partitions from the driver: a worker killed during a step takes its partition
+    with it, which Dask cannot recompute, so the run fails naming the step (safeshare deid exits 3 and writes
+    nothing). The dataset run (--dataset) recomputes it instead (test_p4_dataset)."""
+    import distributed
+
+    from engine.parallel.p4 import P4ClusterError
+    from tests.engine.test_p4_dataset import KillingExecutor, _cluster
+
+    policy = small_policy(tmp_path, PRIVACY["pu-5pct"])
+    loaded = load_input(policy)
+    with _cluster() as cluster, distributed.Client(cluster) as client:
+        with pytest.raises(P4ClusterError, match="during the anonymize step"):
+            run_p4(policy, loaded.frame, loaded.hierarchies, loaded.sensitive, 2,
+                   executor=KillingExecutor(client, "anonymize"))
