@@ -154,14 +154,18 @@ class DaskExecutor:
     def map(self, function: Callable, items: Sequence, step: str | None = None, **kwargs) -> list:
         with cluster_errors(step):
             futures = self.client.map(function, items, pure=False, **kwargs)
-            bar = self.bar(step, len(futures))
-            if bar is not None:
-                from distributed import as_completed
+            try:
+                bar = self.bar(step, len(futures))
+                if bar is not None:
+                    from distributed import as_completed
 
-                for _ in as_completed(futures):
-                    bar.update()
-                bar.close()
-            return self.client.gather(futures)
+                    for _ in as_completed(futures):
+                        bar.update()
+                    bar.close()
+                return self.client.gather(futures)
+            except BaseException:
+                self.client.cancel(futures)   # a failed step starts nothing more (what runs, runs to its end)
+                raise
 
 
 def table_distributions(frame: pd.DataFrame, sensitive: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -273,8 +273,11 @@ def write_release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels:
     from pathlib import Path
 
     output = release(job, levels, suppressed_labels)
+    # The driver made the folder (a staging folder it renames into place). It is not made here: a run that failed
+    # while this task ran has removed it, and recreating it would leave a partial dataset behind.
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: the release folder is gone (the run was stopped)")
     final = folder / f"part-{job.index:05d}.parquet"
     temporary = folder / f".part-{job.index:05d}.parquet.tmp"
     output["released"].to_parquet(temporary, index=False, engine="pyarrow", compression="zstd")
