@@ -117,6 +117,9 @@ def test_cohort_page_has_the_ids_a_test_drives(client, frame) -> None:
             assert bool(checkbox.group(2)) == ((attribute["name"], value["label"]) in
                                                {("sex", "Female"), ("age", "20-29")})
     assert '<script src="/static/app.js" defer></script>' in page
+    # the kiosk guard runs before the page exists: in <head>, not deferred
+    head = page.split("</head>", 1)[0]
+    assert '<script src="/static/guard.js"></script>' in head
 
 
 def test_release_lists_values_in_natural_order_with_counts(client, frame) -> None:

@@ -104,7 +104,7 @@ PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses",
          "/crosstab?row=sex&col=salary-class&pct=col&where=race%3DWhite",
          "/crosstab?row=age&col=education&pct=total", "/crosstab?row=sex&col=race&pct=none",
          "/compare?attr=salary-class&a=sex%3DMale&b=sex%3DFemale", "/compare?attr=race&a=sex%3DMale&b=age%3D10-19"]
-ASSETS = ["/static/app.js", "/static/app.css", "/static/icon.svg"]
+ASSETS = ["/static/guard.js", "/static/app.js", "/static/app.css", "/static/icon.svg"]
 
 SAFESHARE = [sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())"]
 
