@@ -20,3 +20,7 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(name)
+
+
+__all__ = ["DatasetPolicy", "DeidResult", "Hierarchy", "InputError", "NoSolutionError", "deidentify",
+           "load_policy", "write_release"]
