@@ -34,6 +34,7 @@ from ..classes import Evaluation, group
 from ..distributions import ClassView
 from ..errors import InputError
 from ..policy import DatasetPolicy
+from ..privacy import PrivacyConfiguration
 from .partitioning import harmonize, random_partitions, sorted_partitions
 from .worker import PartitionClasses, PartitionJob, classes, optimum, release
 
@@ -270,7 +271,7 @@ def _run_p4_local(policy: DatasetPolicy, frame: pd.DataFrame, handles: Sequence,
     mark = time.perf_counter()
     merged, gone, suppressed = comply(policy, summaries, None, n, hierarchies, sensitive)
     seconds["compliance"] = time.perf_counter() - mark
-    limit = int(np.floor(policy.suppression_limit * n + 1e-9))
+    limit = max_suppressed(policy, n)
     if suppressed > limit:
         raise P4NoSolution(f"the partitions' local recodings suppress {suppressed} records on the merged table, "
                            f"above the limit {limit}")
@@ -398,7 +399,7 @@ def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int,
     if not found:
         raise P4NoSolution("no partition has a solution under the privacy models")
     seconds["harmonize"] = seconds["compliance"] = 0.0
-    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
+    limit = max_suppressed(policy, records)
     tried = []
     for levels in raised_levels(harmonize(found, harmonization), found, hierarchies, policy):
         mark = time.perf_counter()
@@ -444,12 +445,18 @@ def raised_levels(harmonized: tuple[int, ...], found: Sequence[tuple[int, ...]],
             yield current
 
 
+def max_suppressed(policy: DatasetPolicy, records: int) -> int:
+    """How many of `records` the policy's suppression limit lets all steps together suppress (the engine's rule,
+    engine.privacy.PrivacyConfiguration.max_suppressed)."""
+    return PrivacyConfiguration((), policy.suppression_limit).max_suppressed(records)
+
+
 def _check_limit(policy: DatasetPolicy, outputs: Sequence[dict], records: int) -> tuple[int, float]:
     """(suppressed records, row-weighted loss); the suppression limit holds for the whole table."""
     total = sum(o["records"] for o in outputs)
     loss = sum(o["loss"] * o["records"] for o in outputs) / total
     suppressed = sum(o["suppressed_records"] for o in outputs)
-    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
+    limit = max_suppressed(policy, records)
     if suppressed > limit:
         raise P4NoSolution(f"the harmonized transformation suppresses {suppressed} records, above the limit {limit}")
     return suppressed, loss
@@ -493,7 +500,7 @@ def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels:
             raise P4NoSolution(f"{model.name} fails on classes that cannot be suppressed")
     evaluation = Evaluation(tuple(levels or ()), codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
     already = int(table["size"].sum() - table["kept"].sum())
-    limit = int(np.floor(policy.suppression_limit * records + 1e-9))
+    limit = max_suppressed(policy, records)
     for model in configuration.risk_models:
         visible = ~evaluation.suppressed & ~(merged[names] == SUPPRESSED).all(axis=1).to_numpy()
         order = _suppression_order(policy, merged, names, sizes, visible, levels, hierarchies)
