@@ -125,18 +125,52 @@ def classes(job: PartitionJob, levels: tuple[int, ...]) -> PartitionClasses:
     table, evaluation = evaluate(job, levels)
     labels = pd.DataFrame({a.name: a.labels[level][evaluation.codes[i]]
                            for i, (a, level) in enumerate(zip(table.attributes, levels))})
-    record_class = _record_classes(table, levels, evaluation)
-    first = np.full(evaluation.sizes.size, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, record_class, job.rows)
-    sensitive = {}
-    if table.sensitive:
-        view = ClassCache(table, budget_bytes=0).view(levels)
-        for attribute in table.sensitive:
-            distribution = view.distribution(attribute.name)
-            sensitive[attribute.name] = pd.DataFrame({"class": distribution.classes,
-                                                      "value": attribute.values[distribution.values],
-                                                      "count": distribution.counts})
-    return PartitionClasses(job.index, labels, evaluation.sizes, evaluation.suppressed, first, sensitive)
+    first = _first_rows(_record_classes(table, levels, evaluation), evaluation.sizes.size, job.rows)
+    view = ClassCache(table, budget_bytes=0).view(levels) if table.sensitive else None
+    return PartitionClasses(job.index, labels, evaluation.sizes, evaluation.suppressed, first,
+                            _sensitive_counts(table, view))
+
+
+def _first_rows(record_class: np.ndarray, classes: int, rows: np.ndarray) -> np.ndarray:
+    """Per class the whole table's position of its first record (`rows`: the partition's positions in the table)."""
+    first = np.full(classes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, record_class, rows)
+    return first
+
+
+def _sensitive_counts(table: EncodedTable, view) -> dict[str, pd.DataFrame]:
+    """Per sensitive attribute a frame (class, value, count) of the classes of `view`, what compliance merges."""
+    out = {}
+    for attribute in table.sensitive:
+        distribution = view.distribution(attribute.name)
+        out[attribute.name] = pd.DataFrame({"class": distribution.classes,
+                                            "value": attribute.values[distribution.values],
+                                            "count": distribution.counts})
+    return out
+
+
+def _marked(labels: pd.DataFrame, suppressed_labels: pd.DataFrame) -> np.ndarray:
+    """Which rows of `labels` compliance suppressed on the merged table (their labels are in `suppressed_labels`)."""
+    names = list(labels.columns)
+    marked = labels.merge(suppressed_labels.assign(_gone=True), on=names, how="left")["_gone"]
+    return marked.fillna(False).to_numpy(dtype=bool)
+
+
+def _released_frame(job: PartitionJob, generalized: dict[str, np.ndarray], record_suppressed: np.ndarray
+                    ) -> pd.DataFrame:
+    """The partition's released records: quasi-identifiers as `generalized` with the suppressed records' blanked,
+    the other released attributes as they are, identifying ones left out."""
+    out = pd.DataFrame(index=job.frame.index)
+    for name, attribute in job.policy.attributes.items():
+        if attribute.type == "identifying":
+            continue
+        if name in generalized:
+            values = np.asarray(generalized[name], dtype=object).copy()
+            values[record_suppressed] = SUPPRESSED
+            out[name] = values
+        else:
+            out[name] = job.frame[name].to_numpy()
+    return out
 
 
 def _record_classes(table: EncodedTable, levels: tuple[int, ...], evaluation: Evaluation) -> np.ndarray:
@@ -156,26 +190,14 @@ def release(job: PartitionJob, levels: tuple[int, ...], suppressed_labels: pd.Da
     table, evaluation = evaluate(job, levels)
     labels = pd.DataFrame({a.name: a.labels[level][evaluation.codes[i]]
                            for i, (a, level) in enumerate(zip(table.attributes, levels))})
-    names = list(labels.columns)
-    marked = labels.merge(suppressed_labels.assign(_gone=True), on=names, how="left")["_gone"].fillna(False)
-    suppressed = evaluation.suppressed | marked.to_numpy(dtype=bool)
+    suppressed = evaluation.suppressed | _marked(labels, suppressed_labels)
     policy = job.policy
     quality_model = make_quality_model(policy.quality.model, table, policy.quality.aggregation,
                                        policy.quality.gs_factor)
     loss = quality_model.loss(levels, evaluation.codes, evaluation.sizes, suppressed)
     record_suppressed = suppressed[_record_classes(table, levels, evaluation)]
-    out = pd.DataFrame(index=job.frame.index)
-    for name, attribute in policy.attributes.items():
-        if attribute.type == "identifying":
-            continue
-        if name in job.hierarchies:
-            encoded = table.attributes[list(job.hierarchies).index(name)]
-            level = levels[list(job.hierarchies).index(name)]
-            values = encoded.labels[level][encoded.to_level[level][encoded.records]].astype(object)
-            values[record_suppressed] = SUPPRESSED
-            out[name] = values
-        else:
-            out[name] = job.frame[name].to_numpy()
+    generalized = {a.name: a.labels[level][a.to_level[level][a.records]] for a, level in zip(table.attributes, levels)}
+    out = _released_frame(job, generalized, record_suppressed)
     return {"index": job.index, "released": out, "rows": job.rows, "records": table.n, "loss": float(loss),
             "record_suppressed": record_suppressed, "suppressed_records": int(record_suppressed.sum()),
             "classes": labels.assign(size=evaluation.sizes, suppressed=suppressed)}
@@ -186,7 +208,8 @@ def local_classes(job: PartitionJob, time_limit: float | None = None) -> Partiti
     locally recoded with the whole configuration (engine.local: each iteration re-anonymizes the records the previous
     ones suppressed); with no solution under the policy's limit it is recoded again with every record suppressible,
     as P4 does. Returns its released classes by released values, which is how they merge with other partitions'."""
-    from ..local import local_recoding
+    from ..distributions import view_from_records
+    from ..local import local_recoding, released_classes
     from ..search import search
 
     table = encode(job)
@@ -209,22 +232,13 @@ def local_classes(job: PartitionJob, time_limit: float | None = None) -> Partiti
                            "suppressible")
     job.local = result
     names = list(job.hierarchies)
-    from ..local import released_classes
-
     codes, sizes, class_suppressed, record_class = released_classes(result.released, names, result.record_suppressed)
-    first_record = np.full(sizes.size, -1, dtype=np.int64)
-    first_record[record_class[::-1]] = np.arange(record_class.size)[::-1]
-    labels = pd.DataFrame({name: result.released[name].to_numpy(dtype=object)[first_record].astype(str)
-                           for name in names})
-    first = job.rows[first_record].astype(np.int64)
-    sensitive = {}
-    for attribute in table.sensitive:
-        key = record_class.astype(np.int64) * attribute.cardinality + attribute.records
-        uniques, counts = np.unique(key, return_counts=True)
-        sensitive[attribute.name] = pd.DataFrame({"class": uniques // attribute.cardinality,
-                                                  "value": attribute.values[uniques % attribute.cardinality],
-                                                  "count": counts})
-    return PartitionClasses(job.index, labels, sizes, class_suppressed, first, sensitive)
+    member = np.empty(sizes.size, dtype=np.int64)   # one record of each class: its labels are the class's
+    member[record_class] = np.arange(record_class.size)
+    labels = pd.DataFrame({name: result.released[name].to_numpy(dtype=object)[member].astype(str) for name in names})
+    first = _first_rows(record_class, sizes.size, job.rows)
+    view = view_from_records(codes, sizes, record_class, table.sensitive) if table.sensitive else None
+    return PartitionClasses(job.index, labels, sizes, class_suppressed, first, _sensitive_counts(table, view))
 
 
 def release_local(job: PartitionJob, suppressed_labels: pd.DataFrame) -> dict:
@@ -239,19 +253,9 @@ def release_local(job: PartitionJob, suppressed_labels: pd.DataFrame) -> dict:
         raise RuntimeError(f"partition {job.index}: released before it was locally recoded")
     table = encode(job)
     names = list(job.hierarchies)
-    labels = result.released[names].astype(str)
-    marked = labels.merge(suppressed_labels.assign(_gone=True), on=names, how="left")["_gone"]
-    record_suppressed = result.record_suppressed | marked.fillna(False).to_numpy(dtype=bool)
-    out = pd.DataFrame(index=job.frame.index)
-    for name, attribute in job.policy.attributes.items():
-        if attribute.type == "identifying":
-            continue
-        values = result.released[name].to_numpy(dtype=object).copy() if name in job.hierarchies else None
-        if values is None:
-            out[name] = job.frame[name].to_numpy()
-            continue
-        values[record_suppressed] = SUPPRESSED
-        out[name] = values
+    record_suppressed = result.record_suppressed | _marked(result.released[names].astype(str), suppressed_labels)
+    out = _released_frame(job, {name: result.released[name].to_numpy(dtype=object) for name in names},
+                          record_suppressed)
     codes, sizes, class_suppressed, _ = released_classes(out, names, record_suppressed)
     combined = Evaluation((), codes, sizes, class_suppressed, int(sizes[class_suppressed].sum()), True)
     quality, _ = local_quality(job.policy, table, result.parts, record_suppressed, combined)
