@@ -293,6 +293,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     from .gate import evaluate_gate
     from .parallel import P4NoSolution, run_p4
     from .parallel.cluster import executor_for
+    from .parallel.p4 import describe_run
 
     try:
         with executor_for(parallel.scheduler, progress=progress) as (executor, where):
@@ -309,25 +310,18 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
 
         class_codes, sizes, record_class = group(codes, np.ones(table.n, dtype=np.int64), cards)
         suppressed = class_codes[-1].astype(bool)
-        class_codes = class_codes[:-1]
+        best = Evaluation(tuple(p4.levels), class_codes[:-1], sizes, suppressed, int(sizes[suppressed].sum()), True)
+        quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
+                                                          policy.quality.gs_factor)
     else:   # local transformation: classes are the released values (a class can span levels and partitions)
-        from .local import released_classes
+        from .local import quality_at_record_levels, released_classes
 
         class_codes, sizes, suppressed, record_class = released_classes(p4.released, table.names,
                                                                         p4.record_suppressed)
-    best = Evaluation(tuple(p4.levels), class_codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
-    if p4.record_levels is None:
-        quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
-                                                          policy.quality.gs_factor)
-    else:
-        from .local import quality_at_record_levels
-
+        best = Evaluation(tuple(p4.levels), class_codes, sizes, suppressed, int(sizes[suppressed].sum()), True)
         quality, per_attribute = quality_at_record_levels(policy, table, p4.record_levels, p4.record_suppressed, best,
                                                           p4.suppression_levels)
     best.loss = 1.0 - quality[policy.quality.model]
-    search = SearchResult(best, sum(p["checked"] for p in p4.details["partitions"]), False, sum(p4.seconds.values()),
-                          Lattice(tuple(a.min_level for a in table.attributes),
-                                  tuple(a.max_level for a in table.attributes)).size, "p4")
     required = None
     if policy.gate is not None and policy.gate.require:
         # A class of the release can be kept in one partition and suppressed in another: the view is by record.
@@ -336,17 +330,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
         view = view_from_records(best.codes, sizes, record_class, table.sensitive)
         required = (gate_required_models(policy, table), view, ~suppressed)
     risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
-    if "population_uniqueness" in p4.merged.details:   # decided on the merged release, not per partition
-        risk["privacy_model_estimate"] = p4.merged.details["population_uniqueness"]
-    record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": p4.details["partitioning"],
-              "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
-              "transformation": parallel.transformation,
-              "statistics": p4.details["statistics"],
-              "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
-                                            for lv in p4.partition_levels],
-              "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
-              "quality_row_weighted": p4.quality,
-              "risk_models_decided_on_merged_table": bool(configuration.risk_models)}
+    search, record = describe_run(p4, best, table, parallel, where, p4.quality, bool(configuration.risk_models), risk)
     extra = {"risk": risk, "gate": gate, "parallel": record,
              "privacy_models": [model.describe() for model in configuration.models]}
     if p4.record_levels is not None:

@@ -324,6 +324,7 @@ class P4DatasetResult:
     attribute_quality: dict[str, dict[str, float]]
     details: dict = field(default_factory=dict)
     table: object | None = None   # the whole table's summary (engine.parallel.dataset.summary_table)
+    sha256: dict[str, str] = field(default_factory=dict)   # each part's file name -> its sha256
 
     @property
     def quality_row_weighted(self) -> float:
@@ -386,7 +387,7 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     return P4DatasetResult(levels, [o["levels"] for o in optima], [str(target / name) for name in files],
                            dataset.records, suppressed, loss, seconds, merged, whole, quality, per_attribute,
                            {**_details(optima, merged), "partitioning": partitioning, "statistics": statistics},
-                           table)
+                           table, files)
 
 
 def anonymize_partitions(policy: DatasetPolicy, handles: Sequence, records: int, hierarchies: dict, sensitive: dict,
@@ -443,6 +444,30 @@ def raised_levels(harmonized: tuple[int, ...], found: Sequence[tuple[int, ...]],
         if current not in seen:
             seen.add(current)
             yield current
+
+
+def describe_run(result: "P4Result | P4DatasetResult", best: Evaluation, table, parallel, where: str,
+                 row_weighted: float, risk_models: bool, risk: dict, **record: object):
+    """What a P4 run puts into its release's manifest, for the in-memory and the dataset run alike: the search result
+    (checks summed over partitions, never a proven optimum), the `parallel` block (what ran, each partition's optimum,
+    seconds per step, P4's row-weighted quality, `record`'s extra fields), and in `risk` the estimate of the
+    risk-based models, which were decided on the merged release, not per partition."""
+    from ..lattice import Lattice
+    from ..search.common import SearchResult
+
+    lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
+    search = SearchResult(best, sum(p["checked"] for p in result.details["partitions"]), False,
+                          sum(result.seconds.values()), lattice.size, "p4")
+    if "population_uniqueness" in result.merged.details:
+        risk["privacy_model_estimate"] = result.merged.details["population_uniqueness"]
+    block = {"partitions": parallel.partitions, "scheduler": where, "partitioning": result.details["partitioning"],
+             "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
+             "transformation": parallel.transformation, "statistics": result.details["statistics"],
+             "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
+                                           for lv in result.partition_levels],
+             "seconds_per_step": {k: round(v, 6) for k, v in result.seconds.items()},
+             "quality_row_weighted": row_weighted, "risk_models_decided_on_merged_table": risk_models, **record}
+    return search, block
 
 
 def max_suppressed(policy: DatasetPolicy, records: int) -> int:

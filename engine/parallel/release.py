@@ -16,6 +16,7 @@ need the records on one machine and are refused here.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -47,16 +48,14 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
     """Run P4 with the workers reading the policy's input and writing the release into `out`; return the manifest.
     Raises InputError (bad policy or output) or NoSolutionError. A refused gate still writes the folder (as `safeshare
     deid` does), with `gate.passed` false, which sealing refuses."""
-    from ..deid import DeidResult, NoSolutionError, build_manifest, check_populations, finite_json, parallel_spec
+    from ..atomic import check_output_folder
+    from ..bundle import dataset_digest
+    from ..deid import (DeidResult, NoSolutionError, build_manifest, check_populations, finite_json, parallel_spec,
+                        privacy_configuration)
     from ..gate import combine, evaluate_gate
-    from ..lattice import Lattice
-    from ..search.common import SearchResult
     from ..sitegate import SiteGateSource, load_site_gate, site_folder
     from .cluster import executor_for
-    from .p4 import P4NoSolution, run_p4_dataset
-
-    from ..atomic import check_output_folder
-    from ..deid import privacy_configuration
+    from .p4 import P4NoSolution, describe_run, run_p4_dataset
 
     started = time.perf_counter()
     check_output_folder(out, DATASET_RELEASE_FILES)   # before the run: a run that cannot write should not start
@@ -79,38 +78,20 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
             release = p4.release
             kept = ~release.suppressed
             risk, gate = evaluate_gate(effective_gate, release.sizes[kept])
-            if "population_uniqueness" in p4.merged.details:   # decided on the merged release
-                risk["privacy_model_estimate"] = p4.merged.details["population_uniqueness"]
             table = p4.table
-            lattice = Lattice(tuple(a.min_level for a in table.attributes),
-                              tuple(a.max_level for a in table.attributes))
             release.loss = 1.0 - p4.quality[policy.quality.model]
-            search = SearchResult(release, sum(p["checked"] for p in p4.details["partitions"]), False,
-                                  sum(p4.seconds.values()), lattice.size, "p4")
-            record = {"partitions": parallel.partitions, "scheduler": where, "partitioning": p4.details["partitioning"],
-                      "harmonization": parallel.harmonization, "transformation": "global",
-                      "statistics": p4.details["statistics"],
-                      "partition_transformations": [None if lv is None else dict(zip(table.names, lv))
-                                                    for lv in p4.partition_levels],
-                      "seconds_per_step": {k: round(v, 6) for k, v in p4.seconds.items()},
-                      "quality_row_weighted": p4.quality_row_weighted,
-                      "read_and_written_by": "workers"}
             configuration = privacy_configuration(policy, p4.records)
-            record["risk_models_decided_on_merged_table"] = bool(configuration.risk_models)
+            search, record = describe_run(p4, release, table, parallel, where, p4.quality_row_weighted,
+                                          bool(configuration.risk_models), risk, read_and_written_by="workers")
             result = DeidResult(policy, table, search, release, None, None, p4.quality, p4.attribute_quality,
                                 time.perf_counter() - started, None,
                                 extra={"risk": risk, "gate": gate, "parallel": record,
                                        "privacy_models": [model.describe() for model in configuration.models]})
-            parts = {f"data/{Path(name).name}": digest
-                     for name, digest in json.loads((staging / "data" / "manifest.json").read_text())["files"].items()}
-            from ..bundle import dataset_digest
-
+            parts = {f"data/{name}": digest for name, digest in p4.sha256.items()}
             manifest = finite_json(build_manifest(result, dataset_digest(parts), dict(parts)))
             manifest["layout"] = "dataset"
             html = render_dataset_report(manifest, release.sizes, release.suppressed)
             (staging / "report.html").write_text(html, encoding="utf-8")
-            import hashlib
-
             manifest["files"]["report.html"] = hashlib.sha256(html.encode("utf-8")).hexdigest()
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n",
                                                    encoding="utf-8")
