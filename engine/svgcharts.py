@@ -263,7 +263,7 @@ def _short(label: str, limit: int = 30) -> str:
 def _hsvg(height: float, body: list[str], title: str) -> str:
     return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:.0f}" '
             f'width="{WIDTH}" height="{height:.0f}" role="img" aria-label="{esc(title)}" '
-            f'font-family="{esc(FONT_FAMILY)}"><title>{esc(title)}</title>{"".join(body)}</svg>')
+            f'{FONT}><title>{esc(title)}</title>{"".join(body)}</svg>')
 
 
 def horizontal_bar_chart(labels: Sequence[str], counts: Sequence[int], title: str,
