@@ -22,6 +22,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test,enclave,deploy,fast,parallel]'
+  .venv/bin/pip install -q -e '.[test,enclave,deploy,fast,parallel,site]'
   touch "$stamp"
 fi
