@@ -41,15 +41,12 @@ from urllib.parse import urlsplit
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 
-from policies.recipient import PolicyError, load_recipient_policy
-from proxy.anchors import AnchorBook, Sealer, extends
-from proxy.eventlog import read_events, verify_log
+from policies.recipient import PolicyError
+from proxy.front_door import SessionKeeper, resolve_grant, watch_tokens
 from proxy.limits import SessionLimits
 from proxy.rfb import ProtocolError
-from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget, seal_interrupted
-from proxy.sessiondir import EVENTS
-from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, SessionBook, TokenRefused, TokenStore
-from safeshare.endpoints import read_vnc_password
+from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget
+from proxy.tokens import EXPIRED, REVOKED, UNKNOWN, Grant, TokenRefused, TokenStore
 
 log = logging.getLogger("safeshare.gateway")
 
@@ -301,13 +298,10 @@ class Gateway:
     ) -> None:
         self.store = store
         self.name = name
-        # Seals are signed with `signing_key` (proxy.eventlog.KeySource, re-read after a rotation) and chained;
-        # their hashes are anchored in the sessions table, the running heads every `anchor_interval` seconds.
-        self.sealer = Sealer(name, signing_key)
-        self.anchors = AnchorBook(store)
-        self.anchor_interval = anchor_interval
+        # Seals, anchors and the sessions table, as every front door keeps them (proxy.front_door).
+        self.keeper = SessionKeeper(store, name, signing_key, anchor_interval)
+        self.sealer, self.anchors, self.book = self.keeper.sealer, self.keeper.anchors, self.keeper.book
         self._anchorer: asyncio.Task[None] | None = None
-        self.book = SessionBook(store)
         self.sessions_dir = Path(sessions_dir)
         self.novnc_dir = Path(novnc_dir) if novnc_dir is not None else None
         self.default_limits = default_limits or SessionLimits()
@@ -352,21 +346,7 @@ class Gateway:
 
     async def start(self, host: str, port: int) -> int:
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
-        # Sessions a previous run of this gateway left open ended with it: their rows are closed and their logs
-        # sealed as recovered (a damaged log is left exactly as found, for the auditors).
-        reason = "interrupted: the gateway stopped without ending it"
-        self.sealer.last = await asyncio.to_thread(self.anchors.last_sealed, self.name)
-        interrupted = await asyncio.to_thread(self.book.close_interrupted, self.name, reason)
-        if interrupted:
-            log.warning("closed %d session(s) left open by a previous run: %s", len(interrupted),
-                        ", ".join(interrupted))
-            wanted = set(interrupted)
-            for info in await asyncio.to_thread(self.book.list):
-                if info.session_id in wanted and Path(info.folder).is_dir():
-                    head = await asyncio.to_thread(self._recover, info.session_id, Path(info.folder), reason)
-                    if head is None:
-                        log.warning("session %s: log left as found (damaged, missing, or not extending its "
-                                    "anchor)", info.session_id)
+        await self.keeper.recover()
         self._runner = web.AppRunner(self.app(), access_log_class=_AccessLogger, handle_signals=False,
                                      keepalive_timeout=HEADER_TIMEOUT)
         await self._runner.setup()
@@ -379,50 +359,9 @@ class Gateway:
             log.warning("listening on every address without --allowed-origin: browsers' WebSockets will be refused "
                         "(give the public URL researchers open)")
         self._watcher = asyncio.create_task(self._watch(), name="gateway-token-watch")
-        self._anchorer = asyncio.create_task(self._anchor_loop(), name="gateway-anchors")
+        self._anchorer = asyncio.create_task(
+            self.keeper.anchor_loop(lambda: [live.session for live in self._all_live()]), name="gateway-anchors")
         return int(self._runner.addresses[0][1])
-
-    def _recover(self, session_id: str, folder: Path, reason: str) -> str | None:
-        """Seal (signed, chained) the log of a session the previous run left open, if it extends what that run
-        anchored, and anchor the seal; also anchors a log the previous run sealed but was killed before anchoring.
-        Returns the seal hash anchored, or None (the log stays as found, and `audit verify --db` reports it)."""
-        anchor = self.anchors.get(session_id)
-        prefix = (anchor.anchor_head, anchor.anchor_lines) if anchor is not None else (None, None)
-        seal_interrupted(folder, reason, self.sealer, prefix)
-        result = verify_log(folder / EVENTS)
-        if not result.ok or not extends(result.hashes, *prefix):
-            return None
-        if anchor is not None and anchor.seal_hash:
-            return anchor.seal_hash
-        seal = read_events(folder / EVENTS)[-1]
-        recording, previous = seal.get("recording"), seal.get("previous")
-        self.anchors.sealed(session_id, result.head, result.lines,
-                            recording.get("sha256") if isinstance(recording, dict) else None,
-                            previous.get("session") if isinstance(previous, dict) else None)
-        return result.head
-
-    async def _anchor_loop(self) -> None:
-        """Every `anchor_interval` seconds, anchor the head of each live session's log that moved (a gateway
-        killed now leaves a prefix that the log recovered at its next start, and any rewrite, must keep)."""
-        anchored: dict[str, int] = {}
-        while True:
-            await asyncio.sleep(self.anchor_interval)
-            heads = []
-            for live in self._all_live():
-                event_log = live.session.log
-                if event_log is not None and not event_log.closed \
-                        and anchored.get(live.session.session_id) != event_log.lines:
-                    heads.append((live.session.session_id, event_log.head, event_log.lines))
-            if not heads:
-                continue
-            try:
-                await asyncio.to_thread(self.anchors.progress, heads)
-            except Exception as exc:  # the database may be away for a moment; the next round retries
-                log.error("could not anchor session heads: %s", exc)
-                continue
-            live_ids = {live.session.session_id for live in self._all_live()}
-            anchored = {key: value for key, value in anchored.items() if key in live_ids}
-            anchored.update((session_id, lines) for session_id, _, lines in heads)
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -508,25 +447,7 @@ class Gateway:
         return web.json_response(openapi_document())
 
     def _resolve(self, grant: Grant) -> tuple[UpstreamTarget, SessionLimits, str | None]:
-        """The grant's upstream (with its password) and limits: those the token was issued with, else (a token
-        issued before the snapshot, or without a policy) its policy file's, read now; any problem refuses the
-        connection."""
-        password = None
-        if grant.password_file:
-            password = read_vnc_password(grant.password_file)
-        upstream = UpstreamTarget.parse(grant.upstream, password)
-        limits, release = self.default_limits, grant.release
-        if grant.limits is not None:   # the limits the token was issued with (proxy.tokens.issue_for_policy)
-            return upstream, SessionLimits.model_validate_json(grant.limits), release
-        if grant.policy_file:
-            policy = load_recipient_policy(Path(grant.policy_file))
-            if policy.recipient != grant.recipient:
-                raise PolicyError(f"{grant.policy_file} is the policy of {policy.recipient!r}, "
-                                  f"not of {grant.recipient!r}")
-            if policy.access_ends is not None and policy.access_ends <= datetime.now(grant.expires_at.tzinfo):
-                raise TokenRefused(EXPIRED, "recipient policy expired")
-            limits, release = policy.limits, release or policy.release
-        return upstream, limits, release
+        return resolve_grant(grant, self.default_limits)
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         if not self._same_origin(request):
@@ -588,12 +509,7 @@ class Gateway:
         pump = asyncio.create_task(client.pump_in(), name=f"ws-in-{session.session_id}")
         reason = "closed"
         try:
-            try:
-                await asyncio.to_thread(self.store.mark_used, grant.token_id)
-                await asyncio.to_thread(self.book.started, session.session_id, self.name, grant, str(session.dir),
-                                        release)
-            except Exception as exc:  # bookkeeping only
-                log.warning("could not record the session in the database: %s", exc)
+            await self.keeper.opened(session, grant, release)
             reason = await session.run()
         finally:
             session.release_handshake_slot()  # if it never ran
@@ -604,18 +520,7 @@ class Gateway:
                 group.discard(live)
                 if not group:
                     del self.live[grant.token_id]
-            if session.log is not None and session.log.closed:
-                try:
-                    await asyncio.to_thread(
-                        self.anchors.sealed, session.session_id, session.log.head, session.log.lines,
-                        session.recorder.sha256 if session.recorder is not None else None,
-                        self.sealer.previous_of.pop(session.session_id, None))
-                except Exception as exc:  # `audit verify --db` reports the missing anchor
-                    log.error("could not anchor the seal of session %s: %s", session.session_id, exc)
-            try:
-                await asyncio.to_thread(self.book.ended, session.session_id, session.end_reason or reason)
-            except Exception as exc:
-                log.warning("could not record the end of session %s: %s", session.session_id, exc)
+            await self.keeper.closed(session, reason)
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
             await client.close()
@@ -628,28 +533,7 @@ class Gateway:
 
     async def _watch(self) -> None:
         """End sessions whose token stopped being valid; end all if the database stays unreadable."""
-        failing_since: float | None = None
-        while True:
-            await asyncio.sleep(self.poll_interval)
-            ids = list(self.live)
-            if not ids:
-                failing_since = None
-                continue
-            try:
-                status = await asyncio.to_thread(self.store.check, ids)
-            except Exception as exc:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                log.error("token database unreadable: %s", exc)
-                if now - failing_since >= self.fail_closed_after:
-                    for live in self._all_live():
-                        live.end("token database unavailable")
-                continue
-            failing_since = None
+        def polled() -> None:
             self.polls += 1
-            for token_id, reason in status.items():
-                if reason is None:
-                    continue
-                for live in list(self.live.get(token_id, ())):
-                    log.info("session %s: token %d %s, ending it", live.session.session_id, token_id, reason)
-                    live.end(f"token {reason}")
+
+        await watch_tokens(self.store, self.live, self.poll_interval, self.fail_closed_after, polled)
