@@ -30,6 +30,7 @@ from pathlib import Path
 
 from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
                              safeshare_argv)
+from deploy.plan import app_argv, gateway_argv, kiosk_argv, release_ref
 from deploy.readiness import wait_for_http_ok
 from enclave.kiosk.ready import find_ready
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
@@ -37,7 +38,6 @@ from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
 DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
-APP_TITLE = "safeshare"  # every page of the analytics app has a title starting with this (the kiosk checks it)
 STATE_FILE = "up.json"
 READY_TIMEOUT = 60.0
 
@@ -127,12 +127,21 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 
 
-
-
-def release_ref(bundle: Path) -> str:
-    """How sessions name a release: `dataset/id`, as provisioning stores it (RELEASES/<dataset>/<id>), so that
-    `audit sessions --release DATASET` finds sessions of `safeshare up` and of provisioned enclaves alike."""
-    return f"{bundle.parent.name}/{bundle.name}"
+def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, list[str]]:
+    """The app's, kiosk's and gateway's command lines, from the builders provisioning's containers use too
+    (deploy/plan.py), with this home's paths and loopback addresses."""
+    home = config.home
+    kiosk = kiosk_argv(url=f"http://127.0.0.1:{app_port}/", state=str(home / "kiosk"), network=config.network,
+                       logs=str(home / "logs" / "kiosk"), size=config.size,
+                       policy=None if config.size else str(config.recipient_policy))
+    return {
+        "app": safeshare_argv("app", *app_argv(bundle=str(bundle), trust=str(home / TRUST_FILE),
+                                               state=str(home / "app"), host="127.0.0.1", port=app_port)),
+        "kiosk": safeshare_argv("kiosk", *kiosk),
+        "gateway": safeshare_argv("gateway", *gateway_argv(
+            listen=config.gateway_listen, sessions=str(home / "sessions"), db=config.db,
+            signing_key=str(home / GATEWAY_KEY), limits=str(config.recipient_policy), novnc=config.novnc_dir)),
+    }
 
 
 class LocalEnclave:
@@ -172,18 +181,14 @@ class LocalEnclave:
 
         app_port = cfg.app_port or free_port()
         app_url = f"http://127.0.0.1:{app_port}/"
+        argv = component_argv(cfg, bundle, app_port)
         self.say(f"[2/5] analytics app on {app_url}")
-        app = self._spawn("app", safeshare_argv("app", "--bundle", str(bundle), "--trust", str(home / TRUST_FILE),
-                                                "--state", str(home / "app"), "--host", "127.0.0.1",
-                                                "--port", str(app_port)))
+        app = self._spawn("app", argv["app"])
         app.wait_for(lambda text: "app ready" in text, READY_TIMEOUT, "the app's ready line")
         _wait_http(app_url, READY_TIMEOUT, app)
 
         self.say("[3/5] kiosk: Xvfb, VNC server, Chromium")
-        kiosk_args = ["kiosk", "--url", app_url, "--state", str(home / "kiosk"), "--app-title", APP_TITLE,
-                      "--logs", str(home / "logs" / "kiosk"), "--network", cfg.network]
-        kiosk_args += ["--size", cfg.size] if cfg.size else ["--policy", str(cfg.recipient_policy)]
-        kiosk = self._spawn("kiosk", safeshare_argv(*kiosk_args))
+        kiosk = self._spawn("kiosk", argv["kiosk"])
         endpoint = kiosk.wait_for(find_ready, READY_TIMEOUT, "a browser window on the app")
         assert isinstance(endpoint, dict)
 
@@ -205,10 +210,7 @@ class LocalEnclave:
         gateway_key.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(gateway_key.parent, 0o700)
         ensure_key(gateway_key, home / TRUST_FILE, "gateway", comment="gateway key of `safeshare up`")
-        gateway = self._spawn("gateway", safeshare_argv(
-            "gateway", "--listen", cfg.gateway_listen, "--sessions", str(home / "sessions"), "--db", cfg.db,
-            "--signing-key", str(gateway_key),
-            "--limits", str(cfg.recipient_policy), "--novnc", cfg.novnc_dir))
+        gateway = self._spawn("gateway", argv["gateway"])
         base = gateway.wait_for(_gateway_ready, READY_TIMEOUT, "the gateway's listening line")
         assert isinstance(base, str)
         self.ready = Ready(url=f"{base}?token={issued.token}", gateway=base, app=app_url, release=str(bundle),
