@@ -29,8 +29,9 @@ from pathlib import Path
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
                                TrustedKey, TrustStore, canonical, ensure_key)
 
+from .manifest import MANIFEST, Manifest, ManifestError, load_manifest
+
 SEAL = "seal.json"
-MANIFEST = "manifest.json"
 SEAL_FORMAT = "safeshare-seal/2"  # /1 was an unsigned hash; it no longer verifies
 PURPOSE = "release"
 
@@ -89,18 +90,15 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_manifest(folder: Path, raw: bytes | None = None) -> dict:
+def _load_manifest(folder: Path, raw: bytes | None = None) -> Manifest:
     """The manifest, parsed from `raw` when given (the very bytes whose hash was checked against the seal)."""
     path = folder / MANIFEST
     if raw is None and not path.is_file():
         raise BundleError(f"{path}: missing")
     try:
-        manifest = json.loads(raw.decode("utf-8") if raw is not None else path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not readable JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{path}: not a JSON object")
-    return manifest
+        return load_manifest(path, raw)
+    except ManifestError as exc:
+        raise BundleError(str(exc)) from None
 
 
 DATASET_PART = re.compile(r"data/part-[0-9]{5}\.parquet")
@@ -113,34 +111,34 @@ def dataset_digest(parts: dict[str, str]) -> str:
     return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
-def data_files(manifest: dict) -> list[str]:
+def data_files(manifest: Manifest) -> list[str]:
     """The release's data files in row order: data.parquet, or a partitioned release's data/part-NNNNN.parquet."""
-    if manifest.get("layout", "table") == "dataset":
-        return sorted(name for name in manifest.get("files", {}) if DATASET_PART.fullmatch(name))
+    if manifest.is_dataset:
+        return sorted(name for name in manifest.files if DATASET_PART.fullmatch(name))
     return ["data.parquet"]
 
 
-def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> dict:
+def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> Manifest:
     """Check a deid output folder: every listed file matches its hash, data matches data_sha256, gate passed.
     `manifest_bytes`: the manifest as already read (and checked against a seal), so that it is not read twice.
     A partitioned release (`layout: dataset`, engine.parallel.release) lists its parts as data/part-NNNNN.parquet
     and its data_sha256 is their listing's hash (`dataset_digest`)."""
     folder = Path(folder)
     manifest = _load_manifest(folder, manifest_bytes)
-    files = manifest.get("files")
-    layout = manifest.get("layout", "table")
+    files = manifest.files
+    layout = manifest.layout or "table"
     if layout not in ("table", "dataset"):
         raise BundleError(f"{folder / MANIFEST}: field 'layout' is {layout!r}, not 'table' or 'dataset'")
     if layout == "dataset":
-        if not isinstance(files, dict) or not data_files(manifest):
+        if not data_files(manifest):
             raise BundleError(f"{folder / MANIFEST}: field 'files' must list data/part-NNNNN.parquet with their sha256")
         parts = {name: files[name] for name in data_files(manifest)}
-        if dataset_digest(parts) != manifest.get("data_sha256"):
+        if dataset_digest(parts) != manifest.data_sha256:
             raise BundleError(f"{folder / MANIFEST}: data_sha256 does not match the listing of the data parts")
     else:
-        if not isinstance(files, dict) or "data.parquet" not in files:
+        if "data.parquet" not in files:
             raise BundleError(f"{folder / MANIFEST}: field 'files' must list data.parquet with its sha256")
-        if files["data.parquet"] != manifest.get("data_sha256"):
+        if files["data.parquet"] != manifest.data_sha256:
             raise BundleError(f"{folder / MANIFEST}: data_sha256 does not match files['data.parquet']")
     for name, expected in files.items():
         path = folder / name
@@ -151,10 +149,10 @@ def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> di
         actual = _sha256_file(path)
         if actual != expected:
             raise BundleError(f"{path}: sha256 {actual} does not match the manifest's {expected}")
-    gate = manifest.get("gate")
-    if not isinstance(gate, dict) or gate.get("passed") is not True:
-        reasons = gate.get("reasons") if isinstance(gate, dict) else ["no gate verdict in the manifest"]
-        raise BundleError(f"{folder}: the release gate did not pass: {'; '.join(map(str, reasons or []))}")
+    gate = manifest.gate
+    if gate is None or gate.passed is not True:
+        reasons = gate.reasons if gate is not None else ["no gate verdict in the manifest"]
+        raise BundleError(f"{folder}: the release gate did not pass: {'; '.join(reasons)}")
     return manifest
 
 
@@ -162,7 +160,7 @@ def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> di
 class VerifiedBundle:
     """What a verified bundle is: its manifest, its seal and the trusted key that signed the seal."""
 
-    manifest: dict
+    manifest: Manifest
     seal: dict
     key: TrustedKey
 
@@ -202,8 +200,8 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> Verified
     if manifest_bytes is None or seal.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():
         raise BundleError(f"{folder / MANIFEST}: does not match the seal (edited after sealing?)")
     manifest = verify_output(folder, manifest_bytes)
-    data_sha = manifest["data_sha256"]
-    for name, expected in (("data_sha256", data_sha), ("dataset", manifest.get("dataset")),
+    data_sha = manifest.data_sha256
+    for name, expected in (("data_sha256", data_sha), ("dataset", manifest.dataset),
                            ("release", str(data_sha)[:16])):
         if seal.get(name) != expected:
             raise BundleError(f"{seal_path}: field '{name}' is {seal.get(name)!r}, the manifest says {expected!r}")
@@ -212,8 +210,9 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> Verified
 
 def verify_bundle(folder: str | Path, trust: TrustStore | str | Path) -> dict:
     """Verify a sealed bundle (signature, seal, manifest, data, gate) against the trust store `trust` (a TrustStore
-    or the path of a trust.json); return its manifest or raise BundleError."""
-    return check_bundle(folder, trust).manifest
+    or the path of a trust.json); return its manifest as the JSON object it is, or raise BundleError.
+    (`check_bundle` gives the typed manifest, the seal and the key.)"""
+    return check_bundle(folder, trust).manifest.document()
 
 
 def _signing_key(releases: Path, signing_key: SigningKey | str | Path | None,
@@ -239,15 +238,15 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     if releases.exists() and not releases.is_dir():
         raise BundleError(f"{releases}: not a folder (--to names the releases store)")
     manifest = verify_output(output)
-    dataset = str(manifest.get("dataset", ""))
+    dataset = manifest.dataset
     if not dataset or Path(dataset).name != dataset or dataset.startswith("."):
         raise BundleError(f"{output / MANIFEST}: field 'dataset' is not a usable name: {dataset!r}")
     from .sitegate import site_gate_violations  # the site's gate (RELEASES/../gate.yaml), re-checked on the record
-    if below := site_gate_violations(manifest, releases.resolve().parent):
+    if below := site_gate_violations(manifest.document(), releases.resolve().parent):
         raise BundleError(f"{output / MANIFEST}: does not meet the site gate: {'; '.join(below)}")
     key = _signing_key(releases, signing_key, trust)
     store = trust if isinstance(trust, TrustStore) else TrustStore.load(trust or default_trust(releases))
-    release_id = manifest["data_sha256"][:16]
+    release_id = manifest.data_sha256[:16]
     target = releases / dataset / release_id
     if target.exists():
         try:
@@ -259,7 +258,7 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     staging = Path(tempfile.mkdtemp(prefix=f".{release_id}.", dir=target.parent))
     old: Path | None = None
     try:
-        for name in [MANIFEST, *manifest["files"]]:
+        for name in [MANIFEST, *manifest.files]:
             (staging / name).parent.mkdir(exist_ok=True)
             shutil.copy2(output / name, staging / name)
         verify_output(staging)  # what was copied is what was verified
@@ -268,7 +267,7 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
             "dataset": dataset,
             "release": release_id,
             "manifest_sha256": _sha256_file(staging / MANIFEST),
-            "data_sha256": manifest["data_sha256"],
+            "data_sha256": manifest.data_sha256,
             "sealed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         seal["signature"] = key.sign(canonical(seal))

@@ -177,7 +177,7 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"safeshare verify-release: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     manifest, signature = verified.manifest, verified.seal["signature"]
-    print(f"{args.folder}: sealed release of {manifest['dataset']} verifies (data sha256 {manifest['data_sha256']}; "
+    print(f"{args.folder}: sealed release of {manifest.dataset} verifies (data sha256 {manifest.data_sha256}; "
           f"signed by release key {verified.key.key_id} at {signature['signed_at']}, trusted in {trust_path})")
     return EXIT_OK
 

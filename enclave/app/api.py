@@ -79,12 +79,13 @@ def _run(function, *args: Any) -> dict:
 def release_info(request: Request) -> dict:
     context = ctx(request)
     manifest = context.manifest
+    written = manifest.document()   # blocks as the manifest has them (absent ones as null)
     counts = {name: context.table.frequencies(name).tolist() for name in context.table.names}
     return {
         "dataset": context.dataset, "release": context.release.release_id,
-        "data_sha256": manifest["data_sha256"], "records": context.table.n,
-        "suppressed_records": manifest.get("suppressed_records"), "transformation": manifest.get("transformation"),
-        "quality": manifest.get("quality"), "risk": manifest.get("risk"), "gate": manifest.get("gate"),
+        "data_sha256": manifest.data_sha256, "records": context.table.n,
+        "suppressed_records": manifest.suppressed_records, "transformation": written.get("transformation"),
+        "quality": written.get("quality"), "risk": written.get("risk"), "gate": written.get("gate"),
         "app": {"database": context.release.engine.dialect.name, "imported": context.release.imported,
                 "import_seconds": round(context.release.import_seconds, 3),
                 "startup_seconds": round(context.startup_seconds, 3), "memory_bytes": context.table.nbytes()},

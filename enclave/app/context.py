@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.manifest import Manifest
+
 from .analyses import CohortSpec, clean_filters
 from .release import LoadedRelease, load_release, read_coded_columns
 from .table import CodedTable, SUPPRESSED
@@ -43,15 +45,15 @@ class AppContext:
     slugs: dict[str, str] = field(default_factory=dict)
 
     @property
-    def manifest(self) -> dict:
+    def manifest(self) -> Manifest:
         return self.release.manifest
 
     @property
     def dataset(self) -> str:
-        return str(self.manifest.get("dataset", ""))
+        return self.manifest.dataset
 
     def quasi_identifiers(self) -> list[str]:
-        return [name for name in (self.manifest.get("transformation") or {}) if name in self.table.columns]
+        return [name for name in self.manifest.transformation if name in self.table.columns]
 
     def parse_where(self, values: Iterable[str]) -> dict[str, list[str]]:
         """`ATTRIBUTE=VALUE` strings into a validated filter (FilterError on an unknown attribute or value)."""
@@ -78,7 +80,7 @@ class AppContext:
                        "count": int(numbers[i]) if numbers is not None else None}
                       for i, label in enumerate(column.labels)]
             out.append({"name": name, "slug": self.slugs[name], "values": values,
-                        "level": (self.manifest.get("transformation") or {}).get(name)})
+                        "level": self.manifest.transformation.get(name)})
         return out
 
 
@@ -98,7 +100,7 @@ def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | P
     into codes, open the workspace (raises ReleaseError)."""
     started = time.perf_counter()
     release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir, trust=trust)
-    qis = list((release.manifest.get("transformation") or {}).keys())
+    qis = list(release.manifest.transformation)
     table = CodedTable(read_coded_columns(release), quasi_identifiers=qis)
     seal = release.seal  # the seal as verified, not re-read from a folder that may have changed since
     workspace = Workspace(Path(state_dir) / WORKSPACE_NAME)

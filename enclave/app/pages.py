@@ -101,13 +101,13 @@ def overview(request: Request) -> HTMLResponse:
     context = ctx(request)
     manifest = context.manifest
     counts = {name: context.table.frequencies(name).tolist() for name in context.table.names}
-    attribute_quality = manifest.get("attribute_quality") or {}
+    attribute_quality = manifest.attribute_quality
     rows = []
     for attribute in context.attributes(counts):
         name = attribute["name"]
         rows.append({**attribute, "distinct": sum(1 for v in attribute["values"] if v["count"] and not v["suppressed"]),
                      "quality": {model: values.get(name) for model, values in attribute_quality.items()}})
-    return render(request, "overview.html", "overview", manifest=manifest, seal=context.seal, rows=rows,
+    return render(request, "overview.html", "overview", manifest=manifest.document(), seal=context.seal, rows=rows,
                   quality_models=list(attribute_quality), qis=context.quasi_identifiers(),
                   table=context.table, db=context.release, startup=context.startup_seconds)
 

@@ -25,6 +25,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from engine.bundle import BundleError, VerifiedBundle, bundle_trust, check_bundle, data_files
+from engine.manifest import Manifest
 from safeshare.signing import KeyFileError, TrustStore
 
 from .table import MISSING, Column, code_dtype, encode_labels, label_key
@@ -46,7 +47,7 @@ class LoadedRelease:
     """What the app knows about its one release once it is imported."""
 
     folder: Path
-    manifest: dict
+    manifest: Manifest
     engine: sa.Engine  # read-only
     db_url: str  # for display, without a password
     imported: bool  # False when the database already held this bundle
@@ -57,7 +58,7 @@ class LoadedRelease:
 
     @property
     def release_id(self) -> str:
-        return str(self.manifest["data_sha256"])[:16]
+        return self.manifest.data_sha256[:16]
 
 
 def trust_for(folder: str | Path, trust: str | Path | None) -> Path:
@@ -127,7 +128,7 @@ def _placeholders(engine: sa.Engine, count: int) -> str:
     raise ReleaseError(f"unsupported DBAPI parameter style {style!r}")
 
 
-def _verified_parquets(folder: Path, manifest: dict) -> Iterator:  # of pyarrow.parquet.ParquetFile
+def _verified_parquets(folder: Path, manifest: Manifest) -> Iterator:  # of pyarrow.parquet.ParquetFile
     """The release's data files (data.parquet, or a partitioned release's parts in order), each parsed from the very
     bytes hashed here against the verified manifest: what is imported is what verified. One part is held at a time.
     pyarrow is imported only here: `safeshare app` imports in a child process, so the serving process never loads it
@@ -141,19 +142,19 @@ def _verified_parquets(folder: Path, manifest: dict) -> Iterator:  # of pyarrow.
             raw = path.read_bytes()
         except OSError as exc:
             raise ReleaseError(f"refused bundle {folder}: {path}: {exc.strerror or exc}") from None
-        if hashlib.sha256(raw).hexdigest() != manifest["files"][name]:
+        if hashlib.sha256(raw).hexdigest() != manifest.files[name]:
             raise ReleaseError(f"refused bundle {folder}: {path} changed after verification")
         yield pq.ParquetFile(pa.BufferReader(raw))
 
 
-def _expected_rows(manifest: dict, folder: Path) -> int:
-    records = manifest.get("records")
-    if not isinstance(records, int) or records < 0:
+def _expected_rows(manifest: Manifest, folder: Path) -> int:
+    records = manifest.records
+    if records < 0:
         raise ReleaseError(f"refused bundle {folder}: the manifest's field 'records' is not a row count")
     return records
 
 
-def _batches(parquets: Iterator, folder: Path, manifest: dict) -> Iterator[tuple[list[str], list[tuple]]]:
+def _batches(parquets: Iterator, folder: Path, manifest: Manifest) -> Iterator[tuple[list[str], list[tuple]]]:
     """(column names, rows) of the data files as lists of (row_id, label, ...) tuples, IMPORT_CHUNK at a time: memory
     stays bounded by one chunk (and one part's bytes) instead of the whole table as Python strings. Every value
     becomes text (released values are labels); a null stays NULL. Row ids run on across parts; every part must have
@@ -180,10 +181,10 @@ def _batches(parquets: Iterator, folder: Path, manifest: dict) -> Iterator[tuple
             yield names, []
     if start != expected or names is None:
         raise ReleaseError(f"refused bundle {folder}: the data has {start} rows or more, the manifest says "
-                           f"{manifest.get('records')}")
+                           f"{manifest.records}")
 
 
-def _import(engine: sa.Engine, folder: Path, manifest: dict) -> None:
+def _import(engine: sa.Engine, folder: Path, manifest: Manifest) -> None:
     """Replace both tables in one transaction: the data by DBAPI executemany in chunks of IMPORT_CHUNK rows (a few
     seconds for a million rows, where per-row inserts or pandas' dict-per-row path take several times longer), then
     the metadata row last, so that a database holding a data_sha256 holds all of that data."""
@@ -206,9 +207,9 @@ def _import(engine: sa.Engine, folder: Path, manifest: dict) -> None:
             if chunk:
                 conn.exec_driver_sql(insert, chunk)
         conn.execute(meta.insert(), [
-            {"key": "data_sha256", "value": manifest["data_sha256"]},
-            {"key": "dataset", "value": str(manifest.get("dataset", ""))},
-            {"key": "manifest", "value": json.dumps(manifest, sort_keys=True)},
+            {"key": "data_sha256", "value": manifest.data_sha256},
+            {"key": "dataset", "value": manifest.dataset},
+            {"key": "manifest", "value": json.dumps(manifest.document(), sort_keys=True)},
             {"key": "imported_at", "value": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         ])
 
@@ -244,7 +245,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                     held = (None, None)
                 finally:
                     ro.dispose()
-                if held != (manifest["data_sha256"], rows_expected):
+                if held != (manifest.data_sha256, rows_expected):
                     imported = True
             else:
                 imported = True
@@ -272,7 +273,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
                 raise ReleaseError(f"{url_for_display}: give SQLite through --state, not --db")
             writer = sa.create_engine(db_url)
             try:
-                imported = _stored_sha(writer) != (manifest["data_sha256"], rows_expected)
+                imported = _stored_sha(writer) != (manifest.data_sha256, rows_expected)
                 if imported:
                     _import(writer, folder, manifest)
             finally:

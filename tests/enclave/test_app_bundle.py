@@ -174,13 +174,13 @@ def test_database_is_reimported_only_for_another_bundle(tmp_path) -> None:
             return dict(conn.execute(sa.text(f"SELECT key, value FROM {META_TABLE}")).all())["data_sha256"]
 
     a = load_release(first, state_dir=state)
-    assert a.imported and held(a) == a.manifest["data_sha256"]
+    assert a.imported and held(a) == a.manifest.data_sha256
     a.engine.dispose()
     again = load_release(first, state_dir=state)
     assert not again.imported
     again.engine.dispose()
     b = load_release(second, state_dir=state)
-    assert b.imported and held(b) == b.manifest["data_sha256"] != a.manifest["data_sha256"]
+    assert b.imported and held(b) == b.manifest.data_sha256 != a.manifest.data_sha256
     b.engine.dispose()
     app = create_app(second, state_dir=state)
     assert "west" in app.state.ctx.table.column("site").labels
