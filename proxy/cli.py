@@ -120,3 +120,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     except ImportError:  # gateway dependencies missing: the bare proxy still works
         return
     register_gateway(subparsers)
+    from proxy.proxy_for_cli import register as register_proxy_for
+
+    register_proxy_for(subparsers)
