@@ -327,3 +327,77 @@ def test_a_stale_socket_is_replaced_and_a_live_one_is_not(site: Site) -> None:
 
     replaced, error = asyncio.run(run())
     assert replaced and "another process listens" in error
+
+
+def test_a_new_connection_replaces_the_recipients_session(site: Site) -> None:
+    """As the gateway does per token: the older session ends (and releases its keys) before the new one starts."""
+    fake = FakeVncServer(width=16, height=16)
+    store = TokenStore(site.db_url)
+
+    async def run() -> list[tuple[Path, str]]:
+        port = await fake.start()
+        store.issue("ada", f"127.0.0.1:{port}")
+        async with recipient_proxy(site, "ada", "127.0.0.1:0") as proxy:
+            first = RfbClient()
+            await first.connect(proxy.address.port)
+            await first.key(0x61, True)  # held when it is replaced
+            await wait_for(lambda: proxy.connections and next(iter(proxy.connections)).session.counters[
+                "keys_forwarded"] == 1, 5)
+            second = RfbClient()
+            await second.connect(proxy.address.port)
+            await wait_for(lambda: len(proxy.ended) == 1 and len(proxy.connections) == 1, 5)
+            await second.close()
+            await wait_for(lambda: len(proxy.ended) == 2, 5)
+            await first.close()
+            ended = list(proxy.ended)
+        await fake.close()
+        return ended
+
+    (older, reason), (newer, _) = asyncio.run(run())
+    assert reason == "replaced by a new connection of the same recipient"
+    first_events = [e["event"] for e in events(older)]
+    assert first_events.count("input_reset") == 2  # at its start and at its end, when the held key was released
+    assert events(newer)[0]["event"] == "connect"
+
+
+def test_a_killed_proxy_for_is_recovered_at_its_next_start(site: Site) -> None:
+    """`proxy-for` killed mid-session: its next start closes the row and seals the log as recovered, signed and
+    anchored, as the gateway's next start does; `audit verify --db` accepts it."""
+    fake = FakeVncServer(width=16, height=16)
+    store = TokenStore(site.db_url)
+    command = [sys.executable, "-m", "safeshare.cli", "proxy-for", "ada", "--site", str(site.root), "--listen"]
+
+    async def start(listen: str) -> tuple[asyncio.subprocess.Process, str]:
+        proc = await asyncio.create_subprocess_exec(*command, listen, cwd=REPO, stdout=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(20):
+            line = (await proc.stdout.readline()).decode()
+        return proc, line
+
+    async def run() -> None:
+        port = await fake.start()
+        store.issue("ada", f"127.0.0.1:{port}")
+        proc, line = await start("127.0.0.1:0")
+        try:
+            client = RfbClient()
+            await client.connect(int(line.split()[2].rsplit(":", 1)[1]))
+            await client.key(0x61, True)
+            await client.key(0x61, False)
+            async with asyncio.timeout(10):
+                assert (await proc.stdout.readline()).startswith(b"session ")
+            await asyncio.sleep(0.3)
+            proc.kill()
+            await proc.wait()
+            await client.close()
+            proc, line = await start("127.0.0.1:0")
+            assert line.startswith("listening on ")
+        finally:
+            proc.terminate()
+            await proc.wait()
+            await fake.close()
+
+    asyncio.run(run())
+    (folder,) = site.sessions.iterdir()
+    seal = events(folder)[-1]
+    assert seal["recovered"] is True and seal["gateway"] == f"proxy-for-{site.recipient_id('ada')}"
+    assert not SessionBook(store).list("ada", live_only=True)
+    assert safeshare_main(["audit", "verify", str(site.sessions), "--db", site.db_url, "--site", str(site.root)]) == 0
