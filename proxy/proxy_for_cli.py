@@ -19,7 +19,7 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK
 
 def _mode(text: str) -> int:
     mode = int(text, 8)
-    if mode & ~0o770 or not mode & 0o600:
+    if mode & ~0o770 or mode & 0o600 != 0o600:
         raise argparse.ArgumentTypeError("socket mode: octal, owner read/write, nothing for others (e.g. 600, 660)")
     return mode
 
@@ -35,6 +35,8 @@ def cmd_proxy_for(args: argparse.Namespace) -> int:
         if args.poll_interval <= 0 or args.poll_interval > 1.0:
             raise ValueError("--poll-interval must be in (0, 1] so that revocation ends sessions within a second")
         site = open_site(args.site or _default_site(), args.db)
+        if not site.sessions.is_dir():
+            raise ValueError(f"{site.root} is not a prepared site folder (no sessions/): see `safeshare site init`")
         address = ListenAddress.parse(args.listen or default_listen(site, args.recipient))
         keys = None
         key_file = Path(args.signing_key) if args.signing_key else site.gateway_signing_key
