@@ -1,4 +1,4 @@
-"""`safeshare site init|down`: the custodian's site itself, as opposed to the enclaves in it.
+"""`safeshare site init|down|deploy`: the custodian's site itself, as opposed to the enclaves in it.
 
     site init   create the site folder (settings, database folder, releases, secrets, sessions) and the two signing
                 keys: SITE/keys/release-signing.key (signs releases, the custodian's user only) and
@@ -6,6 +6,9 @@
                 SITE/trust.json. Idempotent: existing keys are kept. Prints the key ids.
     site down   remove the site's gateway container and its front network (the last recipient's revocation leaves
                 them running). Idempotent; refused while recipient enclaves remain unless --force.
+    site deploy install or update the hosts of a site of several machines with Ansible (deploy/ansible/site.yml):
+                prepares what they install here (deploy/site_artifacts.py), then runs ansible-playbook from this
+                virtualenv. Idempotent: a second run changes nothing; --check shows what would change.
 
 Exit codes: 0 done (or nothing to do), 1 refused or failed (no engine, enclaves remain), 2 bad input.
 """
@@ -83,6 +86,49 @@ def cmd_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    import time
+
+    from deploy.ansible_run import (CONTROL_GROUP, ENCLAVE_GROUP, AnsibleMissing, InventoryError, load_inventory,
+                                    playbook_command, run_playbook)
+    from deploy.site_artifacts import (CONTROL_IMAGES, DEFAULT_ARTIFACTS, ENCLAVE_IMAGES, MANIFEST, ArtifactError,
+                                       prepare)
+    from safeshare.exitcodes import EXIT_FAILED
+
+    started = time.monotonic()
+    artifacts_dir = Path(args.artifacts) if args.artifacts else DEFAULT_ARTIFACTS
+    try:
+        inventory = load_inventory(Path(args.inventory),
+                                   {CONTROL_GROUP: CONTROL_IMAGES, ENCLAVE_GROUP: ENCLAVE_IMAGES})
+        manifest = artifacts_dir / MANIFEST
+        if args.prepared:
+            if not manifest.is_file():
+                raise ArtifactError(f"--prepared: nothing prepared in {artifacts_dir} (no {MANIFEST})")
+        else:
+            prepare(artifacts_dir, inventory.image_names, say=lambda text: print(text, flush=True),
+                    build=not args.no_build)
+        argv = playbook_command(inventory.path.absolute(), manifest.absolute(), check=args.check, limit=args.limit,
+                                verbose=args.verbose)
+    except InventoryError as exc:
+        print(f"safeshare site deploy: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (AnsibleMissing, ArtifactError) as exc:
+        print(f"safeshare site deploy: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    code, recap = run_playbook(argv)
+    changed = sum(host["changed"] for host in recap.values())
+    verb = "would change" if args.check else "changed"
+    summary = {"inventory": str(inventory.path), "check": args.check, "exit": code, "recap": recap,
+               "changed": changed, "seconds": round(time.monotonic() - started, 1)}
+    if args.json:
+        print(json.dumps(summary))
+    elif code == 0:
+        print(f"site deploy: {len(recap)} host(s), {verb} {changed} thing(s) in {summary['seconds']} s")
+    else:
+        print(f"safeshare site deploy: ansible-playbook failed (exit {code})", file=sys.stderr)
+    return EXIT_OK if code == 0 else EXIT_REFUSED
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     site = subparsers.add_parser("site", help="the custodian's site: create it and its signing keys, take its "
                                               "gateway down")
@@ -115,3 +161,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "SITE/db)")
     down.add_argument("--force", action="store_true", help="remove the gateway even while enclaves remain")
     down.set_defaults(func=cmd_down)
+
+    deploy = sub.add_parser(
+        "deploy", help="install or update a site's hosts with Ansible (control host, enclave hosts); idempotent",
+        description="Turn the hosts of INVENTORY (groups safeshare_control: one host; safeshare_enclave: any number; "
+                    "see deploy/ansible/inventory.example.yml) into a safeshare site. First prepares on this machine "
+                    "what the hosts install, since they reach no registry: a local apt repository of their Debian "
+                    "packages, the control host's wheels, and the offline images (`safeshare images build`, saved "
+                    "as archives), all in --artifacts. Then runs deploy/ansible/site.yml with this virtualenv's "
+                    "ansible-playbook. The control host gets the custodian service, the gateway, the site database "
+                    "and the private signing keys; enclave hosts get Docker with its host firewall rule, the images "
+                    "and the public keys (trust.json) only. Exit 0 done, 1 a host failed, 2 bad inventory, "
+                    "3 nothing could be prepared (Ansible not installed, no image build).")
+    deploy.add_argument("inventory", help="Ansible inventory (YAML or INI)")
+    deploy.add_argument("--check", action="store_true", help="show what would change (ansible-playbook --check "
+                                                             "--diff); the hosts stay as they are")
+    deploy.add_argument("--limit", help="only these hosts or groups (ansible-playbook --limit)")
+    deploy.add_argument("--artifacts", help="folder for what the hosts install (default $SAFESHARE_SITE_CACHE or "
+                                            "/var/cache/safeshare/site)")
+    deploy.add_argument("--prepared", action="store_true", help="ship what --artifacts holds as it is (no new "
+                                                                "image build, wheels or packages)")
+    deploy.add_argument("--no-build", action="store_true", help="use the last image build instead of running "
+                                                                "`safeshare images build`")
+    deploy.add_argument("-v", "--verbose", action="count", default=0, help="ansible-playbook's -v (repeatable)")
+    deploy.add_argument("--json", action="store_true", help="a JSON summary as the last line (recap per host)")
+    deploy.set_defaults(func=cmd_deploy)
