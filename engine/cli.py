@@ -10,27 +10,31 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 
 from .errors import InputError
 
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
-def _summary(manifest: dict) -> str:
+
+def _summary(manifest: "Manifest") -> str:
     lines = [
-        f"dataset               {manifest['dataset']}",
-        f"transformation        " + ", ".join(f"{k}={v}" for k, v in manifest["transformation"].items()),
-        f"optimized for         {manifest['optimized_for']} (optimum proven: "
-        f"{'yes' if manifest['optimal'] else 'no, ' + str(manifest.get('search_stopped') or 'stopped early')})",
-        "quality               " + ", ".join(f"{k}={v:.6f}" for k, v in manifest["quality"].items()),
-        f"records               {manifest['records']} ({manifest['suppressed_records']} suppressed)",
-        f"checked               {manifest['checked_transformations']} of {manifest['lattice_size']} transformations "
-        f"({manifest['algorithm']})",
-        f"seconds               {manifest['seconds']:.3f}",
+        f"dataset               {manifest.dataset}",
+        f"transformation        " + ", ".join(f"{k}={v}" for k, v in manifest.transformation.items()),
+        f"optimized for         {manifest.optimized_for} (optimum proven: "
+        f"{'yes' if manifest.optimal else 'no, ' + str(manifest.search_stopped or 'stopped early')})",
+        "quality               " + ", ".join(f"{k}={v:.6f}" for k, v in manifest.quality.items()),
+        f"records               {manifest.records} ({manifest.suppressed_records} suppressed)",
+        f"checked               {manifest.checked_transformations} of {manifest.lattice_size} transformations "
+        f"({manifest.algorithm})",
+        f"seconds               {manifest.seconds:.3f}",
     ]
-    if manifest.get("gate") is not None:
-        gate = manifest["gate"]
-        lines.append(f"gate                  {'passed' if gate['passed'] else 'REFUSED: ' + '; '.join(gate['reasons'])}")
+    if manifest.gate is not None:
+        gate = manifest.gate
+        lines.append(f"gate                  {'passed' if gate.passed else 'REFUSED: ' + '; '.join(gate.reasons)}")
     return "\n".join(lines)
 
 
@@ -66,13 +70,12 @@ def run_deid(args: argparse.Namespace) -> int:
         print(f"safeshare deid: failed: {exc}; nothing was written", file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        print(json.dumps(manifest.document(), indent=2))
     else:
         print(_summary(manifest))
-        files = ("data/part-*.parquet" if manifest.get("layout") == "dataset" else "data.csv, data.parquet")
+        files = "data/part-*.parquet" if manifest.is_dataset else "data.csv, data.parquet"
         print(f"written to            {Path(args.out)}/ ({files}, manifest.json, report.html)")
-    gate = manifest.get("gate")
-    return EXIT_REFUSED if gate is not None and not gate.get("passed", False) else EXIT_OK
+    return EXIT_REFUSED if manifest.gate is not None and not manifest.gate.passed else EXIT_OK
 
 
 def run_hierarchy(args: argparse.Namespace) -> int:

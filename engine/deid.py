@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
-import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,6 +28,7 @@ from .classes import Evaluation, combined_key
 from .encoding import EncodedTable, encode_table
 from .errors import InputError
 from .lattice import Lattice
+from .manifest import Gate, LocalRecoding, Manifest, ParallelRun, ResearchSubset, Risk, finite_json
 from .policy import DatasetPolicy, load_policy
 from .privacy import PrivacyConfiguration, build_models
 from .quality import MODEL_NAMES, make_quality_model
@@ -46,6 +46,10 @@ class NoSolutionError(RuntimeError):
 
 @dataclass
 class DeidResult:
+    """What a run found and released, with the manifest's blocks already typed: the release gate's verdict on the
+    released records (`risk`, `gate`), the models as built, and what only some runs have (P4, local recoding, a
+    research subset; None otherwise)."""
+
     policy: DatasetPolicy
     table: EncodedTable
     search: SearchResult
@@ -56,7 +60,12 @@ class DeidResult:
     attribute_quality: dict[str, dict[str, float]]
     seconds: float
     input_frame: pd.DataFrame
-    extra: dict = field(default_factory=dict)
+    risk: Risk
+    gate: Gate
+    privacy_models: list[dict[str, Any]]
+    parallel: ParallelRun | None = None
+    local: LocalRecoding | None = None
+    research_subset: ResearchSubset | None = None
 
     @property
     def transformation(self) -> dict[str, int]:
@@ -69,7 +78,8 @@ def privacy_configuration(policy: DatasetPolicy, records: int | None = None) -> 
     return PrivacyConfiguration(build_models(policy, {"records": records}), policy.suppression_limit)
 
 
-def encode_policy_table(policy: DatasetPolicy, loaded) -> tuple[EncodedTable, "LoadedInput", dict]:
+def encode_policy_table(policy: DatasetPolicy, loaded
+                        ) -> tuple[EncodedTable, "LoadedInput", ResearchSubset | None]:
     """Encode the table the search works on. With a research subset (engine.subset) that is the subset: the input
     is the population, counted per class through the table's `population`; the loaded input is narrowed to the
     subset, which is what is released. Returns the table, the (narrowed) input and what the manifest records."""
@@ -81,12 +91,12 @@ def encode_policy_table(policy: DatasetPolicy, loaded) -> tuple[EncodedTable, "L
               for name in policy.quasi_identifiers}
     mask = resolve_subset(policy, loaded.frame)
     if mask is None:
-        return encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds, loaded.sensitive), loaded, {}
+        return encode_table(loaded.frame, loaded.hierarchies, policy.source, bounds, loaded.sensitive), loaded, None
     population = loaded.frame
     sample = replace(loaded, frame=population[mask].reset_index(drop=True))
     table = encode_table(sample.frame, loaded.hierarchies, policy.source, bounds, loaded.sensitive)
     table = replace(table, population=PopulationTable(table, population, loaded.hierarchies))
-    return table, sample, {"records": int(mask.sum()), "population_records": int(mask.size)}
+    return table, sample, ResearchSubset(records=int(mask.sum()), population_records=int(mask.size))
 
 
 def quality_under_all_models(table: EncodedTable, best: Evaluation, aggregation: str, gs_factor: float
@@ -223,17 +233,18 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
     released, record_suppressed = apply_transformation(policy, loaded.frame, table, best)
     quality, per_attribute = quality_under_all_models(table, best, policy.quality.aggregation,
                                                       policy.quality.gs_factor)
-    from .gate import evaluate_gate
+    from .gate import gate_result
 
-    risk, gate = evaluate_gate(effective_gate, best.sizes[~best.suppressed],
-                               required=required_models(policy, table, best))
-    if "population_uniqueness" in best.details:
-        risk["privacy_model_estimate"] = best.details["population_uniqueness"]
-    extra = {"risk": risk, "gate": gate, "privacy_models": [model.describe() for model in configuration.models]}
-    if subset:
-        extra["research_subset"] = subset
+    risk, gate = gate_result(effective_gate, best.sizes[~best.suppressed], best.details,
+                             required=required_models(policy, table, best))
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
-                      time.perf_counter() - started, loaded.frame, extra=extra)
+                      time.perf_counter() - started, loaded.frame, risk, gate, described_models(configuration),
+                      research_subset=subset)
+
+
+def described_models(configuration: PrivacyConfiguration) -> list[dict[str, Any]]:
+    """The privacy models as built, for the manifest: derived parameters (k-map's k') included."""
+    return [model.describe() for model in configuration.models]
 
 
 def required_models(policy: DatasetPolicy, table: EncodedTable, best: Evaluation) -> tuple | None:
@@ -260,7 +271,7 @@ def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, config
                       run_search, limit: float, effective_gate: EffectiveGate, started: float) -> DeidResult:
     """Local recoding (engine.local): the iterations' parts combined, re-checked and measured over the whole table;
     `best` is the first (global) part's evaluation, the manifest's `local` block lists every part."""
-    from .gate import evaluate_gate
+    from .gate import gate_result
     from .local import local_recoding
 
     bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
@@ -275,13 +286,10 @@ def _deidentify_local(policy: DatasetPolicy, loaded, table: EncodedTable, config
     combined = local.combined
     best = Evaluation(first.best.levels, combined.codes, combined.sizes, combined.suppressed,
                       int(combined.sizes[combined.suppressed].sum()), True, first.best.loss, dict(combined.details))
-    risk, gate = evaluate_gate(effective_gate, combined.sizes[~combined.suppressed])
-    if "population_uniqueness" in combined.details:
-        risk["privacy_model_estimate"] = combined.details["population_uniqueness"]
+    risk, gate = gate_result(effective_gate, combined.sizes[~combined.suppressed], combined.details)
     return DeidResult(policy, table, first.search, best, local.released, local.record_suppressed, local.quality,
-                      local.attribute_quality, time.perf_counter() - started, loaded.frame,
-                      extra={"risk": risk, "gate": gate, "local": local.manifest(),
-                             "privacy_models": [model.describe() for model in configuration.models]})
+                      local.attribute_quality, time.perf_counter() - started, loaded.frame, risk, gate,
+                      described_models(configuration), local=LocalRecoding.model_validate(local.manifest()))
 
 
 def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configuration: PrivacyConfiguration,
@@ -290,7 +298,7 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
     """P4 (engine.parallel) on a Dask cluster, or in this process with `scheduler: none`. Its release is measured over
     the whole table: classes are the released values with the suppression each record got (a class can be kept in
     one partition and suppressed in another), so every quality model and the gate see exactly what is released."""
-    from .gate import evaluate_gate
+    from .gate import gate_result
     from .parallel import P4NoSolution, run_p4
     from .parallel.cluster import executor_for
     from .parallel.p4 import describe_run
@@ -329,15 +337,15 @@ def _deidentify_p4(policy: DatasetPolicy, loaded, table: EncodedTable, configura
 
         view = view_from_records(best.codes, sizes, record_class, table.sensitive)
         required = (gate_required_models(policy, table), view, ~suppressed)
-    risk, gate = evaluate_gate(effective_gate, sizes[~suppressed], required=required)
-    search, record = describe_run(p4, best, table, parallel, where, p4.quality, bool(configuration.risk_models), risk)
-    extra = {"risk": risk, "gate": gate, "parallel": record,
-             "privacy_models": [model.describe() for model in configuration.models]}
+    risk, gate = gate_result(effective_gate, sizes[~suppressed], p4.merged.details, required=required)
+    search, record = describe_run(p4, best, table, parallel, where, p4.quality, bool(configuration.risk_models))
+    local = None
     if p4.record_levels is not None:
         # the manifest's transformation is then the coarsest level any released record has
-        extra["local"] = {"recoding": "local", "iterations": p4.iterations, "fell_back": None}
+        local = LocalRecoding(recoding="local", iterations=p4.iterations, fell_back=None)
     return DeidResult(policy, table, search, best, p4.released, p4.record_suppressed, quality, per_attribute,
-                      time.perf_counter() - started, loaded.frame, extra=extra)
+                      time.perf_counter() - started, loaded.frame, risk, gate, described_models(configuration),
+                      parallel=record, local=local)
 
 
 def _sha256(data: bytes) -> str:
@@ -350,11 +358,15 @@ def parquet_bytes(frame: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) -> dict:
+def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str], layout: str | None = None
+                   ) -> Manifest:
+    """The release's manifest, complete but for the report's own hash (`Manifest.with_file` adds it once the report
+    is rendered from this). Fields in the order releases have always had them; the blocks only some runs have
+    follow `seconds`; `layout` is given only for a partitioned dataset release."""
     policy = result.policy
     best = result.best
     class_sizes = best.sizes[~best.suppressed]
-    manifest = {
+    fields: dict[str, Any] = {
         "format": "safeshare-release/1",
         "engine_version": __version__,
         "dataset": policy.dataset,
@@ -378,36 +390,24 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str]) 
         "smallest_class": int(class_sizes.min()) if class_sizes.size else 0,
         "checked_transformations": int(result.search.checked),
         "lattice_size": int(result.search.lattice_size),
-        "risk": result.extra.get("risk"),
-        "gate": result.extra.get("gate"),
+        "risk": result.risk.document(),
+        "gate": result.gate.document(),
         "data_sha256": data_sha256,
         "files": files,
         "seconds": round(result.seconds, 6),
     }
-    if "parallel" in result.extra:   # P4: partitions, harmonized levels per partition, seconds per step
-        manifest["parallel"] = result.extra["parallel"]
-    if "privacy_models" in result.extra:   # the models as built: derived parameters (k-map's k') included
-        manifest["privacy_models"] = result.extra["privacy_models"]
-    if "research_subset" in result.extra:   # the input is the population; the subset is released
-        manifest["research_subset"] = result.extra["research_subset"]
-    if "local" in result.extra:   # local recoding: the transformation above is the first part's; every part here
-        manifest["recoding"] = "local"
-        manifest["local_recoding"] = result.extra["local"]
-    else:
-        manifest["recoding"] = "global"
-    return manifest
-
-
-def finite_json(value: object) -> object:
-    """`value` with every non-finite float replaced by None: JSON has no Infinity or NaN, and a consumer that reads
-    them (Python's json does) would compare them wrongly against limits."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
+    if result.parallel is not None:   # P4: partitions, harmonized levels per partition, seconds per step
+        fields["parallel"] = result.parallel.document()
+    fields["privacy_models"] = result.privacy_models
+    if result.research_subset is not None:   # the input is the population; the subset is released
+        fields["research_subset"] = result.research_subset.document()
+    # local recoding: the transformation above is the first part's; every part in local_recoding
+    fields["recoding"] = "global" if result.local is None else "local"
+    if result.local is not None:
+        fields["local_recoding"] = result.local.document()
+    if layout is not None:
+        fields["layout"] = layout
+    return Manifest.model_validate(finite_json(fields))
 
 
 def check_output(out_dir: str | Path) -> Path:
@@ -415,23 +415,24 @@ def check_output(out_dir: str | Path) -> Path:
     return check_output_folder(out_dir, RELEASE_FILES)
 
 
-def write_release(result: DeidResult, out_dir: str | Path) -> dict:
+def write_release(result: DeidResult, out_dir: str | Path) -> Manifest:
     """Write data.csv, data.parquet, report.html and manifest.json as one folder: staged in a hidden sibling and
-    renamed into place as a whole (replacing a previous output of the same run in one step)."""
+    renamed into place as a whole (replacing a previous output of the same run in one step). The report is
+    rendered once, from the finished manifest and what the run computed for it (engine.report_data)."""
+    from . import report
+    from .report_data import report_data
+
     data = parquet_bytes(result.released)
     csv_text = result.released.to_csv(index=False, sep=";", lineterminator="\n")
     files = {"data.parquet": _sha256(data), "data.csv": _sha256(csv_text.encode("utf-8"))}
-    manifest = finite_json(build_manifest(result, files["data.parquet"], files))
+    manifest = build_manifest(result, files["data.parquet"], files)
     with atomic_folder(out_dir, RELEASE_FILES) as staging:
         (staging / "data.parquet").write_bytes(data)
         (staging / "data.csv").write_text(csv_text, encoding="utf-8")
-        from .report import render_report
-
-        html = render_report(result, manifest)
+        html = report.render_report(manifest, report_data(result))
         (staging / "report.html").write_text(html, encoding="utf-8")
-        manifest["files"]["report.html"] = _sha256(html.encode("utf-8"))
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False, allow_nan=False)
-                                               + "\n", encoding="utf-8")
+        manifest = manifest.with_file("report.html", _sha256(html.encode("utf-8")))
+        (staging / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
     return manifest
 
 

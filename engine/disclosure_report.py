@@ -202,7 +202,7 @@ def released_disclosure(result: "DeidResult") -> list[dict]:
         return []
     sensitive = encode_declared(policy, result.input_frame, result.table.sensitive)
     table = replace(result.table, sensitive=sensitive, population=None)
-    if "local" in result.extra:
+    if result.local is not None:
         view, kept = _local_view(result, sensitive)
     else:
         from .classes import ClassCache

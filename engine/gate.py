@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .manifest import Gate, Risk, finite_json
 from .policy import GateSpec
 from .sitegate import BUILT_IN_GATE, EffectiveGate, SiteGateSource, combine
 
@@ -128,3 +129,13 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
     if required_entries is not None:
         gate["required"] = required_entries
     return risk, gate
+
+
+def gate_result(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray, details: dict | None = None,
+                site: SiteGateSource | None = None, required: tuple | None = None) -> tuple[Risk, Gate]:
+    """`evaluate_gate` as the manifest's typed blocks; `details` are the released evaluation's (its
+    population-uniqueness estimate, when the search decided one, is recorded with the risk)."""
+    risk, gate = evaluate_gate(spec, kept_sizes, site=site, required=required)
+    if details and "population_uniqueness" in details:
+        risk["privacy_model_estimate"] = details["population_uniqueness"]
+    return Risk.model_validate(finite_json(risk)), Gate.model_validate(finite_json(gate))

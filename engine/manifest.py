@@ -14,6 +14,7 @@ field and the problem (engine.bundle turns it into a refused bundle).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -198,6 +199,18 @@ class Manifest(_Block):
         return json.dumps(self.document(), indent=2, allow_nan=False) + "\n"
 
 
+def finite_json(value: object) -> object:
+    """`value` with every non-finite float replaced by None: JSON has no Infinity or NaN, and a consumer that reads
+    them (Python's json does) would compare them wrongly against limits."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def parse_manifest(document: object, source: str | Path = MANIFEST) -> Manifest:
     """`document` (parsed JSON) as a Manifest; ManifestError naming `source`, the field and the problem."""
     if not isinstance(document, dict):
@@ -241,5 +254,5 @@ _UNION_TAGS = frozenset({"int", "float", "str", "bool", "list[dict[str,any]]", "
 
 
 __all__ = ["Gate", "LocalRecoding", "MANIFEST", "Manifest", "ManifestError", "Number", "ParallelRun",
-           "PopulationRisk", "RELEASE_FORMAT", "RequiredModel", "ResearchSubset", "Risk", "load_manifest",
-           "parse_manifest"]
+           "PopulationRisk", "RELEASE_FORMAT", "RequiredModel", "ResearchSubset", "Risk", "finite_json",
+           "load_manifest", "parse_manifest"]

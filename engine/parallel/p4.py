@@ -447,19 +447,19 @@ def raised_levels(harmonized: tuple[int, ...], found: Sequence[tuple[int, ...]],
 
 
 def describe_run(result: "P4Result | P4DatasetResult", best: Evaluation, table, parallel, where: str,
-                 row_weighted: float, risk_models: bool, risk: dict, **record: object):
+                 row_weighted: float, risk_models: bool, **record: object):
     """What a P4 run puts into its release's manifest, for the in-memory and the dataset run alike: the search result
-    (checks summed over partitions, never a proven optimum), the `parallel` block (what ran, each partition's optimum,
-    seconds per step, P4's row-weighted quality, `record`'s extra fields), and in `risk` the estimate of the
-    risk-based models, which were decided on the merged release, not per partition."""
+    (checks summed over partitions, never a proven optimum) and the `parallel` block (what ran, each partition's
+    optimum, seconds per step, P4's row-weighted quality, `record`'s extra fields). The estimate of the risk-based
+    models, decided on the merged release and not per partition, is in `result.merged.details`
+    (engine.gate.gate_result records it with the risk)."""
     from ..lattice import Lattice
+    from ..manifest import ParallelRun
     from ..search.common import SearchResult
 
     lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     search = SearchResult(best, sum(p["checked"] for p in result.details["partitions"]), False,
                           sum(result.seconds.values()), lattice.size, "p4")
-    if "population_uniqueness" in result.merged.details:
-        risk["privacy_model_estimate"] = result.merged.details["population_uniqueness"]
     block = {"partitions": parallel.partitions, "scheduler": where, "partitioning": result.details["partitioning"],
              "harmonization": parallel.harmonization if parallel.transformation == "global" else None,
              "transformation": parallel.transformation, "statistics": result.details["statistics"],
@@ -467,7 +467,7 @@ def describe_run(result: "P4Result | P4DatasetResult", best: Evaluation, table, 
                                            for lv in result.partition_levels],
              "seconds_per_step": {k: round(v, 6) for k, v in result.seconds.items()},
              "quality_row_weighted": row_weighted, "risk_models_decided_on_merged_table": risk_models, **record}
-    return search, block
+    return search, ParallelRun.model_validate(block)
 
 
 def max_suppressed(policy: DatasetPolicy, records: int) -> int:

@@ -17,14 +17,12 @@ need the records on one machine and are refused here.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..atomic import atomic_folder
 from ..errors import InputError
+from ..manifest import Manifest
 from ..policy import DatasetPolicy
 
 DATASET_RELEASE_FILES = ("data", "report.html", "manifest.json")
@@ -44,15 +42,17 @@ def check_dataset_policy(policy: DatasetPolicy) -> None:
 
 def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int | None = None,
                        scheduler: str | None = None, progress: bool | None = False, site=None,
-                       time_limit: float | None = None) -> dict:
+                       time_limit: float | None = None) -> Manifest:
     """Run P4 with the workers reading the policy's input and writing the release into `out`; return the manifest.
     Raises InputError (bad policy or output) or NoSolutionError. A refused gate still writes the folder (as `safeshare
     deid` does), with `gate.passed` false, which sealing refuses."""
     from ..atomic import check_output_folder
     from ..bundle import dataset_digest
-    from ..deid import (DeidResult, NoSolutionError, build_manifest, check_populations, finite_json, parallel_spec,
-                        privacy_configuration)
-    from ..gate import combine, evaluate_gate
+    from ..deid import (DeidResult, NoSolutionError, build_manifest, check_populations, described_models,
+                        parallel_spec, privacy_configuration)
+    from ..gate import combine, gate_result
+    from ..report import render_dataset_report
+    from ..report_data import dataset_report_data
     from ..sitegate import SiteGateSource, load_site_gate, site_folder
     from .cluster import executor_for
     from .p4 import P4NoSolution, describe_run, run_p4_dataset
@@ -77,69 +77,24 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
             check_populations(policy, effective_gate, p4.records)
             release = p4.release
             kept = ~release.suppressed
-            risk, gate = evaluate_gate(effective_gate, release.sizes[kept])
+            risk, gate = gate_result(effective_gate, release.sizes[kept], p4.merged.details)
             table = p4.table
             release.loss = 1.0 - p4.quality[policy.quality.model]
             configuration = privacy_configuration(policy, p4.records)
             search, record = describe_run(p4, release, table, parallel, where, p4.quality_row_weighted,
-                                          bool(configuration.risk_models), risk, read_and_written_by="workers")
+                                          bool(configuration.risk_models), read_and_written_by="workers")
             result = DeidResult(policy, table, search, release, None, None, p4.quality, p4.attribute_quality,
-                                time.perf_counter() - started, None,
-                                extra={"risk": risk, "gate": gate, "parallel": record,
-                                       "privacy_models": [model.describe() for model in configuration.models]})
+                                time.perf_counter() - started, None, risk, gate, described_models(configuration),
+                                parallel=record)
             parts = {f"data/{name}": digest for name, digest in p4.sha256.items()}
-            manifest = finite_json(build_manifest(result, dataset_digest(parts), dict(parts)))
-            manifest["layout"] = "dataset"
-            html = render_dataset_report(manifest, release.sizes, release.suppressed)
+            manifest = build_manifest(result, dataset_digest(parts), dict(parts), layout="dataset")
+            html = render_dataset_report(manifest, dataset_report_data(p4))
             (staging / "report.html").write_text(html, encoding="utf-8")
-            manifest["files"]["report.html"] = hashlib.sha256(html.encode("utf-8")).hexdigest()
-            (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n",
-                                                   encoding="utf-8")
+            manifest = manifest.with_file("report.html", hashlib.sha256(html.encode("utf-8")).hexdigest())
+            (staging / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
     except P4NoSolution as exc:
         raise NoSolutionError(f"{policy.source or policy.dataset}: P4 with {parallel.partitions} partitions: {exc}")
     return manifest
 
 
-def render_dataset_report(manifest: dict, sizes: np.ndarray, suppressed: np.ndarray) -> str:
-    """The release report of a partitioned release, from what the driver holds: the gate, the summary, the
-    transformation, every quality model, the class sizes and P4's steps (no per-value distributions: the records
-    stayed on the workers)."""
-    from ..report import (_table, bar_chart_svg, class_size_distribution, gate_section, parallel_section,
-                          report_head, risk_interval_label)
-
-    parallel = manifest["parallel"]
-    summary = [
-        ["records", manifest["records"]],
-        ["suppressed records", manifest["suppressed_records"]],
-        ["equivalence classes released", manifest["equivalence_classes"]],
-        ["smallest released class", manifest["smallest_class"]],
-        ["privacy models", "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in manifest["privacy"])],
-        ["suppression limit", manifest["suppression_limit"]],
-        ["search", f'P4, {parallel["partitions"]} partitions ({parallel["scheduler"]}), '
-                   f'{parallel["partitioning"]} partitioning, {parallel["harmonization"]} harmonization'],
-        ["data", f'{len([f for f in manifest["files"] if f.startswith("data/")])} Parquet parts under data/'],
-        ["data sha256 (of the parts' listing)", manifest["data_sha256"]],
-        ["seconds", f'{manifest["seconds"]:.3f}'],
-    ]
-    transformation = [[name, level] for name, level in manifest["transformation"].items()]
-    quality = [[name, f"{value:.6f}", "yes" if name == manifest["optimized_for"] else ""]
-               for name, value in manifest["quality"].items()]
-    labels, values = class_size_distribution(sizes, suppressed)
-    chart = bar_chart_svg(labels, values, "Records by equivalence-class size", "class size")
-    kept = np.asarray(sizes)[~np.asarray(suppressed)]
-    edges = [(0.5, 1.0), (0.2, 0.5), (0.1, 0.2), (0.0, 0.1)]
-    risk_rows = [[risk_interval_label(low, high), int(kept[(1.0 / kept > low) & (1.0 / kept <= high)].sum())]
-                 for low, high in edges] if kept.size else []
-    return f"""{report_head(manifest, "partitioned dataset")}
-{gate_section(manifest.get("gate"))}
-<h2>Summary</h2>{_table(None, summary)}
-<h2>Transformation (every partition)</h2>{_table(["attribute", "level"], transformation)}
-<h2>Quality over the whole release (1 = original data)</h2>{_table(["model", "quality", "optimized"], quality)}
-<h2>Equivalence classes</h2>{chart}
-<h2>Prosecutor risk of released records</h2>{_table(["risk (1 / class size)", "records"], risk_rows)}
-{parallel_section(manifest)}
-</body></html>
-"""
-
-
-__all__ = ["DATASET_RELEASE_FILES", "check_dataset_policy", "deidentify_dataset", "render_dataset_report"]
+__all__ = ["DATASET_RELEASE_FILES", "check_dataset_policy", "deidentify_dataset"]

@@ -322,9 +322,9 @@ def test_manifest_of_an_automatic_choice(tmp_path):
 
     result = deidentify(small_policy(tmp_path, "search: {time_limit_seconds: 30}\n"))
     manifest = build_manifest(result, "0" * 64, {})
-    assert manifest["algorithm"] == "flash2p" and manifest["optimal"] is True
-    assert manifest["algorithm_choice"]["requested"] == "auto"
-    assert manifest["algorithm_choice"]["reason"] == "the optimal search is expected to finish within the time limit"
+    assert manifest.algorithm == "flash2p" and manifest.optimal is True
+    assert manifest.algorithm_choice["requested"] == "auto"
+    assert manifest.algorithm_choice["reason"] == "the optimal search is expected to finish within the time limit"
 
 
 def test_policy_check_limit_is_strict(tmp_path, capsys):

@@ -57,7 +57,7 @@ def test_local_recoding_beats_global_and_keeps_every_class_k_anonymous(tmp_path)
 
     global_ = deidentify(skewed_policy(tmp_path, "search: {time_limit_seconds: 30}\n"))
     local = deidentify(skewed_policy(tmp_path, "search: {time_limit_seconds: 30, recoding: local}\n"))
-    parts = local.extra["local"]["iterations"]
+    parts = local.local.iterations
     assert len(parts) >= 2 and parts[0]["transformation"] == global_.transformation
     assert parts[1]["released_records"] > 0
     assert local.quality["loss"] > global_.quality["loss"]
@@ -69,10 +69,10 @@ def test_local_recoding_beats_global_and_keeps_every_class_k_anonymous(tmp_path)
         assert after["records"] == before["suppressed_records"]
     out = tmp_path / "out"
     manifest = write_release(local, out)
-    assert manifest["recoding"] == "local" and manifest["local_recoding"]["iterations"] == parts
+    assert manifest.recoding == "local" and manifest.local_recoding.iterations == parts
     assert json.loads((out / "manifest.json").read_text())["recoding"] == "local"
     assert "local: " in (out / "report.html").read_text()
-    assert write_release(global_, tmp_path / "g")["recoding"] == "global"
+    assert write_release(global_, tmp_path / "g").recoding == "global"
 
 
 def test_local_quality_of_one_part_equals_the_global_quality(tmp_path):
@@ -81,7 +81,7 @@ def test_local_quality_of_one_part_equals_the_global_quality(tmp_path):
     global_ = deidentify(skewed_policy(tmp_path, "search: {time_limit_seconds: 30}\n"))
     local = deidentify(skewed_policy(tmp_path, "search: {time_limit_seconds: 30, recoding: local, "
                                                "local_iterations: 1}\n"))
-    assert len(local.extra["local"]["iterations"]) == 1
+    assert len(local.local.iterations) == 1
     for name, value in global_.quality.items():
         assert local.quality[name] == pytest.approx(value, abs=1e-9), name
     assert np.array_equal(local.record_suppressed, global_.record_suppressed)
@@ -95,7 +95,7 @@ def test_population_uniqueness_is_rechecked_on_the_combined_output(tmp_path):
                "  - {model: population_uniqueness, threshold: 0.01, population: 1000000}\n")
     policy = skewed_policy(tmp_path, "search: {time_limit_seconds: 30, recoding: local}\n", privacy=privacy)
     local = deidentify(policy)
-    assert len(local.extra["local"]["iterations"]) >= 2 and local.extra["local"]["fell_back"] is None
+    assert len(local.local.iterations) >= 2 and local.local.fell_back is None
     model = privacy_configuration(load_policy(policy)).risk_models[0]
     sizes = released_classes(local.released, list("abc")).to_numpy()
     holds, estimate = model.assess(sizes)
@@ -152,6 +152,6 @@ def test_a_combined_output_failing_the_risk_model_falls_back_to_the_global_part(
     local = deidentify(skewed_policy(tmp_path, "search: {time_limit_seconds: 30, recoding: local}\n",
                                      privacy=privacy))
     assert len(calls) == 2   # the combined output, then the first part alone
-    assert local.extra["local"]["fell_back"]
-    assert len(local.extra["local"]["iterations"]) == 1
+    assert local.local.fell_back
+    assert len(local.local.iterations) == 1
     pd.testing.assert_frame_equal(local.released, global_.released)

@@ -238,11 +238,11 @@ def test_gate_require_is_checked_on_a_p4_release(tmp_path):
     spec["gate"] = {"require": [{"model": "l_diversity", "attribute": "dx", "l": 4}]}
     policy = parse_policy(spec, source=policy.source)
     result = deidentify(policy, site=BUILT_IN_GATE, partitions=2, scheduler="none")
-    required = result.extra["gate"]["required"][0]
+    required = result.gate.required[0]
     released = result.released[~result.record_suppressed]
     failing = released.groupby(["age", "zip", "sex"])["dx"].nunique() < 4
-    assert required["failing_classes"] == int(failing.sum())
-    assert required["passed"] == (not failing.any())
+    assert required.failing_classes == int(failing.sum())
+    assert required.passed == (not failing.any())
 
 
 def test_raised_levels_go_from_the_harmonized_to_the_maximum_then_up_to_the_top(tmp_path):
@@ -287,15 +287,15 @@ def test_local_transformation_with_one_partition_equals_single_machine_local_rec
     spec["search"] = {"recoding": "local"}
     policy = parse_policy(spec, source=policy.source)
     single = deidentify(policy, site=BUILT_IN_GATE)
-    assert len(single.extra["local"]["iterations"]) > 1   # a table where local recoding does something
+    assert len(single.local.iterations) > 1   # a table where local recoding does something
     spec["search"]["parallel"] = {"partitions": 1, "scheduler": "none", "transformation": "local"}
     p4 = deidentify(parse_policy(spec, source=policy.source), site=BUILT_IN_GATE)
     assert (p4.released.to_numpy() == single.released.to_numpy()).all()
     assert (p4.record_suppressed == single.record_suppressed).all()
     assert p4.quality == pytest.approx(single.quality, abs=1e-12)
-    assert p4.extra["parallel"]["transformation"] == "local" and p4.extra["parallel"]["harmonization"] is None
-    assert [i["transformation"] for i in p4.extra["local"]["iterations"]] == \
-        [i["transformation"] for i in single.extra["local"]["iterations"]]
+    assert p4.parallel.transformation == "local" and p4.parallel.harmonization is None
+    assert [i["transformation"] for i in p4.local.iterations] == \
+        [i["transformation"] for i in single.local.iterations]
 
 
 def test_local_transformation_beats_global_on_adult_and_releases_only_5_anonymous_classes(adult_k5):
@@ -335,7 +335,7 @@ def test_auto_strategy_by_the_policys_models(tmp_path):
     assert resolve_strategy(t, "auto", "auto") == ("random", "table")
     assert resolve_strategy(t, "sorted", "partition") == ("sorted", "partition")   # what the policy says wins
     result = deidentify(t, site=BUILT_IN_GATE, partitions=2, scheduler="none")
-    assert (result.extra["parallel"]["partitioning"], result.extra["parallel"]["statistics"]) == ("random", "table")
+    assert (result.parallel.partitioning, result.parallel.statistics) == ("random", "table")
 
 
 def test_auto_strategy_keeps_t_closeness_utility_on_adult(data_dir):

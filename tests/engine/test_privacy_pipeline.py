@@ -89,15 +89,15 @@ def test_gate_require_refuses_a_release_that_violates_a_required_model(tmp_path)
             - {model: l_diversity, attribute: S, l: 3}
         """
     result = run(write(tmp_path, "- {model: l_diversity, attribute: S, l: 2}", extra=gate))
-    gate_record = result.extra["gate"]
+    gate_record = result.gate
     assert result.transformation == {"A": 1}
-    assert not gate_record["passed"]
-    assert gate_record["required"][0]["model"] == "l_diversity"
-    assert gate_record["required"][0]["failing_records"] == 4    # g1 (flu, cold) holds 4 records
-    assert any("required l_diversity" in reason for reason in gate_record["reasons"])
+    assert not gate_record.passed
+    assert gate_record.required[0].model == "l_diversity"
+    assert gate_record.required[0].failing_records == 4    # g1 (flu, cold) holds 4 records
+    assert any("required l_diversity" in reason for reason in gate_record.reasons)
     passing = run(write(tmp_path, "- {model: l_diversity, attribute: S, l: 3}", extra=gate))
-    assert passing.extra["gate"]["passed"]
-    assert passing.extra["gate"]["required"][0]["passed"]
+    assert passing.gate.passed
+    assert passing.gate.required[0].passed
 
 
 def test_research_subset_k_map_counts_the_population(tmp_path):
@@ -108,7 +108,7 @@ def test_research_subset_k_map_counts_the_population(tmp_path):
     result = run(policy)
     assert result.transformation == {"A": 0}
     assert result.table.n == 4 and len(result.released) == 4
-    assert result.extra["research_subset"] == {"records": 4, "population_records": 10}
+    assert result.research_subset.document() == {"records": 4, "population_records": 10}
     # k = 3: a1 and a2 match only two people each -> generalize to g1 (4 people) and g2 (6). (`subset: FILE` is
     # short for `subset: {file: FILE}`.)
     policy = write(tmp_path, "- {model: k_map, k: 3, subset: rows.txt}")
@@ -224,7 +224,7 @@ def test_local_recoding_releases_only_l_diverse_classes(data_dir):
     spec = yaml.safe_load(path.read_text())
     spec["search"] = {"recoding": "local", "local_iterations": 4, "time_limit_seconds": 60}
     result = deidentify(parse_policy(spec, source=str(path)), site=BUILT_IN_GATE)
-    assert result.extra["local"]["recoding"] == "local"
+    assert result.local.recoding == "local"
     released = result.released[~result.record_suppressed]
     qis = [c for c in released.columns if c != "occupation"]
     assert released.groupby(qis)["occupation"].nunique().min() >= 3

@@ -17,7 +17,9 @@ import pytest
 
 from engine.analysis import prosecutor_profile
 from engine.deid import build_manifest, deidentify, write_release
+from engine.manifest import parse_manifest
 from engine.report import TOP_VALUES, render_report
+from engine.report_data import report_data
 from engine.risk import population_uniqueness
 from engine.svgcharts import nice_ceiling, percent, step_chart
 from safeshare.cli import main
@@ -260,9 +262,10 @@ def tiny(tmp_path_factory):
     frame.to_csv(tmp / "data.csv", sep=";", index=False)
     (tmp / "policy.yaml").write_text(textwrap.dedent(POLICY))
     result = deidentify(tmp / "policy.yaml")
-    manifest = write_release(result, tmp / "out")
+    manifest = write_release(result, tmp / "out").document()
     html_text = (tmp / "out" / "report.html").read_text()
     return {"result": result, "manifest": manifest, "html": html_text, "input": read_csv(tmp / "data.csv"),
+            "data": report_data(result),
             "released": read_csv(tmp / "out" / "data.csv"), "qis": [WEIRD, "age", "sex"]}
 
 
@@ -313,7 +316,7 @@ def test_gate_verdict_and_reasons_near_the_top(tiny):
     manifest = json.loads(json.dumps(tiny["manifest"]))
     manifest["gate"] = {**manifest["gate"], "passed": False,
                         "reasons": ["<Springfield>: |PU|/|SU| = 0.5000 above the allowed 0.25"]}
-    html_text = render_report(tiny["result"], manifest)
+    html_text = render_report(parse_manifest(manifest), tiny["data"])
     root = parse(html_text)
     gate = root.find("section", id="gate")
     assert gate.attrs["data-passed"] == "false" and "REFUSED" in gate.find("h2").text
@@ -322,6 +325,32 @@ def test_gate_verdict_and_reasons_near_the_top(tiny):
     assert html_text.index('id="gate"') < html_text.index("<h2>Summary</h2>") < html_text.index('id="risk"')
     passed = parse(tiny["html"]).find("section", id="gate")
     assert passed.attrs["data-passed"] == "true"
+
+
+def test_the_report_renders_from_the_manifest_and_the_run_data_alone(tiny, monkeypatch):
+    """The gate's estimates on the input are computed once, in the run (engine.report_data): rendering needs neither
+    the run nor the input table, and runs no risk model; it gives the page written with the release."""
+    import engine.gate
+    import engine.risk
+
+    data = tiny["data"]
+    populations = [p["population"] for p in tiny["manifest"]["risk"]["populations"]]
+    assert [p.population for p in data.input_gate.risk.populations] == populations
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("the report re-ran a risk estimate")
+
+    monkeypatch.setattr(engine.gate, "evaluate_gate", recomputed)
+    monkeypatch.setattr(engine.risk, "population_uniqueness", recomputed)
+    html_text = render_report(parse_manifest(json.loads(json.dumps(tiny["manifest"]))), data)
+
+    def generated(text: str) -> str:
+        return re.sub(r"Generated [0-9: -]+ UTC", "Generated", text)
+
+    written = tiny["html"]
+    assert generated(html_text) == generated(written)
+    cells = parse(html_text).find("table", **{"class": "populations"}).iter("td", data_field="before-model")
+    assert [cell.text for cell in cells] and "–" not in [cell.text for cell in cells]
 
 
 def test_report_without_suppression_or_sample_uniques(tmp_path):
@@ -340,12 +369,12 @@ def test_report_without_suppression_or_sample_uniques(tmp_path):
     """))
     result = deidentify(tmp_path / "policy.yaml")
     manifest = build_manifest(result, "0" * 64, {})
-    html_text = render_report(result, manifest)
+    html_text = render_report(manifest, report_data(result))
     check_self_contained(html_text)
     root = parse(html_text)
     released, frame = result.released.astype(str), read_csv(tmp_path / "data.csv")
     # Every record is "*" but none is suppressed: the one released class has all 10 records.
-    assert (released["A"] == "*").all() and manifest["suppressed_records"] == 0
+    assert (released["A"] == "*").all() and manifest.suppressed_records == 0
     none = np.zeros(len(frame), dtype=bool)
     check_risk_profile(root, frame, released, ["A"], none)
     check_distributions(root, frame, released, ["A"], others=["B"], suppressed=none)

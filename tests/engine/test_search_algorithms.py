@@ -378,14 +378,14 @@ def test_deidentify_records_the_algorithm_in_the_manifest(data_dir):
     assert automatic.search.algorithm == "flash"
     assert automatic.search.optimal
     manifest = build_manifest(automatic, "0" * 64, {})
-    assert manifest["algorithm"] == "flash"
+    assert manifest.algorithm == "flash"
 
     named = deidentify(example_policy("adult-k5.yaml", **k3, search={"algorithm": "bnb"}))
     assert named.search.algorithm == "bnb"
     assert named.search.optimal
     assert named.transformation == automatic.transformation
     assert named.best.loss == pytest.approx(automatic.best.loss, abs=1e-12)
-    assert build_manifest(named, "0" * 64, {})["algorithm"] == "bnb"
+    assert build_manifest(named, "0" * 64, {}).algorithm == "bnb"
 
 
 def test_deidentify_rejects_an_algorithm_that_cannot_be_exact(data_dir):
