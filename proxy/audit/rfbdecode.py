@@ -1,10 +1,12 @@
 """Decode a recorded server-to-client RFB stream into framebuffer images, for the player and the video export.
 
 The recording holds exactly what the researcher's noVNC received after the proxy's filtering, so decoding it with
-the same rules noVNC uses gives the screen the researcher saw. The proxy only lets through encodings it can frame
-(Raw, CopyRect, RRE, Zlib, Tight, ZRLE and the Cursor / DesktopSize / LastRect pseudo-encodings); those are the ones
-decoded here. Zlib-based encodings keep their compression state for the whole connection, which is why decoding
-always runs forward from the start: the player's keyframes are made by one such pass (see `player.py`).
+the same rules noVNC uses gives the screen the researcher saw. Messages are delimited by the proxy's own framer
+(`proxy.rfbframe`), so the decoder reads the stream exactly as the proxy forwarded it; what it adds is pixels. The
+proxy only lets through encodings it can frame (Raw, CopyRect, RRE, Zlib, Tight, ZRLE and the Cursor / DesktopSize /
+LastRect / ExtendedDesktopSize pseudo-encodings); those are the ones decoded here. Zlib-based encodings keep their
+compression state for the whole connection, which is why decoding always runs forward from the start: the player's
+keyframes are made by one such pass (see `player.py`).
 
 Pixels are converted with numpy a rectangle at a time; only run-length and subrectangle lists, whose items are
 rectangles themselves, are walked in Python.
@@ -12,7 +14,6 @@ rectangles themselves, are walked in Python.
 from __future__ import annotations
 
 import io
-import struct
 import zlib
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -24,7 +25,10 @@ import numpy as np
 from proxy.recording import read_recording
 from proxy.rfb import (
     ENC_COPYRECT, ENC_CURSOR, ENC_DESKTOP_SIZE, ENC_EXT_DESKTOP_SIZE, ENC_LAST_RECT, ENC_RAW, ENC_RRE, ENC_TIGHT,
-    ENC_ZLIB, ENC_ZRLE, PixelFormat,
+    ENC_ZLIB, ENC_ZRLE, PixelFormat, ProtocolError,
+)
+from proxy.rfbframe import (
+    NEED_DATA, Bell, CutText, FramebufferUpdate, MessageEnd, Rectangle, ServerFramer, SetColourMapEntries,
 )
 
 
@@ -33,7 +37,7 @@ class DecodeError(ValueError):
 
 
 class _NeedMore(Exception):
-    """The stream ends inside a message (a session cut off mid-update): decoding stops there."""
+    """ZRLE tile data ends early: decoding stops there, as at a session cut off mid-update."""
 
 
 def cpixel_layout(pf: PixelFormat) -> tuple[int, str | None]:
@@ -49,7 +53,7 @@ def cpixel_layout(pf: PixelFormat) -> tuple[int, str | None]:
 
 
 class Stream:
-    """A cursor over the concatenated server bytes."""
+    """A cursor over a ZRLE rectangle's decompressed tile data."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
@@ -66,19 +70,6 @@ class Stream:
     def u8(self) -> int:
         return self.take(1)[0]
 
-    def unpack(self, fmt: str) -> tuple:
-        size = struct.calcsize(fmt)
-        return struct.unpack(fmt, self.take(size))
-
-    def compact_length(self) -> int:
-        """Tight's 1-3 byte length."""
-        value = 0
-        for shift in (0, 7, 14):
-            byte = self.u8()
-            value |= (byte & (0x7F if shift < 14 else 0xFF)) << shift
-            if not byte & 0x80 or shift == 14:
-                break
-        return value
 
 
 class Framebuffer:
@@ -92,6 +83,7 @@ class Framebuffer:
         self._zlib = zlib.decompressobj()
         self.colour_map = np.zeros((256, 3), np.uint8)
         self.resized = False
+        self._box: list[int] | None = None  # what the update being applied has changed so far
 
     @property
     def width(self) -> int:
@@ -100,9 +92,6 @@ class Framebuffer:
     @property
     def height(self) -> int:
         return self.image.shape[0]
-
-    def set_pixel_format(self, pixel_format: dict[str, int]) -> None:
-        self.pf = PixelFormat(**pixel_format)
 
     # --- pixels ----------------------------------------------------------------------------------------------------
 
@@ -143,132 +132,122 @@ class Framebuffer:
 
     # --- messages --------------------------------------------------------------------------------------------------
 
-    def message(self, s: Stream) -> tuple[str, tuple[int, int, int, int] | None]:
-        """Apply one server message; returns its kind and, for updates, the bounding box it changed."""
-        kind = s.u8()
-        if kind == 0:
-            return "update", self._update(s)
-        if kind == 1:
-            _, first, count = s.unpack(">xHH")
-            entries = np.frombuffer(s.take(6 * count), ">u2").reshape(count, 3)
-            self.colour_map[first:first + count] = (entries >> 8).astype(np.uint8)
-            return "colour_map", None
-        if kind == 2:
-            return "bell", None
-        if kind == 3:
-            (length,) = s.unpack(">3xI")
-            s.take(length)
-            return "cut_text", None
-        raise DecodeError(f"unknown server message type {kind} at byte {s.pos - 1}")
+    def apply(self, event: object) -> tuple[str, tuple[int, int, int, int] | None] | None:
+        """Apply one framer event; at the end of a message returns its kind and, for updates, the bounding box it
+        changed."""
+        if isinstance(event, FramebufferUpdate):
+            self.pf = event.pixel_format
+            self._box = None
+        elif isinstance(event, Rectangle):
+            self._rectangle(event)
+        elif isinstance(event, SetColourMapEntries):
+            entries = np.frombuffer(event.entries, ">u2").reshape(event.count, 3)
+            self.colour_map[event.first:event.first + event.count] = (entries >> 8).astype(np.uint8)
+        elif isinstance(event, MessageEnd):
+            if event.type == 0:
+                box = self._box
+                return "update", (box[0], box[1], box[2] - box[0], box[3] - box[1]) if box else None
+            return {1: "colour_map", 2: "bell", 3: "cut_text"}[event.type], None
+        elif not isinstance(event, (Bell, CutText)):
+            raise DecodeError(f"unexpected {event!r}")
+        return None
 
-    def _update(self, s: Stream) -> tuple[int, int, int, int] | None:
-        (count,) = s.unpack(">xH")
-        box: list[int] | None = None
-        for _ in range(count):
-            x, y, w, h, encoding = s.unpack(">HHHHi")
-            if encoding == ENC_LAST_RECT:
-                break
-            if encoding in (ENC_DESKTOP_SIZE, ENC_EXT_DESKTOP_SIZE):
-                if encoding == ENC_EXT_DESKTOP_SIZE:
-                    (screens,) = s.unpack(">B3x")
-                    s.take(16 * screens)
-                if w and h and (w, h) != (self.width, self.height):
-                    grown = np.zeros((h, w, 3), np.uint8)
-                    keep_h, keep_w = min(h, self.height), min(w, self.width)
-                    grown[:keep_h, :keep_w] = self.image[:keep_h, :keep_w]
-                    self.image = grown
-                    self.resized = True
-                box = [0, 0, self.width, self.height]
-                continue
-            if encoding == ENC_CURSOR:
-                s.take(w * h * self.pf.bytes_per_pixel + ((w + 7) // 8) * h)
-                continue
-            if x + w > self.width or y + h > self.height:
-                raise DecodeError(f"rectangle {w}x{h}+{x}+{y} outside the {self.width}x{self.height} screen")
-            self._rect(s, x, y, w, h, encoding)
-            if w and h:
-                box = [x, y, x + w, y + h] if box is None else [min(box[0], x), min(box[1], y),
-                                                                max(box[2], x + w), max(box[3], y + h)]
-        return (box[0], box[1], box[2] - box[0], box[3] - box[1]) if box else None
+    def _rectangle(self, rect: Rectangle) -> None:
+        x, y, w, h, encoding = rect.x, rect.y, rect.width, rect.height, rect.encoding
+        if encoding == ENC_LAST_RECT:
+            return
+        if encoding in (ENC_DESKTOP_SIZE, ENC_EXT_DESKTOP_SIZE):
+            if w and h and (w, h) != (self.width, self.height):
+                grown = np.zeros((h, w, 3), np.uint8)
+                keep_h, keep_w = min(h, self.height), min(w, self.width)
+                grown[:keep_h, :keep_w] = self.image[:keep_h, :keep_w]
+                self.image = grown
+                self.resized = True
+            self._box = [0, 0, self.width, self.height]
+            return
+        if encoding == ENC_CURSOR:
+            return
+        if x + w > self.width or y + h > self.height:
+            raise DecodeError(f"rectangle {w}x{h}+{x}+{y} outside the {self.width}x{self.height} screen")
+        self._rect(rect)
+        box = self._box
+        if w and h:
+            self._box = [x, y, x + w, y + h] if box is None else [min(box[0], x), min(box[1], y),
+                                                                  max(box[2], x + w), max(box[3], y + h)]
 
-    def _rect(self, s: Stream, x: int, y: int, w: int, h: int, encoding: int) -> None:
+    def _rect(self, rect: Rectangle) -> None:
+        x, y, w, h, encoding = rect.x, rect.y, rect.width, rect.height, rect.encoding
         target = self.image[y:y + h, x:x + w]
         if encoding == ENC_RAW:
-            target[:] = self.pixels(s.take(w * h * self.pf.bytes_per_pixel), w * h).reshape(h, w, 3)
+            target[:] = self.pixels(rect.data, w * h).reshape(h, w, 3)
         elif encoding == ENC_COPYRECT:
-            sx, sy = s.unpack(">HH")
+            assert rect.source is not None
+            sx, sy = rect.source
             target[:] = self.image[sy:sy + h, sx:sx + w].copy()
         elif encoding == ENC_RRE:
-            (subrects,) = s.unpack(">I")
+            subrects = rect.subrects
             bpp = self.pf.bytes_per_pixel
-            target[:] = self.pixels(s.take(bpp), 1)[0]
+            target[:] = self.pixels(rect.data[:bpp], 1)[0]
             if subrects:
-                raw = np.frombuffer(s.take(subrects * (bpp + 8)), np.uint8).reshape(subrects, bpp + 8)
+                raw = np.frombuffer(rect.data, np.uint8, subrects * (bpp + 8), bpp).reshape(subrects, bpp + 8)
                 colours = self.pixels(raw[:, :bpp].tobytes(), subrects)
                 geometry = raw[:, bpp:].copy().view(">u2").reshape(subrects, 4)
                 for (sx, sy, sw, sh), colour in zip(geometry.tolist(), colours):
                     target[sy:sy + sh, sx:sx + sw] = colour
         elif encoding == ENC_ZLIB:
-            (length,) = s.unpack(">I")
-            data = self._zlib.decompress(s.take(length))
+            data = self._zlib.decompress(rect.data)
             target[:] = self.pixels(data, w * h).reshape(h, w, 3)
         elif encoding == ENC_TIGHT:
-            self._tight_rect(s, target, w, h)
+            self._tight_rect(rect, target)
         elif encoding == ENC_ZRLE:
-            (length,) = s.unpack(">I")
-            self._zrle_rect(Stream(self._zrle.decompress(s.take(length))), target, w, h)
+            self._zrle_rect(Stream(self._zrle.decompress(rect.data)), target, w, h)
         else:
             raise DecodeError(f"encoding {encoding} was not allowed by the proxy and cannot be decoded")
 
     # --- Tight -----------------------------------------------------------------------------------------------------
 
-    def _tight_rect(self, s: Stream, target: np.ndarray, w: int, h: int) -> None:
-        control = s.u8()
+    def _tight_rect(self, rect: Rectangle, target: np.ndarray) -> None:
+        tight = rect.tight
+        assert tight is not None
+        w, h = rect.width, rect.height
         for stream_id in range(4):
-            if control & (1 << stream_id):
+            if tight.control & (1 << stream_id):
                 self._tight[stream_id] = zlib.decompressobj()
-        method = control >> 4
-        tp = self.pf.tight_pixel_size
+        method = tight.method
         if method == 0x8:  # fill
-            target[:] = self.tpixels(s.take(tp), 1)[0]
+            target[:] = self.tpixels(tight.inline, 1)[0]
             return
         if method == 0x9:  # JPEG
             from PIL import Image
 
-            data = s.take(s.compact_length())
-            with Image.open(io.BytesIO(data)) as picture:
+            with Image.open(io.BytesIO(rect.data)) as picture:
                 target[:] = np.asarray(picture.convert("RGB"))[:h, :w]
             return
-        if method > 0x7:
-            raise DecodeError(f"Tight compression type {method:#x} is not supported")
         stream_id = method & 0x3
-        filter_id = s.u8() if method & 0x4 else 0
-        if filter_id == 1:  # palette
-            colours = s.u8() + 1
-            palette = self.tpixels(s.take(colours * tp), colours)
-            size = ((w + 7) // 8) * h if colours == 2 else w * h
-            data = self._tight_data(s, stream_id, size)
-            if colours == 2:
+        data = self._tight_data(rect, stream_id)
+        if tight.filter_id == 1:  # palette
+            colours = tight.colours
+            palette = self.tpixels(tight.palette, colours)
+            if colours <= 2:
                 bits = np.unpackbits(np.frombuffer(data, np.uint8).reshape(h, (w + 7) // 8), axis=1)[:, :w]
                 target[:] = palette[bits]
             else:
                 target[:] = palette[np.frombuffer(data, np.uint8, w * h).reshape(h, w)]
-        elif filter_id == 2:  # gradient: each pixel predicted from its left, upper and upper-left neighbours
-            data = self._tight_data(s, stream_id, w * h * tp)
+        elif tight.filter_id == 2:  # gradient: each pixel predicted from its left, upper and upper-left neighbours
             target[:] = undo_gradient(self.tpixels(data, w * h).reshape(h, w, 3))
-        elif filter_id == 0:
-            data = self._tight_data(s, stream_id, w * h * tp)
-            target[:] = self.tpixels(data, w * h).reshape(h, w, 3)
         else:
-            raise DecodeError(f"Tight filter {filter_id} is not defined")
+            target[:] = self.tpixels(data, w * h).reshape(h, w, 3)
 
-    def _tight_data(self, s: Stream, stream_id: int, size: int) -> bytes:
-        if size < 12:
-            return s.take(size)
-        data = self._tight[stream_id].decompress(s.take(s.compact_length()))
-        if len(data) < size:
-            raise DecodeError(f"Tight data: {len(data)} bytes where {size} were expected")
-        return data[:size]
+    def _tight_data(self, rect: Rectangle, stream_id: int) -> bytes:
+        """The uncompressed data: as sent when under 12 bytes, else inflated from its stream."""
+        tight = rect.tight
+        assert tight is not None
+        if tight.size < 12:
+            return tight.inline
+        data = self._tight[stream_id].decompress(rect.data)
+        if len(data) < tight.size:
+            raise DecodeError(f"Tight data: {len(data)} bytes where {tight.size} were expected")
+        return data[:tight.size]
 
     # --- ZRLE ------------------------------------------------------------------------------------------------------
 
@@ -367,9 +346,9 @@ class Replay:
                 times.append(seconds)
             elif kind == "P":
                 formats.append((offset, json.loads(payload)))
-        self._data = b"".join(chunks)
+        self._chunks, self._size = chunks, offset
         self._ends, self._times, self._formats = ends, times, formats
-        self._stream: Stream | None = None
+        self._framer: ServerFramer | None = None
 
     def _time_at(self, position: int) -> float:
         index = bisect_left(self._ends, position)
@@ -378,19 +357,32 @@ class Replay:
     def next_start(self) -> float | None:
         """Session time at which the next message began to arrive (None at the end): lets a caller that samples
         the screen know whether the screen it has now stays as it is for a while."""
-        stream = self._stream
-        if stream is None or stream.pos >= len(self._data):
+        framer = self._framer
+        if framer is None or framer.offset >= self._size:
             return None
-        return self._time_at(stream.pos + 1)
+        return self._time_at(framer.offset + 1)
 
     def messages(self) -> Iterator[Message]:
-        stream = self._stream = Stream(self._data)
+        fb = self.framebuffer
+        framer = self._framer = ServerFramer(fb.pf, fb.width, fb.height)
+        chunks = iter(self._chunks)
         formats = list(self._formats)
-        while stream.pos < len(self._data):
-            while formats and formats[0][0] <= stream.pos:
-                self.framebuffer.set_pixel_format(formats.pop(0)[1])
+        while True:
+            while framer.in_message is None and formats and formats[0][0] <= framer.offset:
+                framer.pixel_format = PixelFormat(**formats.pop(0)[1])
             try:
-                kind, box = self.framebuffer.message(stream)
+                event = framer.next_event()
+            except ProtocolError as exc:
+                raise DecodeError(f"{exc} (at byte {framer.offset})") from None
+            if event is NEED_DATA:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    return  # the stream ends inside a message (a session cut off mid-update): decoding stops there
+                framer.feed(chunk)
+                continue
+            try:
+                done = fb.apply(event)
             except _NeedMore:
                 return
-            yield Message(self._time_at(stream.pos), kind, box)
+            if done is not None:
+                yield Message(self._time_at(framer.offset), *done)

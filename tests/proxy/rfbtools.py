@@ -1,5 +1,7 @@
-"""Test-side RFB peers written independently of the proxy: a client that decodes Raw/CopyRect/zlib framebuffers and
-a scripted fake VNC server that records what reaches it. Both only talk to 127.0.0.1.
+"""Test-side RFB peers: a client that decodes Raw/CopyRect/zlib framebuffers and a scripted fake VNC server that
+records what reaches it. Both only talk to 127.0.0.1. They delimit messages with `proxy.rfbframe`, the one home of
+RFB message lengths; what they make of the messages (pixels, the record of what reached the server) is their own,
+and the fuzz tests keep an independent model of the framing (`test_fuzz.py`).
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import subprocess
 import time
 import zlib
 from dataclasses import dataclass, field
+
+from proxy.rfb import PixelFormat, ProtocolError
+from proxy.rfbframe import NEED_DATA, Bell, ClientFramer, CutText, MessageEnd, Rectangle, ServerFramer, Framer
 
 PF_32 = struct.pack(">BBBBHHHBBB3x", 32, 24, 0, 1, 255, 255, 255, 16, 8, 0)
 # The proxy releases every key and button when a session starts and ends: a run of key releases that begins with
@@ -62,6 +67,7 @@ class RfbClient:
         self.cut_texts: list[bytes] = []
         self.bells = 0
         self._zlib = zlib.decompressobj()
+        self._framer: ServerFramer | None = None  # from the first message on (callers may do their own handshake)
 
     async def connect(self, port: int, encodings: tuple[int, ...] = (0,)) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
@@ -104,43 +110,36 @@ class RfbClient:
 
     async def read_message(self) -> int:
         """Read one server message, apply it; returns its type."""
-        (msg_type,) = await self.reader.readexactly(1)
-        if msg_type == 0:
-            (count,) = struct.unpack(">xH", await self.reader.readexactly(3))
-            for _ in range(count):
-                x, y, w, h, enc = struct.unpack(">HHHHi", await self.reader.readexactly(12))
-                if enc == 0:
-                    data = await self.reader.readexactly(w * h * 4)
-                    self._blit(x, y, w, h, data)
-                elif enc == 1:
-                    sx, sy = struct.unpack(">HH", await self.reader.readexactly(4))
-                    rows = [bytes(self.fb[((sy + r) * self.width + sx) * 4:((sy + r) * self.width + sx + w) * 4])
-                            for r in range(h)]
-                    self._blit(x, y, w, h, b"".join(rows))
-                elif enc == 6:
-                    (length,) = struct.unpack(">I", await self.reader.readexactly(4))
-                    data = self._zlib.decompress(await self.reader.readexactly(length))
-                    self._blit(x, y, w, h, data)
-                elif enc == -239:  # cursor: skip
-                    await self.reader.readexactly(w * h * 4 + ((w + 7) // 8) * h)
-                elif enc == -223:
-                    self.width, self.height = w, h
-                    self.fb = bytearray(w * h * 4)
-                elif enc == -224:
-                    break
-                else:
-                    raise AssertionError(f"test client cannot decode encoding {enc}")
-        elif msg_type == 1:
-            _, n = struct.unpack(">xHH", await self.reader.readexactly(5))
-            await self.reader.readexactly(6 * n)
-        elif msg_type == 2:
-            self.bells += 1
-        elif msg_type == 3:
-            (length,) = struct.unpack(">3xI", await self.reader.readexactly(7))
-            self.cut_texts.append(await self.reader.readexactly(length))
-        else:
-            raise AssertionError(f"unknown server message {msg_type}")
-        return msg_type
+        if self._framer is None:  # the client always asks for PF_32
+            self._framer = ServerFramer(PixelFormat.parse(PF_32), self.width, self.height)
+        while True:
+            event = await next_event(self._framer, self.reader)
+            if isinstance(event, Rectangle):
+                self._rectangle(event)
+            elif isinstance(event, Bell):
+                self.bells += 1
+            elif isinstance(event, CutText):
+                self.cut_texts.append(event.text)
+            elif isinstance(event, MessageEnd):
+                return event.type
+
+    def _rectangle(self, rect: Rectangle) -> None:
+        x, y, w, h, enc = rect.x, rect.y, rect.width, rect.height, rect.encoding
+        if enc == 0:
+            self._blit(x, y, w, h, rect.data)
+        elif enc == 1:
+            assert rect.source is not None
+            sx, sy = rect.source
+            rows = [bytes(self.fb[((sy + r) * self.width + sx) * 4:((sy + r) * self.width + sx + w) * 4])
+                    for r in range(h)]
+            self._blit(x, y, w, h, b"".join(rows))
+        elif enc == 6:
+            self._blit(x, y, w, h, self._zlib.decompress(rect.data))
+        elif enc == -223:
+            self.width, self.height = w, h
+            self.fb = bytearray(w * h * 4)
+        elif enc not in (-239, -224):  # cursor: skipped; LastRect: the framer ends the update
+            raise AssertionError(f"test client cannot decode encoding {enc}")
 
     def _blit(self, x: int, y: int, w: int, h: int, data: bytes) -> None:
         for row in range(h):
@@ -207,22 +206,19 @@ class FakeVncServer:
             await writer.drain()
             if self.close_after_script:
                 return
-            sizes = {0: 19, 2: None, 3: 9, 4: 7, 5: 5, 6: None}
+            framer = ClientFramer()
             run: list[tuple[float, int, bytes]] = []  # this connection's trailing key releases
             while True:
-                (t,) = await reader.readexactly(1)
-                if t not in sizes:
-                    self.messages.append((time.monotonic(), t, b""))
+                try:
+                    event = await next_event(framer, reader)
+                except ProtocolError:  # not a message the proxy may forward: on record by its type, then the end
+                    self.messages.append((time.monotonic(), framer.in_message or 0, b""))
                     return
-                if t == 2:
-                    head = await reader.readexactly(3)
-                    body = head + await reader.readexactly(4 * struct.unpack(">xH", head)[0])
-                elif t == 6:
-                    head = await reader.readexactly(7)
-                    body = head + await reader.readexactly(struct.unpack(">3xI", head)[0])
-                else:
-                    body = await reader.readexactly(sizes[t])
-                self.raw += bytes([t]) + body
+                if isinstance(event, MessageEnd):
+                    continue
+                raw = event.raw + (event.text if isinstance(event, CutText) else b"")  # type: ignore[union-attr]
+                t, body = raw[0], raw[1:]
+                self.raw += raw
                 record = (time.monotonic(), t, body)
                 self.messages.append(record)
                 if t == 4 and body[0] == 0:
@@ -265,6 +261,14 @@ class FakeVncServer:
 
     def of_type(self, msg_type: int) -> list[bytes]:
         return [body for _, t, body in self.messages if t == msg_type]
+
+
+async def next_event(framer: Framer, reader: asyncio.StreamReader) -> object:
+    """The framer's next event, reading exactly the bytes it still needs (never beyond the message), so that a test
+    can go on reading the stream itself where it left off."""
+    while (event := framer.next_event()) is NEED_DATA:
+        framer.feed(await reader.readexactly(framer.wanted))
+    return event
 
 
 def xvfb_start(width: int = 320, height: int = 240) -> tuple[subprocess.Popen, str]:
