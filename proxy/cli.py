@@ -48,7 +48,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     from proxy.capture import CaptureConfig
     from policies.recipient import PolicyError
     from proxy.server import RfbProxyServer
-    from proxy.session import UpstreamTarget
+    from proxy.transport import UpstreamTarget
 
     try:
         host, port = parse_host_port(args.listen)

@@ -112,7 +112,7 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
             recipient = policy.recipient
         if not recipient:
             raise ValueError("--recipient (or --policy) is required")
-        from proxy.session import UpstreamTarget
+        from proxy.transport import UpstreamTarget
 
         UpstreamTarget.parse(args.upstream)  # validate early
         password_file = None

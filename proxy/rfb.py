@@ -1,8 +1,8 @@
 """RFB (RFC 6143 and the community rfbproto document) constants and small pure helpers.
 
-The proxy must frame every message in both directions to be able to drop the ones it does not want, so everything
-it needs to know about sizes lives here: pixel formats, the encoding allowlist, Tight's compact lengths, keysym names.
-Nothing here does I/O; the streaming side is in `proxy.session`.
+What the proxy's framing (`proxy.rfbframe`) and handshakes (`proxy.handshake`) build on: message types, security
+types, encodings and their allowlist, pixel formats, protocol versions, VNC authentication, keysym names and
+shortcuts. Nothing here does I/O.
 """
 from __future__ import annotations
 
@@ -152,15 +152,6 @@ def filter_encodings(requested: list[int]) -> list[int]:
         if enc in ALLOWED_ENCODINGS and enc not in kept:
             kept.append(enc)
     return kept
-
-
-def tight_data_size(comp_ctl_filter: int, width: int, height: int, tpixel: int, num_colours: int) -> int:
-    """Uncompressed size of a Tight basic-compression rectangle (rfbproto, Tight encoding)."""
-    if comp_ctl_filter == 1:  # palette
-        if num_colours <= 2:
-            return ((width + 7) // 8) * height
-        return width * height
-    return width * height * tpixel  # copy and gradient filters
 
 
 # --- keysyms -------------------------------------------------------------------------------------------------------

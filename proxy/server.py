@@ -12,7 +12,8 @@ from pathlib import Path
 
 from proxy.capture import CaptureConfig
 from proxy.limits import SessionLimits
-from proxy.session import STREAM_LIMIT, ProxySession, TcpClient, UpstreamTarget
+from proxy.session import ProxySession
+from proxy.transport import STREAM_LIMIT, TcpClient, UpstreamTarget
 
 log = logging.getLogger("safeshare.proxy")
 

@@ -227,7 +227,7 @@ def test_a_killed_sessions_log_is_sealed_as_recovered(recorded: Path, tmp_path: 
     gets a disconnect and a seal marked recovered (with the recording as found, possibly cut mid-record), and then
     verifies; a damaged log is left exactly as found."""
     from proxy.audit.rfbdecode import Replay
-    from proxy.session import seal_interrupted
+    from proxy.recovery import seal_interrupted
 
     killed = copy(recorded, tmp_path / "k")
     lines = _lines(recorded)
@@ -254,7 +254,7 @@ def test_a_killed_sessions_log_is_sealed_as_recovered(recorded: Path, tmp_path: 
 
 
 def test_a_session_killed_before_its_recording_reached_the_disk(recorded: Path, tmp_path: Path) -> None:
-    from proxy.session import seal_interrupted
+    from proxy.recovery import seal_interrupted
 
     killed = copy(recorded, tmp_path / "e")
     (killed / "events.jsonl").write_bytes(b"".join(_lines(recorded)[:3]))

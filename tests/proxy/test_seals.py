@@ -21,7 +21,7 @@ from proxy.anchors import AnchorBook
 from proxy.audit.sessions import find_sessions
 from proxy.audit.verify import ANCHORED, SIGNED, verify_path, verify_session
 from proxy.eventlog import GENESIS, KeySource, seal_message, verify_log
-from proxy.session import seal_interrupted
+from proxy.recovery import seal_interrupted
 from proxy.tokens import TokenStore
 from safeshare.signing import SignatureError, SigningKey, TrustStore, ensure_key
 from tests.cdp import wait_for

@@ -1,4 +1,4 @@
-"""The session API other front ends use (run_session, terminate_recipient), pixel-format changes mid-session, and the
+"""The session API other front ends use (run_session, on_start, terminate), pixel-format changes mid-session, and the
 optional network capture with tcpdump."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from proxy.capture import CaptureConfig
 from proxy.eventlog import verify_log
 from proxy.limits import SessionLimits
 from proxy.server import RfbProxyServer
-from proxy.session import UpstreamTarget, live_sessions, run_session, terminate_recipient
+from proxy.session import ProxySession, UpstreamTarget, run_session
 from tests.proxy.rfbtools import FakeVncServer, RfbClient
 
 
@@ -23,16 +23,29 @@ def events(session_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (session_dir / "events.jsonl").read_text().splitlines()]
 
 
+def _live(sessions_dir: Path, recipient: str | None = None) -> list[Path]:
+    """Sessions that have started and not ended, as their folders say (meta.json's `end` is set when one ends)."""
+    live = []
+    for folder in sorted(sessions_dir.iterdir()):
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta["end"] is None and (recipient is None or meta["recipient"] == recipient):
+            live.append(folder)
+    return live
+
+
 def test_run_session_and_terminate_recipient(tmp_path: Path) -> None:
+    """A front end that keeps the sessions `run_session` hands to `on_start` can end those of one recipient (as the
+    gateway does on revocation): they end with the reason, within the second, and the others go on."""
     async def scenario() -> tuple[list[Path], list[int]]:
         fake = FakeVncServer()
         upstream = UpstreamTarget("127.0.0.1", await fake.start())
         results: list[Path] = []
+        kept: list[ProxySession] = []
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            recipient = "alice" if len(results) + len(live_sessions()) < 2 else "bob"
+            recipient = "alice" if len(kept) < 2 else "bob"
             results.append(await run_session(reader, writer, upstream, SessionLimits(), tmp_path, recipient,
-                                             release="r1", extra_meta={"via": "test"}))
+                                             release="r1", extra_meta={"via": "test"}, on_start=kept.append))
 
         listener = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
@@ -42,14 +55,17 @@ def test_run_session_and_terminate_recipient(tmp_path: Path) -> None:
             await client.connect(port)
             clients.append(client)
             await asyncio.sleep(0.05)
-        counts = [len(live_sessions("alice")), len(live_sessions("bob"))]
-        counts.append(terminate_recipient("alice", "recipient revoked"))
+        counts = [len(_live(tmp_path, "alice")), len(_live(tmp_path, "bob"))]
+        alices = [session for session in kept if session.recipient == "alice"]
+        for session in alices:
+            session.terminate("recipient revoked")
+        counts.append(len(alices))
         async with asyncio.timeout(2):
             for client in clients[:2]:
                 assert await client.reader.read() == b""  # alice's sessions end within the second
             while len(results) < 2:
                 await asyncio.sleep(0.01)
-        counts.append(len(live_sessions("alice")))
+        counts.append(len(_live(tmp_path, "alice")))
         await clients[2].key(0x61, True)  # bob's session is untouched
         await clients[2].close()
         async with asyncio.timeout(2):
@@ -70,7 +86,7 @@ def test_run_session_and_terminate_recipient(tmp_path: Path) -> None:
     assert all(m["release"] == "r1" and m["via"] == "test" for m in metas)
     for folder in results:
         assert verify_log(folder / "events.jsonl").ok
-    assert live_sessions() == []
+    assert _live(tmp_path) == []
 
 
 def _set_pixel_format(bpp: int, depth: int, shifts: tuple[int, int, int]) -> bytes:
