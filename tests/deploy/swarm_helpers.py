@@ -1,0 +1,224 @@
+"""A second Docker engine on this machine, in its own network namespace, as a Swarm worker of the host's engine.
+
+Why a network namespace and not a second container engine in a container: the worker must be a node as the
+manager sees any remote host (its own addresses, its own iptables, its own overlay endpoints, traffic between the
+two only over a link), while sharing this machine's kernel and filesystem keeps it cheap. The namespace `ssw-<n>`
+gets one end of a veth pair; the host keeps the other, and the Swarm is initialised on the host's end, so the only
+path between the nodes is that link.
+
+Everything the worker writes is under its own data root (/var/lib/safeshare-swarm/<name>: kept between runs, so
+images loaded once stay loaded), exec root, pidfile and socket. `stop()` kills the daemon and everything it
+started, removes the namespace and the link; the Swarm is left on both sides (`leave_swarm`), so the host's engine
+is as it was before (other tests share it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATE_ROOT = Path(os.environ.get("SAFESHARE_SWARM_TEST_ROOT", "/var/lib/safeshare-swarm"))
+RUN_ROOT = Path("/run/safeshare-swarm")
+
+
+def run(*argv: str, timeout: float = 120, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return done
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (containerd, shims, containers), found from /proc before any is killed."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@dataclass
+class WorkerNode:
+    """dockerd #2: `name` is short (interface names allow 15 characters); `index` picks its /30 on the link."""
+
+    name: str = "ssw1"
+    index: int = 1
+    proc: subprocess.Popen | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.netns = self.name
+        self.host_if, self.node_if = f"{self.name}-h", f"{self.name}-n"
+        base = 4 * self.index
+        self.host_ip, self.node_ip = f"10.213.250.{base + 1}", f"10.213.250.{base + 2}"
+        self.data_root = STATE_ROOT / self.name
+        self.exec_root = RUN_ROOT / self.name / "exec"
+        self.pidfile = RUN_ROOT / self.name / "dockerd.pid"
+        self.socket = RUN_ROOT / self.name / "docker.sock"
+        self.log_path = RUN_ROOT / self.name / "dockerd.log"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+    def docker(self, *args: str, timeout: float = 120, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+        return run("docker", "-H", self.host, *args, timeout=timeout, check=check, **kwargs)
+
+    # --- the link --------------------------------------------------------------------------------------------------
+
+    def make_link(self) -> None:
+        self.remove_link()  # a previous run killed before its teardown
+        run("ip", "netns", "add", self.netns)
+        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.node_if)
+        run("ip", "link", "set", self.node_if, "netns", self.netns)
+        run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        run("ip", "link", "set", self.host_if, "up")
+        inside = ("ip", "netns", "exec", self.netns)
+        run(*inside, "ip", "addr", "add", f"{self.node_ip}/30", "dev", self.node_if)
+        run(*inside, "ip", "link", "set", self.node_if, "up")
+        run(*inside, "ip", "link", "set", "lo", "up")
+        run(*inside, "ip", "route", "add", "default", "via", self.host_ip)
+
+    def remove_link(self) -> None:
+        run("ip", "link", "del", self.host_if, check=False)
+        run("ip", "netns", "del", self.netns, check=False)
+
+    # --- the daemon ------------------------------------------------------------------------------------------------
+
+    def start(self, storage_driver: str | None = None, timeout: float = 60) -> None:
+        for folder in (self.data_root, self.exec_root):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.make_link()
+        # nsenter, not `ip netns exec`: that remounts /sys in a new mount namespace, which hides the cgroup mounts
+        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.data_root),
+                "--exec-root", str(self.exec_root), "--pidfile", str(self.pidfile), "-H", self.host,
+                "--cgroup-parent", f"/{self.name}", "--bip", "172.31.254.1/24", "--no-new-privileges"]
+        if storage_driver:
+            argv += ["--storage-driver", storage_driver]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the worker's dockerd exited: {self.log_tail()}")
+            if self.docker("info", "--format", "{{.ServerVersion}}", check=False, timeout=10).returncode == 0:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"the worker's dockerd did not answer within {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """The node dies: dockerd, its containerd, the shims and every container, all at once (SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        victims = [self.proc.pid, *descendants(self.proc.pid)]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop the daemon (its containers with it), then remove the namespace and the link."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc is not None:
+            for pid in descendants(self.proc.pid):  # shims left by a terminated daemon
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for mount in reversed(self._mounts_below(self.exec_root)):
+            run("umount", "-l", mount, check=False)
+        self.remove_link()
+        shutil.rmtree(self.exec_root.parent, ignore_errors=True)
+
+    @staticmethod
+    def _mounts_below(root: Path) -> list[str]:
+        found = []
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            target = line.split()[1]
+            if target.startswith(str(root)):
+                found.append(target)
+        return found
+
+    # --- images ----------------------------------------------------------------------------------------------------
+
+    def load_images(self, refs: list[str]) -> None:
+        """`docker save | docker load` of the images the node lacks (by image id): a node gets images as archives,
+        never from a registry."""
+        missing = [ref for ref in refs if self._image_id(ref, self.host) != self._image_id(ref, None)]
+        if not missing:
+            return
+        save = subprocess.Popen(["docker", "save", *missing], stdout=subprocess.PIPE)
+        load = subprocess.run(["docker", "-H", self.host, "load", "-q"], stdin=save.stdout, capture_output=True,
+                              text=True, timeout=1800)
+        save.wait(timeout=60)
+        if save.returncode != 0 or load.returncode != 0:
+            raise RuntimeError(f"docker save | load failed: {load.stderr[-2000:]}")
+
+    @staticmethod
+    def _image_id(ref: str, host: str | None) -> str | None:
+        argv = ["docker", *(["-H", host] if host else []), "image", "inspect", "--format", "{{.Id}}", ref]
+        done = run(*argv, check=False, timeout=60)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+
+def swarm_state(host: str | None = None) -> dict:
+    argv = ["docker", *(["-H", host] if host else []), "info", "--format", "{{json .Swarm}}"]
+    return json.loads(run(*argv, timeout=30).stdout)
+
+
+def host_networks() -> set[str]:
+    return set(run("docker", "network", "ls", "--format", "{{.Name}}").stdout.split())
+
+
+def init_swarm(worker: WorkerNode) -> str:
+    """The host's engine as the manager (advertised on the link only), `worker` joined; returns the worker's node
+    id. Refuses when the host's engine is already in a swarm: that one is not this test's to change."""
+    if swarm_state()["LocalNodeState"] != "inactive":
+        raise RuntimeError("the host's Docker engine is already in a swarm; these tests make and leave their own")
+    run("docker", "swarm", "init", "--advertise-addr", worker.host_ip, "--listen-addr", f"{worker.host_ip}:2377",
+        "--data-path-addr", worker.host_ip, timeout=60)
+    token = run("docker", "swarm", "join-token", "-q", "worker").stdout.strip()
+    worker.docker("swarm", "join", "--token", token, "--advertise-addr", worker.node_ip,
+                  "--listen-addr", f"{worker.node_ip}:2377", f"{worker.host_ip}:2377", timeout=60)
+    return swarm_state(worker.host)["NodeID"]
+
+
+def leave_swarm(worker: WorkerNode | None, networks_before: set[str]) -> None:
+    """Both engines out of the swarm, and the networks swarm mode made on the host (ingress, docker_gwbridge)
+    removed when they were not there before."""
+    if worker is not None and worker.proc is not None and worker.proc.poll() is None:
+        worker.docker("swarm", "leave", "--force", check=False, timeout=60)
+    run("docker", "swarm", "leave", "--force", check=False, timeout=60)
+    for name in ("docker_gwbridge",):
+        if name not in networks_before and name in host_networks():
+            run("docker", "network", "rm", name, check=False)
