@@ -25,15 +25,16 @@ Networks, per recipient `rid` (a /27 each from the site's enclave pool, so that 
     ssf-<site>  the front bridge: the gateway alone, published on 127.0.0.1:<port>. Not ss-*: the host rule
                 (iptables INPUT -i ss-+ DROP) keeps enclave bridges from reaching the host, not the front.
 
-Every action, refused or failed ones too, is an audit event in the site database.
+What an enclave is (names, networks, container specs, command lines) is decided by deploy/plan.py without an
+engine, and made so by deploy/reconcile.py; this module is the custodian's side around them: the policy and release
+checks, the site's files and secrets, tokens, one action at a time per site, and the audit log. Every action,
+refused or failed ones too, is an audit event in the site database.
 """
 from __future__ import annotations
 
 import fcntl
 import getpass
 import hashlib
-import ipaddress
-import json
 import secrets
 import shutil
 import time
@@ -44,22 +45,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from deploy.images.hardening import HARDENING
-from deploy.readiness import wait_for_http_ok
+from deploy.plan import LABEL, EnclaveNames, PoolFull, plan_enclave, plan_gateway, release_ref
+from deploy.reconcile import DockerReconciler, ReconcileError
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.site import Site, give_to_gateway, write_atomic
-from enclave.kiosk.ready import find_ready
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
 from policies.recipient import PolicyError, RecipientPolicy, load_recipient_policy
 from proxy.tokens import SessionBook, TokenStore, issue_for_policy
 
-LABEL = "org.safeshare"
-APP_PORT = 8050
-VNC_PORT = 5900
-GATEWAY_PORT = 6080
-APP_TRUST = "/trust.json"  # where the site's trust store is mounted (read-only) in app containers
-KIOSK_V_HOST = 20  # the kiosk's host number on its VNC network (the gateway gets one of the lower ones)
+__all__ = ["LABEL", "ProvisionError", "ProvisionResult", "Provisioner", "RevokeResult", "cli_actor"]
+
 DEFAULT_TTL = timedelta(days=30)  # token lifetime when the policy sets no expiry
 READY_TIMEOUT = 90.0
 
@@ -77,10 +73,6 @@ def cli_actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):
         return "cli:unknown"
-
-
-def _spec_hash(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -120,9 +112,19 @@ class RevokeResult:
                 "networks_removed": self.networks_removed, "seconds": round(self.seconds, 2)}
 
 
+@contextmanager
+def _engine_errors() -> Iterator[None]:
+    """An engine that could not be brought to the plan is a refusal (exit 1), audited like any other."""
+    try:
+        yield
+    except ReconcileError as exc:
+        raise ProvisionError(str(exc)) from None
+
+
 class Provisioner:
-    """Provision, revoke and list the enclaves of one site. `client` is a `docker.DockerClient`; created on first
-    use so that listing and key management work without an engine."""
+    """Provision, revoke and list the enclaves of one site: the custodian's checks, files, tokens and audit
+    events around a plan (deploy/plan.py) that a reconciler (deploy/reconcile.py) applies. `client` is a
+    `docker.DockerClient`; created on first use so that listing and key management work without an engine."""
 
     def __init__(self, site: Site, *, client: Any = None, images: dict[str, str] | None = None,
                  clock: Callable[[], datetime] = utcnow, ready_timeout: float = READY_TIMEOUT) -> None:
@@ -157,36 +159,16 @@ class Provisioner:
         return self._client
 
     @property
+    def engine(self) -> DockerReconciler:
+        return DockerReconciler(self.client, self.site.site_id, ready_timeout=self.ready_timeout)
+
+    @property
     def images(self) -> dict[str, str]:
         if self._images is None:
             from deploy.images.build import image_refs
 
             self._images = image_refs()
         return self._images
-
-    def _labels(self, role: str, recipient: str | None = None, rid: str | None = None, **extra: str) -> dict[str, str]:
-        labels = {f"{LABEL}.site": self.site.site_id, f"{LABEL}.role": role}
-        if recipient is not None:
-            labels[f"{LABEL}.recipient"] = recipient
-        if rid is not None:
-            labels[f"{LABEL}.rid"] = rid
-        labels.update({f"{LABEL}.{key}": value for key, value in extra.items()})
-        return labels
-
-    def _find(self, kind: str, role: str | None = None, rid: str | None = None) -> list[Any]:
-        filters = [f"{LABEL}.site={self.site.site_id}"]
-        if role:
-            filters.append(f"{LABEL}.role={role}")
-        if rid:
-            filters.append(f"{LABEL}.rid={rid}")
-        if kind == "container":
-            return self.client.containers.list(all=True, filters={"label": filters})
-        return self.client.networks.list(filters={"label": filters})
-
-    def _names(self, rid: str) -> dict[str, str]:
-        site = self.site.site_id
-        return {"enclave_net": f"ss-e-{rid}", "vnc_net": f"ss-v-{rid}", "front_net": f"ssf-{site}",
-                "app": f"ss-{site}-{rid}-app", "kiosk": f"ss-{site}-{rid}-kiosk", "gateway": f"ss-{site}-gateway"}
 
     # --- locking ---------------------------------------------------------------------------------------------------
 
@@ -215,7 +197,7 @@ class Provisioner:
         name = policy.recipient
         try:
             with self._locked():
-                result = self._provision(policy, policy_path, actor, new_token, ttl, started)
+                result = self._provision(policy, policy_path, new_token, ttl, started)
         except ProvisionError as exc:
             self.records.audit(actor, "provision", "refused" if exc.bad_input else "error", name,
                                policy=str(policy_path), error=str(exc))
@@ -227,8 +209,8 @@ class Provisioner:
                            seconds=round(result.seconds, 2))
         return result
 
-    def _provision(self, policy: RecipientPolicy, policy_path: Path, actor: str, new_token: bool,
-                   ttl: timedelta | None, started: float) -> ProvisionResult:
+    def _provision(self, policy: RecipientPolicy, policy_path: Path, new_token: bool, ttl: timedelta | None,
+                   started: float) -> ProvisionResult:
         name, now = policy.recipient, self.clock()
         if not policy.release:
             raise ProvisionError(f"{policy_path}: field 'release' is required to provision (the sealed release "
@@ -241,12 +223,10 @@ class Provisioner:
             bundle = resolve_release(self.site.releases, policy.release, trust=self.site.trust_file)
         except BundleError as exc:
             raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
-        release = f"{bundle.parent.name}/{bundle.name}"
+        release = release_ref(bundle)
         self.site.prepare()
         self.site.db_files_to_gateway()  # before the gateway opens it: a root-owned file would be read-only there
         rid = self.site.recipient_id(name)
-        names = self._names(rid)
-        notes: list[str] = []
 
         policy_bytes = policy_path.read_bytes()
         policy_sha = hashlib.sha256(policy_bytes).hexdigest()
@@ -254,39 +234,22 @@ class Provisioner:
         write_atomic(policy_file, policy_bytes, 0o644)
         password_file = self._ensure_secret(rid)
 
-        self._ensure_front(names["front_net"])
-        enclave_net, vnc_net = self._ensure_enclave_networks(name, rid, names)
-        gateway = self._ensure_gateway(names, notes)
-        kiosk_ip = str(ipaddress.IPv4Network(vnc_net.attrs["IPAM"]["Config"][0]["Subnet"])[KIOSK_V_HOST])
-        app_spec = {"image": self.images["app"], "bundle": str(bundle), "net": names["enclave_net"],
-                    "trust": str(self.site.trust_file)}
-        kiosk_spec = {"image": self.images["kiosk"], "size": policy.screen_text, "ip": kiosk_ip,
-                      "password": str(password_file), "nets": [names["enclave_net"], names["vnc_net"]]}
-        existing = {c.labels.get(f"{LABEL}.role"): c for c in self._find("container", rid=rid)}
-        unchanged = all(
-            role in existing and existing[role].labels.get(f"{LABEL}.spec") == _spec_hash(spec)
-            and existing[role].status == "running"
-            for role, spec in (("app", app_spec), ("kiosk", kiosk_spec)))
-        created = not existing
-        if not unchanged:
-            for container in existing.values():
-                container.remove(force=True)
+        engine = self.engine
+        with _engine_errors():
             try:
-                self._run_app(name, rid, names, bundle, app_spec)
-                kiosk = self._run_kiosk(name, rid, names, password_file, kiosk_ip, kiosk_spec)
-                self._connect(vnc_net, gateway)
-                self._wait_ready(kiosk)
-            except Exception:
-                self._remove_enclave(rid, names)
-                raise
-        else:
-            self._connect(vnc_net, gateway)
-        containers = {c.labels[f"{LABEL}.role"]: c.id for c in self._find("container", rid=rid)}
+                subnets = engine.allocate(EnclaveNames(self.site.site_id, rid), self.site.settings.enclave_subnets())
+            except PoolFull:
+                raise ProvisionError(f"the enclave pool {self.site.settings.enclave_pool} is full; set a larger "
+                                     f"'enclave_pool' in {self.site.root / 'site.json'}") from None
+            notes = engine.ensure_gateway(plan_gateway(self.site, self.images["gateway"]))
+            plan = plan_enclave(self.site, policy, bundle, self.images, subnets)
+            applied = engine.apply(plan)
 
         previous = self.records.recipient(name)
         same_grant = (previous is not None and previous.status == ACTIVE and previous.release == release
                       and previous.policy_sha256 == policy_sha)
-        active = [t for t in self.store.list_tokens(name, active_only=True) if t.target_name == self._target(rid)]
+        target = EnclaveNames(self.site.site_id, rid).target
+        active = [t for t in self.store.list_tokens(name, active_only=True) if t.target_name == target]
         url = None
         if active and same_grant and not new_token:
             token_id, expires_at = active[-1].token_id, active[-1].expires_at
@@ -295,20 +258,18 @@ class Provisioner:
                 self.store.revoke(recipient=name, reason="replaced by a new provisioning")
                 notes.append(f"{len(active)} older token(s) revoked: the researcher needs the new URL")
             requested = now + ttl if ttl else (policy_end or now + DEFAULT_TTL)
-            issued = issue_for_policy(self.store, policy, policy_file, f"{names['kiosk']}:{VNC_PORT}",
-                                      expires_at=requested, password_file=str(password_file),
-                                      target_name=self._target(rid), release=release, now=now)
+            issued = issue_for_policy(self.store, policy, policy_file, plan.upstream, expires_at=requested,
+                                      password_file=str(password_file), target_name=target, release=release,
+                                      now=now)
             expires_at = issued.expires_at
             token_id, url = issued.token_id, f"{self.site.settings.url}?token={issued.token}"
         self.site.db_files_to_gateway()
         self.records.save_recipient(name, rid=rid, release_ref=policy.release, release=release,
                                     policy_sha256=policy_sha, policy_file=str(policy_file), expires_at=policy_end)
-        status = "unchanged" if unchanged and url is None else "created" if created else "replaced"
-        return ProvisionResult(name, rid, release, status, url, token_id, expires_at, containers,
-                               [names["enclave_net"], names["vnc_net"]], time.monotonic() - started, notes)
-
-    def _target(self, rid: str) -> str:
-        return f"{self.site.site_id}-{rid}"
+        status = "unchanged" if applied.status == "unchanged" and url is None else \
+            "created" if applied.status == "created" else "replaced"
+        return ProvisionResult(name, rid, release, status, url, token_id, expires_at, applied.containers,
+                               [net.name for net in plan.networks], time.monotonic() - started, notes)
 
     def _ensure_secret(self, rid: str) -> Path:
         """The kiosk's VNC password: made once per enclave, readable by the gateway's uid only (the kiosk's
@@ -321,171 +282,16 @@ class Provisioner:
         path.parent.chmod(0o700)
         return path
 
-    def _ensure_network(self, name: str, *, internal: bool, subnet: str, labels: dict[str, str]) -> Any:
-        import docker
-
-        found = self.client.networks.list(names=[name])
-        found = [net for net in found if net.name == name]
-        if found:
-            net = found[0]
-            net.reload()
-            if net.attrs.get("Internal") != internal:
-                raise ProvisionError(f"network {name} exists but is {'not ' if internal else ''}internal; remove it")
-            return net
-        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
-        try:
-            return self.client.networks.create(
-                name, driver="bridge", internal=internal, ipam=ipam, labels=labels, check_duplicate=True,
-                options={"com.docker.network.bridge.name": name})
-        except docker.errors.APIError as exc:
-            raise ProvisionError(f"network {name} ({subnet}) could not be created: {exc.explanation}") from None
-
-    def _ensure_front(self, name: str) -> Any:
-        return self._ensure_network(name, internal=False, subnet=self.site.settings.front_subnet or "",
-                                    labels=self._labels("front-net"))
-
-    def _ensure_enclave_networks(self, recipient: str, rid: str, names: dict[str, str]) -> tuple[Any, Any]:
-        existing = {net.name: net for net in self._find("network", rid=rid)}
-        if names["enclave_net"] in existing and names["vnc_net"] in existing:
-            nets = existing[names["enclave_net"]], existing[names["vnc_net"]]
-            for net in nets:
-                net.reload()
-            return nets
-        used: set[ipaddress.IPv4Network] = set()
-        for net in self.client.networks.list():
-            for config in (net.attrs.get("IPAM") or {}).get("Config") or []:
-                try:
-                    used.add(ipaddress.IPv4Network(config.get("Subnet", ""), strict=False))
-                except ValueError:
-                    continue
-        free = (subnet for subnet in self.site.settings.enclave_subnets()
-                if not any(subnet.overlaps(other) for other in used))
-        nets = []
-        for key, role in (("enclave_net", "enclave-net"), ("vnc_net", "vnc-net")):
-            if names[key] in existing:
-                net = existing[names[key]]
-                net.reload()
-            else:
-                subnet = next(free, None)
-                if subnet is None:
-                    raise ProvisionError(f"the enclave pool {self.site.settings.enclave_pool} is full; set a larger "
-                                         f"'enclave_pool' in {self.site.root / 'site.json'}")
-                net = self._ensure_network(names[key], internal=True, subnet=str(subnet),
-                                           labels=self._labels(role, recipient, rid))
-                net.reload()
-            nets.append(net)
-        return nets[0], nets[1]
-
-    def _gateway_spec(self) -> dict[str, Any]:
-        settings = self.site.settings
-        return {"image": self.images["gateway"], "ip": settings.gateway_ip, "host": settings.gateway_host,
-                "port": settings.gateway_port, "url": settings.url, "root": str(self.site.root),
-                "db": self.site.db_url, "signing_key": str(self.site.gateway_signing_key)}
-
-    def _ensure_gateway(self, names: dict[str, str], notes: list[str]) -> Any:
-        spec = self._gateway_spec()
-        found = self._find("container", role="gateway")
-        if found:
-            gateway = found[0]
-            if gateway.labels.get(f"{LABEL}.spec") == _spec_hash(spec):
-                if gateway.status != "running":
-                    gateway.start()
-                    notes.append("the gateway was not running: started")
-                    self._wait_gateway()
-                return gateway
-            notes.append("the gateway's image or settings changed: recreated (live sessions were ended)")
-            gateway.remove(force=True)
-        site, settings = self.site, self.site.settings
-        db_args = ["--db", site.db_url]  # SQLite in the bind-mounted db/, or PostgreSQL over the front network
-        command = ["--listen", f"{settings.gateway_ip}:{GATEWAY_PORT}", "--sessions", str(site.sessions), *db_args,
-                   "--name", f"{site.site_id}-gateway",
-                   # signs every seal; SITE/secrets is mounted read-only, and a missing key stops the gateway
-                   "--signing-key", str(site.gateway_signing_key)]
-        # The origin researchers' browsers open the gateway under: it never trusts the request's Host header.
-        command += ["--allowed-origin", settings.url.rstrip("/")]
-        if settings.url.startswith("https://"):
-            command += ["--secure-cookies"]
-        volumes = {str(site.db_dir): {"bind": str(site.db_dir), "mode": "rw"},
-                   str(site.sessions): {"bind": str(site.sessions), "mode": "rw"},
-                   str(site.secrets): {"bind": str(site.secrets), "mode": "ro"},
-                   str(site.policies): {"bind": str(site.policies), "mode": "ro"}}
-        gateway = self.client.containers.create(
-            self.images["gateway"], command, name=names["gateway"], detach=True,
-            labels=self._labels("gateway", spec=_spec_hash(spec)),
-            environment={"SAFESHARE_HEALTH_URL": f"http://{settings.gateway_ip}:{GATEWAY_PORT}/healthz"},
-            ports={f"{GATEWAY_PORT}/tcp": (settings.gateway_host, settings.gateway_port)},
-            volumes=volumes, restart_policy={"Name": "unless-stopped"}, network=names["front_net"],
-            networking_config={names["front_net"]: self.client.api.create_endpoint_config(
-                ipv4_address=settings.gateway_ip)},
-            **HARDENING["gateway"])
-        for net in self._find("network", role="vnc-net"):
-            net.connect(gateway)
-        gateway.start()
-        self._wait_gateway()
-        gateway.reload()
-        return gateway
-
-    def _wait_gateway(self) -> None:
-        url = f"http://{self.site.settings.gateway_host}:{self.site.settings.gateway_port}/healthz"
-        if not wait_for_http_ok(url, 30):
-            raise ProvisionError(f"the gateway did not answer at {url} within 30 s")
-
-    def _run_app(self, recipient: str, rid: str, names: dict[str, str], bundle: Path, spec: dict) -> Any:
-        return self.client.containers.run(
-            self.images["app"], ["--bundle", "/release", "--trust", APP_TRUST, "--state", "/state", "--host",
-                                 "0.0.0.0", "--port", str(APP_PORT)],
-            name=names["app"], detach=True, labels=self._labels("app", recipient, rid, spec=_spec_hash(spec)),
-            volumes={str(bundle): {"bind": "/release", "mode": "ro"},
-                     str(self.site.trust_file): {"bind": APP_TRUST, "mode": "ro"}},
-            restart_policy={"Name": "unless-stopped"},
-            network=names["enclave_net"],
-            networking_config={names["enclave_net"]: self.client.api.create_endpoint_config(aliases=["app"])},
-            **HARDENING["app"])
-
-    def _run_kiosk(self, recipient: str, rid: str, names: dict[str, str], password_file: Path, kiosk_ip: str,
-                   spec: dict) -> Any:
-        command = ["--url", f"http://app:{APP_PORT}/", "--state", "/state", "--network", "proxy", "--vnc-port",
-                   str(VNC_PORT), "--vnc-listen", kiosk_ip, "--vnc-password-file", "/secrets/vnc-password",
-                   "--app-title", "safeshare", "--app-wait", "60", "--size", spec["size"]]
-        kiosk = self.client.containers.create(
-            self.images["kiosk"], command, name=names["kiosk"], detach=True,
-            labels=self._labels("kiosk", recipient, rid, spec=_spec_hash(spec)),
-            volumes={str(password_file.parent): {"bind": "/secrets", "mode": "ro"}},
-            restart_policy={"Name": "unless-stopped"}, network=names["enclave_net"],
-            **HARDENING["kiosk"])
-        self.client.networks.get(names["vnc_net"]).connect(kiosk, aliases=[names["kiosk"]], ipv4_address=kiosk_ip)
-        kiosk.start()
-        return kiosk
-
-    def _connect(self, net: Any, container: Any) -> None:
-        container.reload()
-        if net.name not in container.attrs["NetworkSettings"]["Networks"]:
-            net.connect(container)
-
-    def _wait_ready(self, kiosk: Any) -> None:
-        """The kiosk prints a `ready` event once the app answered, Xvfb, the VNC server and Chromium run."""
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            logs = kiosk.logs(stdout=True, stderr=False).decode(errors="replace")
-            if find_ready(logs) is not None:
-                return
-            kiosk.reload()
-            if kiosk.status in ("exited", "dead"):
-                tail = kiosk.logs(stdout=True, stderr=True, tail=20).decode(errors="replace")
-                raise ProvisionError(f"the kiosk {kiosk.name} exited before it was ready:\n{tail}")
-            time.sleep(0.2)
-        tail = kiosk.logs(stdout=True, stderr=True, tail=20).decode(errors="replace")
-        raise ProvisionError(f"the kiosk {kiosk.name} was not ready within {self.ready_timeout:.0f} s:\n{tail}")
-
     # --- revoke ----------------------------------------------------------------------------------------------------
 
     def revoke(self, name: str, actor: str, reason: str = "revoked by the custodian",
                status: str = REVOKED) -> RevokeResult:
         started = time.monotonic()
-        with self._locked():
+        with self._locked(), _engine_errors():
             known = self.records.recipient(name)
             rid = known.rid if known is not None else self.site.recipient_id(name)
-            if known is None and not self._find("container", rid=rid) and not self.store.list_tokens(
+            engine = self.engine
+            if known is None and not engine.find("container", rid=rid) and not self.store.list_tokens(
                     name, active_only=True):
                 self.records.audit(actor, "revoke", "refused", name, error="no such recipient")
                 raise ProvisionError(f"no recipient named {name!r} at site {self.site.root}", bad_input=True)
@@ -494,33 +300,15 @@ class Provisioner:
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline and self.book.list(name, live_only=True):
                 time.sleep(0.05)
-            containers, networks = self._remove_enclave(rid, self._names(rid))
+            removed = engine.remove_enclave(rid)
             shutil.rmtree(self.site.secrets / rid, ignore_errors=True)
             if known is not None:
                 self.records.end_recipient(name, status, reason)
-        result = RevokeResult(name, status, count, live, containers, networks, time.monotonic() - started)
+        result = RevokeResult(name, status, count, live, removed.containers, removed.networks,
+                              time.monotonic() - started)
         self.records.audit(actor, "revoke" if status == REVOKED else "expire", "ok", name, reason=reason,
                            **{k: v for k, v in result.as_dict().items() if k not in ("recipient",)})
         return result
-
-    def _remove_enclave(self, rid: str, names: dict[str, str]) -> tuple[list[str], list[str]]:
-        import docker
-
-        containers = []
-        for container in self._find("container", rid=rid):
-            container.remove(force=True)
-            containers.append(container.name)
-        networks = []
-        for net in self._find("network", rid=rid):
-            net.reload()
-            for attached in list(net.attrs.get("Containers") or {}):
-                try:
-                    net.disconnect(attached, force=True)
-                except docker.errors.APIError:
-                    pass
-            net.remove()
-            networks.append(net.name)
-        return containers, networks
 
     def enforce_expiry(self, actor: str = "system:expiry") -> list[RevokeResult]:
         """Revoke every active recipient whose policy's `expires` day has ended."""
@@ -538,8 +326,8 @@ class Provisioner:
         """The site's gateway: {'state': 'running' | 'stopped' | 'absent' | 'unknown', 'container', 'url'}; unknown
         when no engine answers."""
         try:
-            found = self._find("container", role="gateway")
-        except ProvisionError as exc:
+            found = self.engine.find("container", role="gateway")
+        except (ProvisionError, ReconcileError) as exc:
             return {"state": "unknown", "container": None, "url": self.site.settings.url, "error": str(exc)}
         if not found:
             return {"state": "absent", "container": None, "url": self.site.settings.url}
@@ -551,33 +339,18 @@ class Provisioner:
         """Remove the site's gateway container and front network (idempotent: nothing there is nothing to do).
         Refused while recipient enclaves remain (their researchers would lose access without their tokens being
         revoked) unless `force`; provisioning again brings the gateway back."""
-        import docker
-
         started = time.monotonic()
-        with self._locked():
-            enclaves = sorted({c.labels.get(f"{LABEL}.recipient", "?") for c in self._find("container")
-                               if c.labels.get(f"{LABEL}.rid")})
+        with self._locked(), _engine_errors():
+            engine = self.engine
+            enclaves = engine.enclave_recipients()
             if enclaves and not force:
                 self.records.audit(actor, "site-down", "refused", None, error="enclaves remain", recipients=enclaves)
                 raise ProvisionError(f"enclaves of {', '.join(enclaves)} still run at site {self.site.root}: revoke "
                                      f"them first, or --force to remove the gateway anyway")
-            containers = []
-            for container in self._find("container", role="gateway"):
-                container.remove(force=True)
-                containers.append(container.name)
-            networks = []
-            for net in self._find("network", role="front-net"):
-                net.reload()
-                for attached in list(net.attrs.get("Containers") or {}):
-                    try:
-                        net.disconnect(attached, force=True)
-                    except docker.errors.APIError:  # already gone
-                        pass
-                net.remove()
-                networks.append(net.name)
-        result = {"site": self.site.site_id, "containers_removed": containers, "networks_removed": networks,
-                  "seconds": round(time.monotonic() - started, 2)}
-        self.records.audit(actor, "site-down", "ok" if containers or networks else "unchanged", None,
+            removed = engine.remove_gateway()
+        result = {"site": self.site.site_id, "containers_removed": removed.containers,
+                  "networks_removed": removed.networks, "seconds": round(time.monotonic() - started, 2)}
+        self.records.audit(actor, "site-down", "ok" if removed.containers or removed.networks else "unchanged", None,
                            **{k: v for k, v in result.items() if k != "site"})
         return result
 
@@ -589,11 +362,8 @@ class Provisioner:
         states: dict[str, dict[str, str]] = {}
         if with_containers:
             try:
-                for container in self._find("container"):
-                    rid = container.labels.get(f"{LABEL}.rid")
-                    if rid:
-                        states.setdefault(rid, {})[container.labels.get(f"{LABEL}.role", "?")] = container.status
-            except ProvisionError:
+                states = self.engine.container_states()
+            except (ProvisionError, ReconcileError):
                 states = {}
         rows = []
         for recipient in self.records.recipients():

@@ -21,6 +21,7 @@ import pytest
 from deploy.dockerd import ENCLAVE_BRIDGE_PREFIX
 from deploy.images.build import SERVICES, BuildResult, image_sizes
 from deploy.images.hardening import docker_run_args
+from enclave.kiosk.ready import find_ready
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.docker
@@ -166,7 +167,7 @@ def test_kiosk_runs_xvfb_vnc_and_chromium_as_an_unprivileged_user(offline_images
             logs = docker("logs", name, check=False)
             if docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true":
                 raise AssertionError(f"the kiosk stopped:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
-            return '"event": "ready"' in logs.stdout
+            return find_ready(logs.stdout) is not None
 
         _wait("the kiosk to be ready", ready, timeout=90)
         table = docker("exec", name, "sh", "-c",
