@@ -178,31 +178,22 @@ class ContainerSpec:
 
 @dataclass(frozen=True)
 class EnclaveNames:
-    """A recipient's names at a site. Linux bridge names allow 15 characters, hence `ss-e-` + a 10-digit rid."""
+    """A recipient's names at a site (`enclave_names` makes them)."""
 
     site_id: str
     rid: str
+    enclave_net: str
+    vnc_net: str
+    app: str
+    kiosk: str
+    target: str  # the name tokens of this enclave are bound to
 
-    @property
-    def enclave_net(self) -> str:
-        return f"ss-e-{self.rid}"
 
-    @property
-    def vnc_net(self) -> str:
-        return f"ss-v-{self.rid}"
-
-    @property
-    def app(self) -> str:
-        return f"ss-{self.site_id}-{self.rid}-app"
-
-    @property
-    def kiosk(self) -> str:
-        return f"ss-{self.site_id}-{self.rid}-kiosk"
-
-    @property
-    def target(self) -> str:
-        """The name tokens of this enclave are bound to."""
-        return f"{self.site_id}-{self.rid}"
+def enclave_names(site_id: str, rid: str) -> EnclaveNames:
+    """Linux bridge names allow 15 characters, hence `ss-e-` + the 10-digit rid for the networks."""
+    prefix = f"ss-{site_id}-{rid}"
+    return EnclaveNames(site_id, rid, enclave_net=f"ss-e-{rid}", vnc_net=f"ss-v-{rid}", app=f"{prefix}-app",
+                        kiosk=f"{prefix}-kiosk", target=f"{site_id}-{rid}")
 
 
 def front_net_name(site_id: str) -> str:
@@ -323,7 +314,7 @@ def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapp
     """Everything a recipient's enclave is, from its policy and release; `images` maps app and kiosk to refs."""
     recipient, site_id = policy.recipient, site.site_id
     rid = site.recipient_id(recipient)
-    names = EnclaveNames(site_id, rid)
+    names = enclave_names(site_id, rid)
     kiosk_ip = str(ipaddress.IPv4Network(subnets.vnc)[KIOSK_V_HOST])
     password_file = site.password_file(rid)
 

@@ -45,7 +45,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from deploy.plan import LABEL, EnclaveNames, PoolFull, plan_enclave, plan_gateway, release_ref
+from deploy.plan import LABEL, PoolFull, enclave_names, plan_enclave, plan_gateway, release_ref
 from deploy.reconcile import DockerReconciler, ReconcileError
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.site import Site, give_to_gateway, write_atomic
@@ -227,6 +227,7 @@ class Provisioner:
         self.site.prepare()
         self.site.db_files_to_gateway()  # before the gateway opens it: a root-owned file would be read-only there
         rid = self.site.recipient_id(name)
+        names = enclave_names(self.site.site_id, rid)
 
         policy_bytes = policy_path.read_bytes()
         policy_sha = hashlib.sha256(policy_bytes).hexdigest()
@@ -237,7 +238,7 @@ class Provisioner:
         engine = self.engine
         with _engine_errors():
             try:
-                subnets = engine.allocate(EnclaveNames(self.site.site_id, rid), self.site.settings.enclave_subnets())
+                subnets = engine.allocate(names, self.site.settings.enclave_subnets())
             except PoolFull:
                 raise ProvisionError(f"the enclave pool {self.site.settings.enclave_pool} is full; set a larger "
                                      f"'enclave_pool' in {self.site.root / 'site.json'}") from None
@@ -248,8 +249,7 @@ class Provisioner:
         previous = self.records.recipient(name)
         same_grant = (previous is not None and previous.status == ACTIVE and previous.release == release
                       and previous.policy_sha256 == policy_sha)
-        target = EnclaveNames(self.site.site_id, rid).target
-        active = [t for t in self.store.list_tokens(name, active_only=True) if t.target_name == target]
+        active = [t for t in self.store.list_tokens(name, active_only=True) if t.target_name == names.target]
         url = None
         if active and same_grant and not new_token:
             token_id, expires_at = active[-1].token_id, active[-1].expires_at
@@ -259,7 +259,7 @@ class Provisioner:
                 notes.append(f"{len(active)} older token(s) revoked: the researcher needs the new URL")
             requested = now + ttl if ttl else (policy_end or now + DEFAULT_TTL)
             issued = issue_for_policy(self.store, policy, policy_file, plan.upstream, expires_at=requested,
-                                      password_file=str(password_file), target_name=target, release=release,
+                                      password_file=str(password_file), target_name=names.target, release=release,
                                       now=now)
             expires_at = issued.expires_at
             token_id, url = issued.token_id, f"{self.site.settings.url}?token={issued.token}"

@@ -13,8 +13,8 @@ import pytest
 
 from deploy import local
 from deploy.images.hardening import HARDENING
-from deploy.plan import (APP_TRUST, LABEL, SPEC_LABEL, EnclaveNames, EnclaveSubnets, Hardening, PoolFull,
-                         allocate_subnets, app_argv, gateway_argv, kiosk_argv, plan_enclave, plan_gateway,
+from deploy.plan import (APP_TRUST, LABEL, SPEC_LABEL, EnclaveSubnets, Hardening, PoolFull, allocate_subnets,
+                         app_argv, enclave_names, gateway_argv, kiosk_argv, plan_enclave, plan_gateway,
                          release_ref)
 from deploy.site import Site
 from policies.recipient import RecipientPolicy
@@ -62,7 +62,7 @@ def test_names_networks_and_subnets(site: Site) -> None:
     assert [(a.network, a.address) for a in plan.kiosk.networks] == [(f"ss-e-{rid}", None), (f"ss-v-{rid}", kiosk_ip)]
     assert plan.gateway_attachment.network == f"ss-v-{rid}"
     assert plan.upstream == f"ss-abc123-{rid}-kiosk:5900" and plan.placement is None
-    assert EnclaveNames("abc123", rid).target == f"abc123-{rid}"
+    assert enclave_names("abc123", rid).target == f"abc123-{rid}"
     assert dict(plan.kiosk.labels)[f"{LABEL}.role"] == "kiosk" and SPEC_LABEL not in dict(plan.kiosk.labels)
     assert plan.kiosk.engine_labels()[SPEC_LABEL] == plan.kiosk.spec_hash
 
@@ -135,7 +135,7 @@ def test_hash_is_stable_and_follows_policy_and_release(site: Site) -> None:
 
 
 def test_subnets_allocation() -> None:
-    names = EnclaveNames("abc123", "0123456789")
+    names = enclave_names("abc123", "0123456789")
     pool = list(ipaddress.IPv4Network("10.214.0.0/25").subnets(new_prefix=27))
     used = [ipaddress.IPv4Network("10.214.0.0/26"), ipaddress.IPv4Network("172.17.0.0/16")]
     assert allocate_subnets(names, pool, used, {}) == EnclaveSubnets("10.214.0.64/27", "10.214.0.96/27")
