@@ -183,7 +183,7 @@ _Parser = Generator[_Step, bytes, None]
 
 # --- the framers -------------------------------------------------------------------------------------------------
 
-class _Framer:
+class Framer:
     """The buffer and the driver; subclasses write their grammar as a generator that yields how many bytes it needs
     (and receives them) or an event, so that it reads like the blocking parser it replaces."""
 
@@ -235,7 +235,8 @@ class _Framer:
                     return NEED_DATA
                 else:
                     end = self._pos + self._step
-                    data = bytes(self._buf[self._pos:end])
+                    with memoryview(self._buf) as view:  # one copy, not a bytearray slice and then bytes
+                        data = bytes(view[self._pos:end])
                     self._pos = end
                     self.offset += len(data)
                     step = self._parser.send(data)
@@ -290,7 +291,7 @@ class _Framer:
             yield from self._payload(abs(length))
 
 
-class ClientFramer(_Framer):
+class ClientFramer(Framer):
     """Client-to-server messages: the six the proxy accepts; any other type ends the session."""
 
     side = "client"
@@ -330,7 +331,7 @@ class ClientFramer(_Framer):
             raise ProtocolError(f"client message type {msg_type} not allowed")
 
 
-class ServerFramer(_Framer):
+class ServerFramer(Framer):
     """Server-to-client messages. Keeps what sizing the server stream depends on: the pixel format (which the
     caller sets when the client's SetPixelFormat goes through) and the framebuffer size (from ServerInit, then from
     DesktopSize and accepted ExtendedDesktopSize rectangles), against which rectangles are bounds-checked."""
@@ -475,6 +476,6 @@ def _tight_data_size(filter_id: int, width: int, height: int, tpixel: int, colou
     return width * height * tpixel
 
 
-__all__ = ["NEED_DATA", "Bell", "ClientFramer", "CutText", "Data", "FramebufferUpdate", "FramebufferUpdateRequest",
-           "KeyEvent", "MessageEnd", "NeedData", "PointerEvent", "Rectangle", "ServerFramer", "SetColourMapEntries",
-           "SetEncodings", "SetPixelFormat", "TightHead"]
+__all__ = ["NEED_DATA", "Bell", "ClientFramer", "CutText", "Data", "Framer", "FramebufferUpdate",
+           "FramebufferUpdateRequest", "KeyEvent", "MessageEnd", "NeedData", "PointerEvent", "Rectangle",
+           "ServerFramer", "SetColourMapEntries", "SetEncodings", "SetPixelFormat", "TightHead"]
