@@ -88,7 +88,14 @@ def site_hosts(offline_images, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def first_deploy(site_hosts):
-    done, seconds, summary = deploy(site_hosts["inventory"])
+    # --check on a host nothing was deployed to: it says what would change and leaves the host as it is
+    done, seconds, summary = deploy(site_hosts["inventory"], "--check", "--limit", "enclave1")
+    print(f"\ncheck of a bare host: {seconds:.1f} s, recap {summary.get('recap')}")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert summary["recap"]["enclave1"]["changed"] > 0
+    assert in_host(site_hosts["names"]["enclave1"], "test", "-e", "/etc/safeshare").returncode != 0
+
+    done, seconds, summary = deploy(site_hosts["inventory"], "--prepared")  # what the check prepared, nothing newer
     print(f"\nfirst deploy: {seconds:.1f} s, recap {summary.get('recap')}")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     return {"seconds": seconds, "summary": summary}
