@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from proxy import rfbframe  # noqa: E402
+from proxy.rfb import PixelFormat  # noqa: E402
 from proxy.vncserver import SAFE_X11VNC_FLAGS  # noqa: E402
 from tests.proxy.rfbtools import free_port, stop_process, wait_port, xvfb_start  # noqa: E402
 
@@ -67,54 +69,31 @@ class Client:
         self.writer.write(b"\x00\x00\x00\x00" + PF_32)
         self.writer.write(struct.pack(f">BxH{len(encodings)}i", 2, len(encodings), *encodings))
         await self.writer.drain()
+        self.framer = rfbframe.ServerFramer(PixelFormat.parse(PF_32), self.width, self.height, chunk=1 << 20)
+        self.in_update = False
 
     def request(self, incremental: bool) -> None:
         self.writer.write(struct.pack(">BBHHHH", 3, int(incremental), 0, 0, self.width, self.height))
 
-    async def _skip(self, size: int) -> None:
-        while size:
-            chunk = min(size, 1 << 20)
-            await self.reader.readexactly(chunk)
-            size -= chunk
-
     async def read_update(self) -> int:
-        """Read messages until a FramebufferUpdate has been read; return its size in bytes."""
+        """Read messages until a FramebufferUpdate has been read; return its size in bytes (framed by the proxy's own
+        framer, in pieces, so an 8 MB Raw screen is never held whole)."""
+        size = 0
         while True:
-            (msg_type,) = await self.reader.readexactly(1)
-            if msg_type == 0:
-                break
-            if msg_type == 1:
-                _, n = struct.unpack(">xHH", await self.reader.readexactly(5))
-                await self.reader.readexactly(6 * n)
-            elif msg_type == 3:
-                (n,) = struct.unpack(">3xI", await self.reader.readexactly(7))
-                await self._skip(n)
-            elif msg_type != 2:
-                raise RuntimeError(f"unexpected server message {msg_type}")
-        (count,) = struct.unpack(">xH", await self.reader.readexactly(3))
-        size = 4
-        for _ in range(count):
-            x, y, w, h, enc = struct.unpack(">HHHHi", await self.reader.readexactly(12))
-            size += 12
-            if enc == 0:
-                await self._skip(w * h * 4)
-                size += w * h * 4
-            elif enc == 1:
-                await self.reader.readexactly(4)
-                size += 4
-            elif enc in (6, 16):
-                (n,) = struct.unpack(">I", await self.reader.readexactly(4))
-                await self._skip(n)
-                size += 4 + n
-            elif enc == -239:
-                n = w * h * 4 + (w + 7) // 8 * h
-                await self._skip(n)
-                size += n
-            elif enc == -224:
-                break
-            elif enc != -223:
-                raise RuntimeError(f"benchmark client cannot frame encoding {enc}")
-        return size
+            for event in self.framer.events():
+                if isinstance(event, rfbframe.FramebufferUpdate | rfbframe.Rectangle):
+                    size += len(event.raw)
+                elif isinstance(event, rfbframe.Data) and self.in_update:
+                    size += len(event.data)
+                if isinstance(event, rfbframe.FramebufferUpdate):
+                    self.in_update = True
+                elif isinstance(event, rfbframe.MessageEnd) and event.type == 0:
+                    self.in_update = False
+                    return size
+            data = await self.reader.read(1 << 20)
+            if not data:
+                raise RuntimeError("the proxy closed the connection")
+            self.framer.feed(data)
 
     async def close(self) -> None:
         self.writer.close()
@@ -187,15 +166,16 @@ async def _serve_rfb(port: int, on_client) -> None:
     await server.serve_forever()
 
 
-async def _read_client_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    (t,) = await reader.readexactly(1)
-    if t == 2:
-        head = await reader.readexactly(3)
-        return t, head + await reader.readexactly(4 * struct.unpack(">xH", head)[0])
-    if t == 6:
-        head = await reader.readexactly(7)
-        return t, head + await reader.readexactly(struct.unpack(">3xI", head)[0])
-    return t, await reader.readexactly({0: 19, 3: 9, 4: 7, 5: 5}[t])
+async def _read_client_message(reader: asyncio.StreamReader, framer: rfbframe.ClientFramer) -> object:
+    """The next whole client message (framed by the proxy's own framer, which keeps what it read beyond it)."""
+    while True:
+        for event in framer.events():
+            if not isinstance(event, rfbframe.MessageEnd):
+                return event
+        data = await reader.read(1 << 16)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", None)
+        framer.feed(data)
 
 
 def frame_server(port: int) -> None:
@@ -204,9 +184,9 @@ def frame_server(port: int) -> None:
              + bytes(range(256)) * (WIDTH * HEIGHT * 4 // 256))
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        framer = rfbframe.ClientFramer()
         while True:
-            t, _ = await _read_client_message(reader)
-            if t == 3:
+            if isinstance(await _read_client_message(reader, framer), rfbframe.FramebufferUpdateRequest):
                 writer.write(frame)
                 await writer.drain()
 
@@ -214,14 +194,16 @@ def frame_server(port: int) -> None:
 
 
 def key_server(port: int) -> None:
-    """Prints "keysym monotonic_ns" for every KeyEvent as it arrives."""
+    """Prints "keysym monotonic_ns" for every key press as it arrives (not releases: the proxy releases every held key
+    when a session ends, and that release must not overwrite the press's arrival time)."""
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        framer = rfbframe.ClientFramer()
         while True:
-            t, body = await _read_client_message(reader)
-            if t == 4:
+            message = await _read_client_message(reader, framer)
+            if isinstance(message, rfbframe.KeyEvent) and message.down:
                 stamp = time.monotonic_ns()
-                print(struct.unpack(">B2xI", body)[1], stamp, flush=True)
+                print(message.keysym, stamp, flush=True)
 
     asyncio.run(_serve_rfb(port, on_client))
 
