@@ -27,9 +27,35 @@ def _site(args: argparse.Namespace):
 
 
 def _provisioner(args: argparse.Namespace):
+    """The single-engine Provisioner, or the Swarm one (--orchestrator swarm, or a site provisioned on Swarm)."""
     from deploy.provision import Provisioner
+    from deploy.swarm import orchestrator_of
 
-    return Provisioner(_site(args))
+    site = _site(args)
+    if (getattr(args, "orchestrator", None) or orchestrator_of(site.root)) != "swarm":
+        return Provisioner(site)
+    from deploy.swarm_provision import SwarmProvisioner
+
+    recipient_node = getattr(args, "node", None)
+    allow = bool(getattr(args, "allow_unencrypted_overlay", False))
+    if allow:
+        print("safeshare: --allow-unencrypted-overlay: enclave traffic between nodes is NOT encrypted (audited)",
+              file=sys.stderr)
+    pins = {}
+    if recipient_node:
+        from policies.recipient import PolicyError, load_recipient_policy
+
+        try:
+            pins[load_recipient_policy(Path(args.policy)).recipient] = recipient_node
+        except PolicyError:
+            pass  # provisioning reports the policy's error itself
+    return SwarmProvisioner(site, pins=pins, allow_unencrypted=allow)
+
+
+def _orchestrator_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--orchestrator", choices=("docker", "swarm"),
+                        help="one Docker engine, or a Docker Swarm whose manager is this host's engine (default: "
+                             "swarm once the site provisioned on a Swarm, else docker)")
 
 
 def _fail(command: str, exc: Exception) -> int:
@@ -273,6 +299,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--gateway-host", help="host address the gateway is published on (default 127.0.0.1)")
     pr.add_argument("--public-url", help="the URL researchers open when a TLS proxy is in front of the gateway")
     pr.add_argument("--json", action="store_true", help="print the result as JSON (stable fields)")
+    _orchestrator_args(pr)
+    pr.add_argument("--node", help="Swarm: the node (id or hostname) the enclave must run on (default: the node "
+                                   "it runs on, else the node with the most free memory)")
+    pr.add_argument("--allow-unencrypted-overlay", action="store_true",
+                    help="Swarm: provision even where overlay networks cannot be encrypted (the kernel lacks IPsec "
+                         "ESP with AES-GCM); audited. Only where the nodes' link is protected otherwise")
     pr.set_defaults(func=_guarded('provision', cmd_provision))
 
     rv = subparsers.add_parser(
@@ -286,6 +318,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rv.add_argument("--reason", default="revoked by the custodian", help="recorded with the tokens and the event")
     _site_args(rv)
     rv.add_argument("--json", action="store_true")
+    _orchestrator_args(rv)
     rv.set_defaults(func=_guarded('revoke', cmd_revoke))
 
     rc = subparsers.add_parser("recipients", help="who has access to what, until when, with live sessions")
@@ -293,6 +326,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rc.add_argument("--all", action="store_true", help="include revoked and expired recipients")
     rc.add_argument("--no-engine", action="store_true", help="do not ask the Docker engine for container states")
     rc.add_argument("--json", action="store_true")
+    _orchestrator_args(rc)
     rc.set_defaults(func=_guarded('recipients', cmd_recipients))
 
     cu = subparsers.add_parser("custodian", help="the custodian service (HTTP API) and its API keys and audit log")

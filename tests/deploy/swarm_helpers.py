@@ -66,7 +66,8 @@ class WorkerNode:
         self.netns = self.name
         self.host_if, self.node_if = f"{self.name}-h", f"{self.name}-n"
         base = 4 * self.index
-        self.host_ip, self.node_ip = f"10.213.250.{base + 1}", f"10.213.250.{base + 2}"
+        # not 10.213/16 (sites' front subnets) nor 10.214/16 (enclave pools)
+        self.host_ip, self.node_ip = f"10.216.250.{base + 1}", f"10.216.250.{base + 2}"
         self.data_root = STATE_ROOT / self.name
         self.exec_root = RUN_ROOT / self.name / "exec"
         self.pidfile = RUN_ROOT / self.name / "dockerd.pid"

@@ -1,0 +1,43 @@
+"""The custodian's Provisioner (deploy/provision.py) with the Swarm reconciler (deploy/swarm.py) in place of the
+single-engine one: the same checks, files, tokens and audit events, enclaves placed on Swarm nodes.
+
+Two things only Swarm has are the custodian's to say: where a recipient must run (`pins`: recipient -> node id or
+hostname), and that overlay networks may stay unencrypted where the kernel cannot encrypt them. That opt-out is
+never silent: each provisioning that used it is an audit event of its own (`swarm-unencrypted`) besides the note
+in the result.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from deploy.provision import ProvisionResult, Provisioner
+from deploy.site import Site
+from deploy.swarm import SwarmReconciler, remember_orchestrator
+
+UNENCRYPTED_NOTE = "overlay networks NOT encrypted"
+
+
+class SwarmProvisioner(Provisioner):
+    def __init__(self, site: Site, *, pins: Mapping[str, str] | None = None, allow_unencrypted: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(site, **kwargs)
+        self.pins = dict(pins or {})
+        self.allow_unencrypted = allow_unencrypted
+
+    @property
+    def engine(self) -> SwarmReconciler:  # type: ignore[override]
+        return SwarmReconciler(self.client, self.site.site_id, ready_timeout=self.ready_timeout, pins=self.pins,
+                               allow_unencrypted=self.allow_unencrypted)
+
+    def provision(self, policy_path: str | Path, actor: str, *, new_token: bool = False,
+                  ttl: timedelta | None = None) -> ProvisionResult:
+        remember_orchestrator(self.site.root, "swarm")
+        result = super().provision(policy_path, actor, new_token=new_token, ttl=ttl)
+        for note in result.notes:
+            if note.startswith(UNENCRYPTED_NOTE):
+                self.records.audit(actor, "swarm-unencrypted", "ok", result.recipient, note=note,
+                                   networks=result.networks)
+        return result
