@@ -128,6 +128,8 @@ def test_deploy_brings_up_control_and_enclave_hosts(site_hosts, first_deploy):
         # the engine runs inside the host, the image came as an archive (same id as built here), the rule is there
         image = in_host(name, "docker", "image", "inspect", "--format", "{{.Id}}", base.tag)
         assert image.returncode == 0 and image.stdout.strip() == base.id, (host, image.stderr)
+        latest = in_host(name, "docker", "image", "inspect", "--format", "{{.Id}}", "safeshare/layer-base:latest")
+        assert latest.stdout.strip() == base.id, (host, latest.stderr)  # what provisioning runs without images.json
         assert in_host(name, "iptables", "-C", "INPUT", "-i", "ss-+", "-j", "DROP").returncode == 0, host
         assert in_host(name, "logrotate", "--debug", "/etc/logrotate.d/safeshare").returncode == 0, host
         assert in_host(name, "ls", "/var/cache/safeshare/image-layer-base.tar").returncode != 0  # archives removed
