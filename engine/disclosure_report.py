@@ -202,8 +202,8 @@ def released_disclosure(result: "DeidResult") -> list[dict]:
         return []
     sensitive = encode_declared(policy, result.input_frame, result.table.sensitive)
     table = replace(result.table, sensitive=sensitive, population=None)
-    if result.local is not None:
-        view, kept = _local_view(result, sensitive)
+    if result.local is not None or result.parallel is not None:
+        view, kept = _released_view(result, sensitive)
     else:
         from .classes import ClassCache
 
@@ -215,9 +215,10 @@ def released_disclosure(result: "DeidResult") -> list[dict]:
     return attribute_disclosure(view, kept, names)
 
 
-def _local_view(result: "DeidResult", sensitive: tuple) -> tuple["ClassView", np.ndarray]:
-    """Local recoding has no single level per attribute: its classes are the released records' values (suppressed
-    records apart, even where a released class is all '*' too), as engine.local groups them."""
+def _released_view(result: "DeidResult", sensitive: tuple) -> tuple["ClassView", np.ndarray]:
+    """Local recoding has no single level per attribute, and P4's classes are merged across partitions after each
+    partition suppressed its own: in both, the classes are the released records' values (suppressed records apart,
+    even where a released class is all '*' too), as engine.local and P4's compliance step group them."""
     from .classes import group
     from .distributions import view_from_records
 
