@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -209,3 +210,24 @@ def test_a_bad_inventory_is_named_with_its_problem(tmp_path, text, problem):
 def test_a_missing_inventory_is_bad_input(tmp_path):
     done, _, _ = deploy(tmp_path / "nowhere.yml", timeout=60)
     assert done.returncode == 2 and "nowhere.yml: no such inventory file" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+@pytest.mark.parametrize("service, after_docker", [("gateway", False), ("custodian", True)])
+def test_the_systemd_units_verify(tmp_path, service, after_docker):
+    """The systemd path is not run here (the targets have no systemd): its units at least pass systemd's checker."""
+    import jinja2
+
+    templates = REPO / "deploy" / "ansible" / "roles" / "safeshare_host" / "templates"
+    run = tmp_path / f"{service}.run"
+    run.write_text("#!/bin/sh\nexec true\n")
+    run.chmod(0o755)
+    unit = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)), undefined=jinja2.StrictUndefined) \
+        .get_template("service.unit.j2").render(ansible_managed="Ansible managed", service_name=service,
+                                                 safeshare_logs="/var/log/safeshare", service_after_docker=after_docker)
+    assert "ExecStart=/usr/local/lib/safeshare/" in unit
+    path = tmp_path / f"safeshare-{service}.service"
+    path.write_text(unit.replace(f"/usr/local/lib/safeshare/{service}.run", str(run)))
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
