@@ -56,8 +56,9 @@ def tool(name: str) -> Path:
 
 
 def environment() -> dict[str, str]:
-    """ansible.cfg next to the playbook, and no stray ANSIBLE_* setting of the caller changing what is deployed."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    """The caller's environment (an operator's ANSIBLE_* settings, such as a key file or vault password file, still
+    apply) with ansible.cfg next to the playbook instead of whichever ansible.cfg the current folder has."""
+    env = dict(os.environ)
     env["ANSIBLE_CONFIG"] = str(PLAYBOOK_DIR / "ansible.cfg")
     env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "True"
     env["ANSIBLE_FORCE_COLOR"] = env.get("ANSIBLE_FORCE_COLOR", "0")

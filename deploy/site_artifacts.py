@@ -12,6 +12,9 @@ made here, once, and shipped as three kinds of files, each named by its content 
     ARTIFACTS/images/<name>-<id>.tar      `docker save` of the offline images (`safeshare images build`), loaded
                                           with `docker load` on the hosts; never pulled from a registry
 
+The flat repository is unsigned (`trusted=yes` on the hosts): its .debs were fetched here by apt, which checked them
+against the mirror's signed Release files, and they reach the hosts over Ansible's connection, not a network mirror.
+
 `artifacts.json` lists them for the playbook (`ansible-playbook -e @artifacts.json`). Everything is reused when its
 inputs did not change (a second deploy prepares nothing). The archives are plain tar files: the .debs, wheels and
 image layers are compressed already.
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -124,7 +128,8 @@ class DebianApt:
             sources.write_text(text)
             for stale in (root / "lists").glob("*_*"):
                 stale.unlink()
-        self.options = ["-o", f"Dir::Etc::sourcelist={sources}", "-o", f"Dir::Etc::sourceparts={root / 'sources.list.d'}",
+        self.options = ["-o", f"Dir::Etc::sourcelist={sources}",
+                        "-o", f"Dir::Etc::sourceparts={root / 'sources.list.d'}",
                         "-o", f"Dir::State::Lists={root / 'lists'}", "-o", f"Dir::Cache={root / 'cache'}",
                         "-o", "Dir::Etc::preferences=/dev/null",
                         "-o", f"Dir::Etc::preferencesparts={root / 'preferences.d'}",
@@ -132,8 +137,6 @@ class DebianApt:
                         "-o", "APT::Sandbox::User=root"]
 
     def update(self, say: Callable[[str], None], max_age: float = 86400.0) -> None:
-        import time
-
         lists = [p for p in (self.root / "lists").glob("*_Packages*")]
         if lists and time.time() - min(p.stat().st_mtime for p in lists) < max_age:
             return
@@ -293,8 +296,6 @@ def save_images(root: Path, images: dict[str, dict[str, str]], names: Iterable[s
 
 def prepare(root: Path, images: Iterable[str], say: Callable[[str], None] = print, build: bool = True) -> Artifacts:
     """Everything the playbook ships, made or reused under `root`; writes root/artifacts.json."""
-    import time
-
     seconds: dict[str, float] = {}
     started = time.monotonic()
     apt_archive, apt_key = apt_repository(root / "apt", {*CONTROL_PACKAGES, *ENCLAVE_PACKAGES}, say)

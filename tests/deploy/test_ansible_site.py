@@ -190,7 +190,8 @@ def test_second_deploy_changes_nothing_and_check_shows_a_drift(site_hosts, first
 @needs_ansible
 @pytest.mark.ansible
 @pytest.mark.parametrize("text, problem", [
-    ("all:\n  children:\n    safeshare_enclave:\n      hosts:\n        e1:\n", "'safeshare_control' must hold exactly one host"),
+    ("all:\n  children:\n    safeshare_enclave:\n      hosts:\n        e1:\n",
+     "'safeshare_control' must hold exactly one host"),
     ("all:\n  children:\n    safeshare_control:\n      hosts:\n        c1:\n        c2:\n", "holds 2: c1, c2"),
     ("all:\n  children:\n    safeshare_control:\n      hosts:\n        c1:\n"
      "    safeshare_enclave:\n      hosts:\n        c1:\n", "host 'c1' is in both"),
