@@ -10,7 +10,8 @@
                 prepares what they install here (deploy/site_artifacts.py), then runs ansible-playbook from this
                 virtualenv. Idempotent: a second run changes nothing; --check shows what would change.
 
-Exit codes: 0 done (or nothing to do), 1 refused or failed (no engine, enclaves remain), 2 bad input.
+Exit codes: 0 done (or nothing to do), 1 refused or failed (no engine, enclaves remain, a host failed), 2 bad input
+(an inventory: its file and problem), 3 (deploy) what the hosts install could not be prepared.
 """
 from __future__ import annotations
 
