@@ -232,3 +232,16 @@ def test_the_systemd_units_verify(tmp_path, service, after_docker):
     done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+
+
+@needs_ansible
+@pytest.mark.ansible
+def test_the_example_inventory_is_one_control_and_two_enclave_hosts():
+    from deploy.ansible_run import load_inventory
+    from deploy.site_artifacts import CONTROL_IMAGES, ENCLAVE_IMAGES
+
+    site = load_inventory(REPO / "deploy" / "ansible" / "inventory.example.yml",
+                          {"safeshare_control": CONTROL_IMAGES, "safeshare_enclave": ENCLAVE_IMAGES})
+    assert site.control == ["control.site.example"]
+    assert site.enclaves == ["enclave-1.site.example", "enclave-2.site.example"]
+    assert site.image_names == {"gateway", "app", "kiosk"}
