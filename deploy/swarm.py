@@ -118,7 +118,9 @@ class SwarmReconciler(DockerReconciler):
             node = (service.attrs["Spec"].get("Labels") or {}).get(NODE_LABEL)
             counts[node] = counts.get(node, 0) + 1
         found = []
-        for node in self.client.nodes.list():
+        with engine_errors():
+            listed = self.client.nodes.list()
+        for node in listed:
             attrs = node.attrs
             ready = attrs["Status"]["State"] == "ready" and attrs["Spec"].get("Availability") == "active"
             found.append(Node(node.id, attrs["Description"]["Hostname"], ready,
@@ -143,6 +145,16 @@ class SwarmReconciler(DockerReconciler):
         if not ready:
             raise ReconcileError("no node of the swarm is ready")
         return max(ready, key=lambda n: (n.free, n.id))
+
+    def lost_node(self, rid: str) -> str | None:
+        """The node (hostname/id) of `rid`'s enclave if it is placed on a node that is not ready, else None."""
+        placed = {(s.attrs["Spec"].get("Labels") or {}).get(NODE_LABEL) for s in self._services(rid=rid)} - {None}
+        nodes = {n.id: n for n in self.nodes()}
+        for node_id in placed:
+            node = nodes.get(node_id)
+            if node is None or not node.ready:
+                return node.label if node else node_id
+        return None
 
     def encryption(self) -> dict[str, str]:
         """The overlay driver options: encrypted when this host's kernel can, else a refusal unless opted out."""

@@ -34,17 +34,11 @@ def run(*argv: str, timeout: float = 120, check: bool = True, **kwargs) -> subpr
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (containerd, shims, containers), found from /proc before any is killed."""
+    """Every process below `pid` (containerd, shims, containers), listed by `ps` before any is killed."""
+    table = run("ps", "-e", "-o", "pid=,ppid=").stdout.split()
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+    for child, parent in zip(table[::2], table[1::2]):
+        children.setdefault(int(parent), []).append(int(child))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -105,6 +99,7 @@ class WorkerNode:
     def start(self, storage_driver: str | None = None, timeout: float = 60) -> None:
         for folder in (self.data_root, self.exec_root):
             folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.data_root / "swarm", ignore_errors=True)  # a killed node's swarm state: join anew
         self.make_link()
         # nsenter, not `ip netns exec`: that remounts /sys in a new mount namespace, which hides the cgroup mounts
         argv = ["nsenter", f"--net=/run/netns/{self.netns}", "dockerd", "--data-root", str(self.data_root),
@@ -120,9 +115,17 @@ class WorkerNode:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the worker's dockerd exited: {self.log_tail()}")
             if self.docker("info", "--format", "{{.ServerVersion}}", check=False, timeout=10).returncode == 0:
+                self._forget_previous_run()
                 return
             time.sleep(0.3)
         raise RuntimeError(f"the worker's dockerd did not answer within {timeout:.0f} s: {self.log_tail()}")
+
+    def _forget_previous_run(self) -> None:
+        """Containers and volumes a previous (killed) run left on this node's own engine; its images stay."""
+        leftovers = self.docker("ps", "-aq").stdout.split()
+        if leftovers:
+            self.docker("rm", "-f", *leftovers, check=False)
+        self.docker("volume", "prune", "-f", check=False)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -206,8 +209,9 @@ def init_swarm(worker: WorkerNode) -> str:
     id. Refuses when the host's engine is already in a swarm: that one is not this test's to change."""
     if swarm_state()["LocalNodeState"] != "inactive":
         raise RuntimeError("the host's Docker engine is already in a swarm; these tests make and leave their own")
+    # a 1 s heartbeat: a dead node is seen as down in a few seconds instead of the default's ~15
     run("docker", "swarm", "init", "--advertise-addr", worker.host_ip, "--listen-addr", f"{worker.host_ip}:2377",
-        "--data-path-addr", worker.host_ip, timeout=60)
+        "--data-path-addr", worker.host_ip, "--dispatcher-heartbeat", "1s", timeout=60)
     token = run("docker", "swarm", "join-token", "-q", "worker").stdout.strip()
     worker.docker("swarm", "join", "--token", token, "--advertise-addr", worker.node_ip,
                   "--listen-addr", f"{worker.node_ip}:2377", f"{worker.host_ip}:2377", timeout=60)

@@ -8,8 +8,6 @@ import asyncio
 import datetime as dt
 import json
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 from deploy.provision import LABEL, Provisioner
 from deploy.site import Site
 from proxy.tokens import SessionBook
+from tests.deploy.site_helpers import cli, seal_releases
 from tests.deploy.test_containers import novnc_sees_the_app
 from tests.proxy.test_gateway import ws_rfb_connect
 
@@ -27,11 +26,6 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "safeshare.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def _free_port() -> int:
@@ -54,13 +48,7 @@ def site(isolated_engine, offline_images, tmp_path_factory: pytest.TempPathFacto
     if not (SHARED / "data" / "adult").is_dir():
         pytest.skip(f"the benchmark data is not at {SHARED / 'data'}")
     root = tmp_path_factory.mktemp("site")
-    releases = root / "releases"
-    for policy, name in (("adult-k5.yaml", "adult-k5"), ("fars-subset-k5.yaml", "fars-k5")):
-        out = root.parent / f"deid-{name}"
-        done = cli("deid", f"policies/examples/{policy}", "--out", str(out), "--quiet")
-        assert done.returncode == 0, done.stderr[-2000:]
-        done = cli("release", str(out), "--to", str(releases), "--name", name)
-        assert done.returncode == 0, done.stderr[-2000:]
+    seal_releases(root)
     policies = root.parent / "policies"
     policies.mkdir(exist_ok=True)
     port = _free_port()

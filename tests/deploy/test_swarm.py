@@ -8,11 +8,13 @@ fails: the host's engine is shared with other tests.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
 from pathlib import Path
 
+import aiohttp
 import docker
 import pytest
 
@@ -20,9 +22,11 @@ from deploy.images.build import image_refs
 from deploy.plan import LABEL
 from deploy.site import Site
 from deploy.swarm_provision import SwarmProvisioner
+from tests.deploy.site_helpers import seal_releases
 from tests.deploy.swarm_helpers import WorkerNode, host_networks, init_swarm, leave_swarm, run, swarm_state
 from tests.deploy.test_provision import (FETCH, PROBE, SHARED, _free_port, _token, address, cli, exec_python,
                                          revoke_during_session, write_policy)
+from tests.proxy.test_gateway import ws_rfb_connect
 
 pytestmark = [pytest.mark.docker, pytest.mark.swarm]
 
@@ -62,19 +66,14 @@ def site(swarm: dict, tmp_path_factory: pytest.TempPathFactory):
     if not (SHARED / "data" / "adult").is_dir():
         pytest.skip(f"the benchmark data is not at {SHARED / 'data'}")
     root = tmp_path_factory.mktemp("swarm-site")
-    releases = root / "releases"
-    for policy, name in (("adult-k5.yaml", "adult-k5"), ("fars-subset-k5.yaml", "fars-k5")):
-        out = root.parent / f"deid-{name}"
-        done = cli("deid", f"policies/examples/{policy}", "--out", str(out), "--quiet")
-        assert done.returncode == 0, done.stderr[-2000:]
-        done = cli("release", str(out), "--to", str(releases), "--name", name)
-        assert done.returncode == 0, done.stderr[-2000:]
+    seal_releases(root)
     # a pool of its own: single-engine tests on the shared engine take /27s of the default pool meanwhile
     (root / "site.json").write_text(json.dumps({"enclave_pool": "10.215.0.0/16"}))
     policies = root.parent / "swarm-policies"
     policies.mkdir(exist_ok=True)
     port = _free_port()
     results = {}
+    images = image_refs()
     try:
         for recipient, release, node in (("alice", "adult-k5", swarm["manager_id"]),
                                          ("bob", "fars-k5", swarm["worker_id"])):
@@ -84,7 +83,7 @@ def site(swarm: dict, tmp_path_factory: pytest.TempPathFactory):
             assert done.returncode == 0, done.stderr[-3000:]
             results[recipient] = {**json.loads(done.stdout), "wall": time.monotonic() - started, "node": node}
         yield {"root": root, "port": port, "policies": policies, "results": results, "site": Site(root),
-               "swarm": swarm}
+               "swarm": swarm, "images": images}
     finally:
         client = docker.from_env()
         site_id = Site(root).site_id
@@ -228,7 +227,7 @@ def test_without_encryption_provisioning_fails_closed(site: dict) -> None:
 
 def test_revocation_ends_a_live_session_on_the_worker_within_a_second(site: dict) -> None:
     s = site["site"]
-    provisioner = SwarmProvisioner(s)
+    provisioner = SwarmProvisioner(s, images=site["images"])
     base = f"http://127.0.0.1:{site['port']}"
     rid = site["results"]["bob"]["rid"]
     state = revoke_during_session(base, _token(site["results"]["bob"]["url"]), provisioner, "bob",
@@ -249,3 +248,75 @@ def test_revocation_ends_a_live_session_on_the_worker_within_a_second(site: dict
     assert check.ok and check.sealed, check.findings
     provisioner.close()
     site["results"].pop("bob")
+
+
+def _node_ready(node_id: str) -> bool:
+    client = docker.from_env()
+    state = client.nodes.get(node_id).attrs["Status"]["State"]
+    client.close()
+    return state == "ready"
+
+
+def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> None:
+    """The worker dies (dockerd, containerd, shims and containers killed at once) during a session on it. The
+    manager sees the node down; provisioning the recipient again moves the enclave to the manager's node, and the
+    new token it must issue ends the session left hanging on the lost kiosk within the gateway's poll."""
+    s, swarm = site["site"], site["swarm"]
+    base = f"http://127.0.0.1:{site['port']}"
+    policy = write_policy(site["policies"], "carol", "fars-k5")
+    # the images the worker was given (another build on the shared engine may have moved the tags since)
+    images = site["images"]
+    on_worker = SwarmProvisioner(s, pins={"carol": swarm["worker_id"]}, allow_unencrypted=True, images=images)
+    first = on_worker.provision(policy, "test:carol")
+    assert first.url and on_worker.engine.container_states()[first.rid]["node"].endswith(swarm["worker_id"][:12])
+    moved = SwarmProvisioner(s, pins={"carol": swarm["manager_id"]}, allow_unencrypted=True, images=images)
+    state: dict[str, object] = {}
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as http:
+            client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={_token(first.url or '')}")
+            deadline = time.monotonic() + 5
+            while not on_worker.book.list("carol", live_only=True) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            state["live"] = [x.session_id for x in on_worker.book.list("carol", live_only=True)]
+            killed = time.monotonic()
+            await asyncio.to_thread(swarm["worker"].kill)
+            while _node_ready(swarm["worker_id"]) and time.monotonic() - killed < 60:
+                await asyncio.sleep(0.2)
+            state["seen_down_after"] = time.monotonic() - killed
+            state["open_before_move"] = stream.close_code is None and not stream.reader.at_eof()
+            started = time.monotonic()
+            state["result"] = await asyncio.to_thread(moved.provision, policy, "test:carol")
+            while stream.close_code is None and not stream.reader.at_eof() and time.monotonic() - started < 60:
+                await asyncio.sleep(0.01)
+            state["ended_after_provision"] = time.monotonic() - started
+            await stream.wait_closed()
+
+    asyncio.run(run())
+    print(json.dumps({k: v for k, v in state.items() if k != "result"}, default=str))
+    assert len(state["live"]) == 1 and state["seen_down_after"] < 60
+    assert state["open_before_move"]  # nothing on the lost node could end it
+    result = state["result"]
+    assert result.status == "replaced" and result.url and result.url != first.url
+    assert any("is down" in note for note in result.notes), result.notes
+    (ended,) = [x for x in moved.book.list("carol") if x.session_id == state["live"][0]]
+    assert ended.ended_at is not None and "token" in (ended.end_reason or ""), (ended, result.notes)
+    from proxy.audit.verify import verify_session
+
+    check = verify_session(Path(ended.folder))  # sealed (signed, anchored) by the gateway as it ended it
+    assert check.ok and check.sealed, check.findings
+    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--site", str(s.root), "--json")
+    assert audited.returncode == 0, audited.stdout[-2000:]
+    assert moved.engine.container_states()[result.rid]["node"].endswith(swarm["manager_id"][:12])
+
+    async def again() -> tuple[int, int]:
+        async with aiohttp.ClientSession() as http:
+            client, stream = await ws_rfb_connect(http, f"{base}/websockify?token={_token(result.url)}")
+            await stream.wait_closed()
+            return client.width, client.height
+
+    assert asyncio.run(again()) == (1280, 800)
+    revoked = moved.revoke("carol", "test:carol")
+    assert revoked.tokens_revoked == 1
+    for provisioner in (on_worker, moved):
+        provisioner.close()
