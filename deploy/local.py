@@ -119,10 +119,10 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     result = deidentify(policy)
     out = home / "deid" / result.policy.dataset
     manifest = write_release(result, out)
-    gate = manifest.get("gate") or {}
-    say(f"de-identified {manifest['dataset']}: {manifest['records']} records, {manifest['suppressed_records']} "
-        f"suppressed, loss quality {manifest['quality'].get('loss', float('nan')):.4f}, gate "
-        f"{'passed' if gate.get('passed') else 'FAILED'} ({result.seconds:.1f} s)")
+    passed = manifest.gate is not None and manifest.gate.passed
+    say(f"de-identified {manifest.dataset}: {manifest.records} records, {manifest.suppressed_records} "
+        f"suppressed, loss quality {manifest.quality.get('loss', float('nan')):.4f}, gate "
+        f"{'passed' if passed else 'FAILED'} ({result.seconds:.1f} s)")
     # Signed with HOME/keys/release-signing.key, trusted in HOME/trust.json: both made on first use, as at a site.
     return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 

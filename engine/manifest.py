@@ -194,14 +194,6 @@ class Manifest(_Block):
         otherwise complete manifest."""
         return self.model_copy(update={"files": {**self.files, name: sha256}})
 
-    # Read-only access as the JSON object, for callers written against manifest.json as a dict (deploy/local.py
-    # still is): `manifest["gate"]["passed"]`. New code reads the attributes.
-    def __getitem__(self, name: str) -> Any:
-        return self.document()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.document().get(name, default)
-
     def to_json(self) -> str:
         """The bytes of manifest.json (strict JSON: a non-finite number is an error, never `Infinity`)."""
         return json.dumps(self.document(), indent=2, allow_nan=False) + "\n"
