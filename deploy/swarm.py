@@ -304,12 +304,18 @@ class SwarmReconciler(DockerReconciler):
     def _drafts(self, plan: EnclavePlan, node_id: str, files: NodeFiles) -> dict[str, Any]:
         try:
             return {spec.role: service_draft(
-                spec, entrypoint=self._entrypoint(spec.image), node_id=node_id, files=files,
+                spec, image_id=self._image_id(spec.image), entrypoint=self._entrypoint(spec.image),
+                node_id=node_id, files=files,
                 listen_subnet=plan.vnc_net.subnet if spec.role == "kiosk" else None,
                 extra_labels={VOLUME_LABEL: files.release_volume or ""} if spec.role == "app" else None)
                 for spec in plan.containers}
         except SpecError as exc:
             raise ReconcileError(str(exc)) from None
+
+    def _image_id(self, image: str) -> str:
+        """What services name their image by (see swarm_specs.service_draft): its id on the manager."""
+        with engine_errors():
+            return self.client.images.get(image).id
 
     def _entrypoint(self, image: str) -> list[str]:
         return list(self.client.images.get(image).attrs["Config"].get("Entrypoint") or [])
@@ -319,7 +325,8 @@ class SwarmReconciler(DockerReconciler):
         options = self.encryption()
         try:
             volume = ship(self.client, site_id=self.site_id, rid=plan.rid, bundle=bundle,
-                          images={"app": plan.app.image, "gateway": self._gateway_image(plan)}, node_id=node_id,
+                          images={"app": self._image_id(plan.app.image),
+                                  "gateway": self._image_id(self._gateway_image(plan))}, node_id=node_id,
                           control_node_id=control, trust_config=files.trust_config or ("", ""),
                           network_options=options, probe_encryption="encrypted" in options)
         except ShipError as exc:
@@ -328,7 +335,7 @@ class SwarmReconciler(DockerReconciler):
 
     def _gateway_image(self, plan: EnclavePlan) -> str:
         found = self.find("container", role="gateway")
-        return found[0].image.tags[0] if found and found[0].image.tags else plan.app.image
+        return found[0].image.id if found else plan.app.image
 
     def _wait_running(self, service: Any) -> None:
         deadline = time.monotonic() + self.ready_timeout

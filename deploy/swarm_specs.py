@@ -111,9 +111,13 @@ def launcher_command(entrypoint: Sequence[str], args: Sequence[str], listen_subn
     return ["python3", "-c", LAUNCHER, listen_subnet or "", "--", *entrypoint, *args]
 
 
-def service_draft(spec: ContainerSpec, *, entrypoint: Sequence[str], node_id: str, files: NodeFiles,
-                  listen_subnet: str | None = None, extra_labels: Mapping[str, str] | None = None) -> ServiceDraft:
-    """The service that runs `spec` on `node_id`, one task, restarted there (never moved: its files are there)."""
+def service_draft(spec: ContainerSpec, *, image_id: str, entrypoint: Sequence[str], node_id: str,
+                  files: NodeFiles, listen_subnet: str | None = None,
+                  extra_labels: Mapping[str, str] | None = None) -> ServiceDraft:
+    """The service that runs `spec` on `node_id`, one task, restarted there (never moved: its files are there).
+
+    The image is named by its id (`image_id`, the same on every node that loaded the same archive): a node then
+    never tries a registry first, which for a tag costs a node without one a timeout (~30 s) per task start."""
     import docker
 
     types = docker.types
@@ -150,14 +154,14 @@ def service_draft(spec: ContainerSpec, *, entrypoint: Sequence[str], node_id: st
             raise SpecError(f"{spec.name}: {mount.target} must be read-only")
     command = launcher_command(entrypoint, [moved.get(arg, arg) for arg in spec.command], listen_subnet)
     labels = {**spec.engine_labels(), NODE_LABEL: node_id, **(extra_labels or {})}
-    swarm_hash = hashlib.sha256(json.dumps([spec.spec_hash, node_id, files.release_volume, files.trust_config,
+    swarm_hash = hashlib.sha256(json.dumps([spec.spec_hash, image_id, node_id, files.release_volume, files.trust_config,
                                             files.vnc_secret, command, sorted(labels.items())],
                                            sort_keys=True).encode()).hexdigest()[:16]
     labels[SWARM_SPEC_LABEL] = swarm_hash
     resources = types.Resources(mem_limit=spec.resources.memory_limit,
                                 mem_reservation=spec.resources.memory_reservation)
     kwargs: dict[str, Any] = {
-        "image": spec.image, "command": command, "name": spec.name, "labels": labels, "container_labels": labels,
+        "image": image_id, "command": command, "name": spec.name, "labels": labels, "container_labels": labels,
         "env": [f"{key}={value}" for key, value in spec.env] or None, "user": spec.user,
         "read_only": hardening.read_only, "cap_drop": list(hardening.cap_drop) or None,
         "cap_add": list(hardening.cap_add) or None, "mounts": mounts, "secrets": secrets or None,
