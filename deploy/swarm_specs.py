@@ -170,5 +170,10 @@ def service_draft(spec: ContainerSpec, *, image_id: str, entrypoint: Sequence[st
         "endpoint_spec": types.EndpointSpec(mode="dnsrr"),  # no IPVS (absent on many kernels, and not needed)
         "networks": [types.NetworkAttachmentConfig(a.network, aliases=list(a.aliases) or None)
                      for a in spec.networks],
-        "mode": types.ServiceMode("replicated", replicas=1)}
+        "mode": types.ServiceMode("replicated", replicas=1),
+        # Swarm adds a task to its network's DNS only once its health check passed, the first check comes after
+        # the images' 10 s interval, and the kiosk resolves `app` (the gateway the kiosk) at once: 10-20 s of
+        # waiting per enclave. Readiness is the kiosk's ready event instead (app answering, X, VNC, browser), as
+        # on one engine, where the health check restarts nothing either.
+        "healthcheck": {"Test": ["NONE"]}}
     return ServiceDraft({k: v for k, v in kwargs.items() if v is not None}, swarm_hash)
