@@ -59,7 +59,9 @@ def write_inventory(path: Path, names: dict[str, str], base_image: str) -> Path:
         "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
                  "safeshare_site": SITE, "safeshare_images": [base_image]},
         "children": {
-            "safeshare_control": {"hosts": {"control": {"ansible_host": names["control"]}}},
+            # the gateway service is off by default (provisioning runs the gateway as a container): on here, to test it
+            "safeshare_control": {"hosts": {"control": {"ansible_host": names["control"],
+                                                        "safeshare_gateway_service": True}}},
             "safeshare_enclave": {"hosts": {host: {"ansible_host": names[host]} for host in ("enclave1", "enclave2")}},
         }}}
     path.write_text(json.dumps(inventory, indent=2))  # JSON is YAML
