@@ -20,14 +20,16 @@ while that node is up, else the ready, active node with the most memory left aft
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.plan import APP_TRUST, LABEL, SPEC_LABEL, EnclavePlan, GatewayPlan, NetworkSpec
+from deploy.plan import (APP_TRUST, LABEL, SPEC_LABEL, EnclaveNames, EnclavePlan, EnclaveSubnets, GatewayPlan,
+                         NetworkSpec)
 from deploy.reconcile import RID, ROLE, Applied, DockerReconciler, ReconcileError, Removed, engine_errors
 from deploy.swarm_crypto import EncryptionCheck, control_host_check, refusal
 from deploy.swarm_ship import ShipError, ship, wipe
@@ -94,8 +96,10 @@ class SwarmReconciler(DockerReconciler):
     """One site's enclaves as services on a Swarm whose manager `client` talks to; the gateway as before."""
 
     def __init__(self, client: Any, site_id: str, *, ready_timeout: float = 90.0, gateway_timeout: float = 30.0,
-                 pins: Mapping[str, str] | None = None, allow_unencrypted: bool = False) -> None:
+                 pins: Mapping[str, str] | None = None, allow_unencrypted: bool = False,
+                 cursor_file: Path | None = None) -> None:
         super().__init__(client, site_id, ready_timeout=ready_timeout, gateway_timeout=gateway_timeout)
+        self.cursor_file = cursor_file
         self.pins = dict(pins or {})  # recipient -> node id or hostname
         self.allow_unencrypted = allow_unencrypted
         self.notes: list[str] = []
@@ -155,6 +159,25 @@ class SwarmReconciler(DockerReconciler):
             if node is None or not node.ready:
                 return node.label if node else node_id
         return None
+
+    def allocate(self, names: EnclaveNames, pool: Sequence[ipaddress.IPv4Network]) -> EnclaveSubnets:
+        """Next fit instead of first fit: the search starts after the last subnet handed out (`cursor_file`).
+        A node removes its copy of a deleted overlay network some time after the manager did, and refuses a new
+        network with the same subnet meanwhile ("Pool overlaps"): a subnet is reused only once the pool wrapped."""
+        pool = list(pool)
+        start = 0
+        if self.cursor_file is not None:
+            try:
+                start = int(json.loads(self.cursor_file.read_text())["next"]) % max(len(pool), 1)
+            except (OSError, ValueError, KeyError, TypeError):
+                start = 0
+        subnets = super().allocate(names, pool[start:] + pool[:start])
+        if self.cursor_file is not None:
+            chosen = [ipaddress.IPv4Network(subnets.enclave), ipaddress.IPv4Network(subnets.vnc)]
+            taken = [pool.index(net) for net in chosen if net in pool]
+            if taken:
+                self.cursor_file.write_text(json.dumps({"next": (max(taken) + 1) % len(pool)}) + "\n")
+        return subnets
 
     def encryption(self) -> dict[str, str]:
         """The overlay driver options: encrypted when this host's kernel can, else a refusal unless opted out."""
@@ -375,13 +398,23 @@ class SwarmReconciler(DockerReconciler):
         except Exception as exc:  # noqa: BLE001 - only for the message
             return f"(no logs: {exc})"
 
-    @staticmethod
-    def _remove_services(services: list[Any]) -> None:
-        """Kiosk first, then app (the reverse of the start order). Their networks are removed by retrying until
-        the manager has seen the tasks go (deploy.swarm_ship._remove_network)."""
+    def _remove_services(self, services: list[Any], timeout: float = 20.0) -> None:
+        """Kiosk first, then app (the reverse of the start order), and wait until their tasks are gone from the
+        nodes that are up: the manager forgets a task once its node reported the container stopped. A lost node's
+        tasks cannot go; they hold nothing the manager needs."""
         order = {"kiosk": 0, "app": 1}
         for service in sorted(services, key=lambda s: order.get((s.attrs["Spec"].get("Labels") or {}).get(ROLE), 2)):
             service.remove()
+        ids = {service.id for service in services}
+        if not ids:
+            return
+        with engine_errors():
+            up = {node.id for node in self.nodes() if node.ready}
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if not [t for t in self.client.api.tasks() if t.get("ServiceID") in ids and t.get("NodeID") in up]:
+                    return
+                time.sleep(0.1)
 
     def remove_enclave(self, rid: str) -> Removed:
         """Gateway off the VNC network, kiosk and app services, the release volume wiped on its node (when up),

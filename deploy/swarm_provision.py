@@ -19,6 +19,7 @@ from deploy.site import Site
 from deploy.swarm import SwarmReconciler, remember_orchestrator
 
 UNENCRYPTED_NOTE = "overlay networks NOT encrypted"
+SUBNET_CURSOR_FILE = "swarm-subnets.json"  # where the next-fit allocation of enclave subnets continues
 
 
 class SwarmProvisioner(Provisioner):
@@ -44,7 +45,8 @@ class SwarmProvisioner(Provisioner):
     @property
     def engine(self) -> SwarmReconciler:  # type: ignore[override]
         return SwarmReconciler(self.client, self.site.site_id, ready_timeout=self.ready_timeout, pins=self.pins,
-                               allow_unencrypted=self.allow_unencrypted)
+                               allow_unencrypted=self.allow_unencrypted,
+                               cursor_file=self.site.root / SUBNET_CURSOR_FILE)
 
     def provision(self, policy_path: str | Path, actor: str, *, new_token: bool = False,
                   ttl: timedelta | None = None) -> ProvisionResult:

@@ -167,6 +167,7 @@ def service_draft(spec: ContainerSpec, *, image_id: str, entrypoint: Sequence[st
         "cap_add": list(hardening.cap_add) or None, "mounts": mounts, "secrets": secrets or None,
         "configs": configs or None, "constraints": [f"node.id=={node_id}"], "resources": resources,
         "restart_policy": types.RestartPolicy(condition="any", delay=1_000_000_000),
+        "stop_grace_period": 1_000_000_000,  # one engine removes enclaves with SIGKILL: no 10 s of SIGTERM grace
         "endpoint_spec": types.EndpointSpec(mode="dnsrr"),  # no IPVS (absent on many kernels, and not needed)
         "networks": [types.NetworkAttachmentConfig(a.network, aliases=list(a.aliases) or None)
                      for a in spec.networks],
