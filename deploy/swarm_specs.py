@@ -40,7 +40,8 @@ MOVED_TMPFS = "/run/ss-tmpfs"  # where tmpfs mounts that need an owner go (see s
 # given) the container's own address in that subnet after --vnc-listen, then exec the image's entrypoint.
 LAUNCHER = r"""
 import ctypes, fcntl, ipaddress, os, socket, struct, sys, time
-if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:
+PR_SET_NO_NEW_PRIVS = 38
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
     sys.exit("launcher: prctl(PR_SET_NO_NEW_PRIVS) failed")
 subnet, argv = sys.argv[1], sys.argv[3:]
 if subnet:

@@ -320,3 +320,61 @@ def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> Non
     assert revoked.tokens_revoked == 1
     for provisioner in (on_worker, moved):
         provisioner.close()
+
+
+# --- the translation of a plan's container into a service, without a swarm -----------------------------------------
+
+def _kiosk_spec():
+    from deploy.plan import Attachment, ContainerSpec, Hardening, Mount
+
+    return ContainerSpec(name="ss-abc123-0123456789-kiosk", role="kiosk", image="safeshare/kiosk:x",
+                         command=("--vnc-listen", "10.215.0.52", "--vnc-password-file", "/secrets/vnc-password",
+                                  "--state", "/state"),
+                         labels=(("org.safeshare.role", "kiosk"),),
+                         networks=(Attachment("ss-e-0123456789"), Attachment("ss-v-0123456789", "10.215.0.52")),
+                         mounts=(Mount("/site/secrets/0123456789", "/secrets"),),
+                         hardening=Hardening(read_only=True, cap_drop=("ALL",), cap_add=("KILL",),
+                                             security_opt=("no-new-privileges:true",), shm_size="512m",
+                                             tmpfs=(("/state", "size=64m,uid=10001"), ("/tmp", "size=1m"))))
+
+
+def test_a_container_spec_becomes_a_pinned_service_as_strict() -> None:
+    from deploy.swarm_specs import MOVED_TMPFS, NodeFiles, service_draft
+
+    files = NodeFiles(vnc_secret=("sid", "ss-abc123-0123456789-vnc-aaaa"))
+    draft = service_draft(_kiosk_spec(), image_id="sha256:feed", entrypoint=["tini", "--", "safeshare", "kiosk"],
+                          node_id="node-1", files=files, listen_subnet="10.215.0.32/27")
+    kwargs = draft.kwargs
+    assert kwargs["image"] == "sha256:feed" and kwargs["constraints"] == ["node.id==node-1"]
+    assert kwargs["read_only"] is True and kwargs["cap_drop"] == ["ALL"] and kwargs["cap_add"] == ["KILL"]
+    assert kwargs["endpoint_spec"]["Mode"] == "dnsrr" and kwargs["healthcheck"] == {"Test": ["NONE"]}
+    command = kwargs["command"]
+    assert command[:2] == ["python3", "-c"] and "PR_SET_NO_NEW_PRIVS" in command[2]
+    assert command[3:6] == ["10.215.0.32/27", "--", "tini"]  # the launcher finds the address in this subnet
+    assert f"{MOVED_TMPFS}/state" in command and "/state" not in command  # an owned tmpfs moves, and its argument
+    targets = {m["Target"]: m for m in kwargs["mounts"]}
+    assert targets[f"{MOVED_TMPFS}/state"]["TmpfsOptions"] == {"SizeBytes": 64 << 20, "Mode": 0o777}
+    assert targets["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 512 << 20
+    (secret,) = kwargs["secrets"]
+    assert secret["File"]["Name"] == "/secrets/vnc-password" and secret["File"]["Mode"] == 0o400
+    assert kwargs["labels"]["org.safeshare.node"] == "node-1" and kwargs["labels"]["org.safeshare.swarm-spec"]
+    other = service_draft(_kiosk_spec(), image_id="sha256:feed", entrypoint=["tini"], node_id="node-2", files=files,
+                          listen_subnet="10.215.0.32/27")
+    assert other.swarm_hash != draft.swarm_hash  # another node is another service
+
+
+def test_what_a_service_cannot_do_as_strictly_is_refused() -> None:
+    import dataclasses
+
+    from deploy.plan import Mount
+    from deploy.swarm_specs import NodeFiles, SpecError, service_draft
+
+    spec = _kiosk_spec()
+    with pytest.raises(SpecError, match="path on the control host"):  # no secret given for /secrets
+        service_draft(spec, image_id="x", entrypoint=[], node_id="n", files=NodeFiles())
+    files = NodeFiles(vnc_secret=("sid", "name"))
+    for changed in (dataclasses.replace(spec, mounts=(*spec.mounts, Mount("/etc", "/host-etc"))),
+                    dataclasses.replace(spec, hardening=dataclasses.replace(
+                        spec.hardening, security_opt=("seccomp=unconfined",)))):
+        with pytest.raises(SpecError):
+            service_draft(changed, image_id="x", entrypoint=[], node_id="n", files=files)
