@@ -159,8 +159,10 @@ class WorkerNode:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        for mount in reversed(self._mounts_below(self.exec_root)):
-            run("umount", "-l", mount, check=False)
+        # a killed daemon leaves its containers' overlay and secret mounts (and its data root's own) behind
+        for root in (self.exec_root, self.data_root):
+            for mount in reversed(self._mounts_below(root)):
+                run("umount", "-l", mount, check=False)
         self.remove_link()
         shutil.rmtree(self.exec_root.parent, ignore_errors=True)
 

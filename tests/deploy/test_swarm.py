@@ -299,7 +299,14 @@ def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> Non
     result = state["result"]
     assert result.status == "replaced" and result.url and result.url != first.url
     assert any("is down" in note for note in result.notes), result.notes
-    (ended,) = [x for x in moved.book.list("carol") if x.session_id == state["live"][0]]
+    # the researcher's side closes first; the gateway then ends the session towards the lost kiosk and seals it
+    deadline = time.monotonic() + 60
+    while True:
+        (ended,) = [x for x in moved.book.list("carol") if x.session_id == state["live"][0]]
+        if ended.ended_at is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    print(json.dumps({"sealed_after_close_s": round(60 - (deadline - time.monotonic()), 1)}))
     assert ended.ended_at is not None and "token" in (ended.end_reason or ""), (ended, result.notes)
     from proxy.audit.verify import verify_session
 
