@@ -219,9 +219,12 @@ class ProxySession:
         except asyncio.IncompleteReadError:  # only the handshakes read without translating a short read
             self._set_reason("connection closed during the handshake")
             self.log.write("protocol_error", reason="connection closed during the handshake")
-        except asyncio.TimeoutError:
-            self._set_reason("handshake timeout")
-            self.log.write("protocol_error", reason="handshake timeout")
+        except asyncio.TimeoutError as exc:
+            if exc.errno is not None:  # the kernel's ETIMEDOUT (a peer that vanished) is a TimeoutError too
+                self._set_reason(f"connection error: {exc.__class__.__name__}: {exc}")
+            else:
+                self._set_reason("handshake timeout")
+                self.log.write("protocol_error", reason="handshake timeout")
         except (ConnectionError, OSError) as exc:
             self._set_reason(f"connection error: {exc.__class__.__name__}: {exc}")
         except asyncio.CancelledError:

@@ -6,6 +6,7 @@ The session needs no more from either than a stream of bytes each way, so that e
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -15,6 +16,12 @@ from safeshare.endpoints import parse_host_port
 
 STREAM_LIMIT = 1 << 20
 CHUNK = 256 * 1024  # reading and payload unit: keeps memory flat whatever a peer announces
+# A VNC server on a host that dies (power, kernel, a Swarm node lost) sends no FIN or RST: without these the session
+# would hang on a frozen screen until the researcher leaves. Keepalive probes after 5 s of silence, 1 s apart, 3 lost
+# ones end the connection (about 8 s); unacknowledged data for 8 s does too. A live VNC server acknowledges at
+# kernel level, so a slow kiosk is never cut off by them.
+UPSTREAM_KEEPALIVE = (5, 1, 3)  # TCP_KEEPIDLE, TCP_KEEPINTVL (seconds), TCP_KEEPCNT
+UPSTREAM_USER_TIMEOUT_MS = 8000
 
 
 class ClientTransport(Protocol):
@@ -75,7 +82,22 @@ class UpstreamTarget:
     async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.unix_path:
             return await asyncio.open_unix_connection(self.unix_path, limit=STREAM_LIMIT)
-        return await asyncio.open_connection(self.host, self.port, limit=STREAM_LIMIT)
+        reader, writer = await asyncio.open_connection(self.host, self.port, limit=STREAM_LIMIT)
+        detect_lost_peer(writer.get_extra_info("socket"))
+        return reader, writer
+
+
+def detect_lost_peer(sock: socket.socket | None) -> None:
+    """Let the kernel end a TCP connection whose peer vanished (UPSTREAM_KEEPALIVE, UPSTREAM_USER_TIMEOUT_MS); the
+    session then ends as for any connection error, and is sealed."""
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    idle, interval, count = UPSTREAM_KEEPALIVE
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, UPSTREAM_USER_TIMEOUT_MS)
 
 
 async def framed(reader: asyncio.StreamReader, framer: Framer) -> AsyncIterator[object]:
