@@ -259,8 +259,9 @@ def _node_ready(node_id: str) -> bool:
 
 def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> None:
     """The worker dies (dockerd, containerd, shims and containers killed at once) during a session on it. The
-    manager sees the node down; provisioning the recipient again moves the enclave to the manager's node, and the
-    new token it must issue ends the session left hanging on the lost kiosk within the gateway's poll."""
+    gateway's connection to the lost kiosk gets no FIN or RST; its keepalive (proxy.transport) ends the session within
+    about 8 s, with a connection error, sealed. The manager sees the node down; provisioning the recipient again moves
+    the enclave to the manager's node with a new token."""
     s, swarm = site["site"], site["swarm"]
     base = f"http://127.0.0.1:{site['port']}"
     policy = write_policy(site["policies"], "carol", "fars-k5")
@@ -281,33 +282,24 @@ def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> Non
             state["live"] = [x.session_id for x in on_worker.book.list("carol", live_only=True)]
             killed = time.monotonic()
             await asyncio.to_thread(swarm["worker"].kill)
+            while stream.close_code is None and not stream.reader.at_eof() and time.monotonic() - killed < 30:
+                await asyncio.sleep(0.05)
+            state["ended_by_itself_after"] = time.monotonic() - killed
+            await stream.wait_closed()
             while _node_ready(swarm["worker_id"]) and time.monotonic() - killed < 60:
                 await asyncio.sleep(0.2)
             state["seen_down_after"] = time.monotonic() - killed
-            state["open_before_move"] = stream.close_code is None and not stream.reader.at_eof()
-            started = time.monotonic()
             state["result"] = await asyncio.to_thread(moved.provision, policy, "test:carol")
-            while stream.close_code is None and not stream.reader.at_eof() and time.monotonic() - started < 60:
-                await asyncio.sleep(0.01)
-            state["ended_after_provision"] = time.monotonic() - started
-            await stream.wait_closed()
 
     asyncio.run(run())
     print(json.dumps({k: v for k, v in state.items() if k != "result"}, default=str))
     assert len(state["live"]) == 1 and state["seen_down_after"] < 60
-    assert state["open_before_move"]  # nothing on the lost node could end it
+    assert state["ended_by_itself_after"] < 20, state  # keepalive: about 8 s
     result = state["result"]
     assert result.status == "replaced" and result.url and result.url != first.url
     assert any("is down" in note for note in result.notes), result.notes
-    # the researcher's side closes first; the gateway then ends the session towards the lost kiosk and seals it
-    deadline = time.monotonic() + 60
-    while True:
-        (ended,) = [x for x in moved.book.list("carol") if x.session_id == state["live"][0]]
-        if ended.ended_at is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    print(json.dumps({"sealed_after_close_s": round(60 - (deadline - time.monotonic()), 1)}))
-    assert ended.ended_at is not None and "token" in (ended.end_reason or ""), (ended, result.notes)
+    (ended,) = [x for x in moved.book.list("carol") if x.session_id == state["live"][0]]
+    assert ended.ended_at is not None and "connection error" in (ended.end_reason or ""), (ended, result.notes)
     from proxy.audit.verify import verify_session
 
     check = verify_session(Path(ended.folder))  # sealed (signed, anchored) by the gateway as it ended it
