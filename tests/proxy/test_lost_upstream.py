@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from proxy.eventlog import verify_log
-from proxy.limits import SessionLimits
-from proxy.server import RfbProxyServer
 from proxy.transport import UPSTREAM_KEEPALIVE, UPSTREAM_USER_TIMEOUT_MS, UpstreamTarget
 from tests.cdp import wait_for
 from tests.proxy.rfbtools import FakeVncServer, RfbClient
+from tests.proxy.test_proxy_bounds import proxy
 
 
 def test_upstream_connections_ask_the_kernel_to_notice_a_lost_peer() -> None:
@@ -77,24 +76,18 @@ def test_a_vnc_server_that_vanishes_ends_the_session_and_its_log_is_sealed(tmp_p
 
     async def run() -> tuple[Path, str, float]:
         fake_port = await fake.start()
-        started: list = []
-        ended: list[tuple[Path, str]] = []
-        server = RfbProxyServer(UpstreamTarget("127.0.0.1", fake_port), tmp_path / "sessions", SessionLimits(),
-                                on_session=started.append,
-                                on_session_end=lambda s, reason: ended.append((s.dir, reason)))
-        port = await server.start("127.0.0.1", 0)
         try:
-            client = RfbClient()
-            await client.connect(port)
-            await wait_for(lambda: started and started[0].dir is not None and fake.connections == 1, 5)
-            drop_from_port(fake_port)
-            lost = time.monotonic()
-            await wait_for(lambda: ended, 30)
-            seconds = time.monotonic() - lost
-            await client.close()
-            return *ended[0], seconds
+            async with proxy(tmp_path, fake_port) as (port, _, started, ended):
+                client = RfbClient()
+                await client.connect(port)
+                await wait_for(lambda: started and started[0].dir is not None and fake.connections == 1, 5)
+                drop_from_port(fake_port)
+                lost = time.monotonic()
+                await wait_for(lambda: ended, 30)
+                seconds = time.monotonic() - lost
+                await client.close()
+                return *ended[0], seconds
         finally:
-            await server.close()
             await fake.close()
 
     session_dir, reason, seconds = asyncio.run(run())
