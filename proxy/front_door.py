@@ -32,6 +32,20 @@ from safeshare.endpoints import read_vnc_password
 log = logging.getLogger("safeshare.gateway")
 
 INTERRUPTED = "interrupted: the gateway stopped without ending it"
+REPLACED_WAIT = 5.0  # how long a new session waits for the one it replaces to release its keys and seal
+
+
+async def wait_for_replaced(replaced: Iterable[ProxySession], session_id: str) -> None:
+    """Let the sessions a new connection replaces release their keys towards the VNC server (and seal) before the new
+    one releases and starts, for at most REPLACED_WAIT; a cancelled wait (the new request gone) propagates."""
+    waits = [asyncio.ensure_future(older.wait_closed()) for older in replaced]
+    try:
+        _, pending = await asyncio.wait(waits, timeout=REPLACED_WAIT)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    if pending:
+        log.warning("session %s: the session it replaces has not ended yet", session_id)
 
 
 def resolve_grant(grant: Grant, default_limits: SessionLimits) -> tuple[UpstreamTarget, SessionLimits, str | None]:

@@ -42,7 +42,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 
 from policies.recipient import PolicyError
-from proxy.front_door import SessionKeeper, resolve_grant, watch_tokens
+from proxy.front_door import SessionKeeper, resolve_grant, wait_for_replaced, watch_tokens
 from proxy.limits import SessionLimits
 from proxy.rfb import ProtocolError
 from proxy.session import STREAM_LIMIT, ProxySession, UpstreamTarget
@@ -62,7 +62,6 @@ BUSY = "busy"
 # A connection must have sent its whole request head within this many seconds of opening (and an idle keep-alive
 # connection is closed after as long): slow-header sockets cannot pile up.
 HEADER_TIMEOUT = 5.0
-REPLACED_WAIT = 5.0  # how long a new session waits for the one it replaces to release its keys and seal
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 SECURITY_HEADERS = {
@@ -495,10 +494,7 @@ class Gateway:
             self.on_session(live)
         if replaced:  # let them release their keys towards the server before this session releases and starts
             try:
-                await asyncio.wait_for(asyncio.gather(*(older.session.wait_closed() for older in replaced)),
-                                       REPLACED_WAIT)
-            except asyncio.TimeoutError:
-                log.warning("session %s: the session it replaces has not ended yet", session.session_id)
+                await wait_for_replaced((older.session for older in replaced), session.session_id)
             except BaseException:  # the request was cancelled: this session never runs
                 session.release_handshake_slot()
                 if self.live.get(grant.token_id) == {live}:

@@ -38,7 +38,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from proxy.db import Target, Token
-from proxy.front_door import SessionKeeper, resolve_grant, watch_tokens
+from proxy.front_door import SessionKeeper, resolve_grant, wait_for_replaced, watch_tokens
 from proxy.limits import SessionLimits
 from proxy.listen_address import ListenAddress, publish, withdraw
 from proxy.session import STREAM_LIMIT, ProxySession, TcpClient
@@ -46,7 +46,6 @@ from proxy.tokens import Grant, TokenStore
 
 log = logging.getLogger("safeshare.proxy_for")
 
-REPLACED_WAIT = 5.0  # how long a new session waits for the one it replaces to release its keys and seal
 CLOSE_WAIT = 5.0
 
 
@@ -232,12 +231,7 @@ class RecipientProxy:
         reason = "closed"
         try:
             if replaced:  # let them release their keys towards the server before this session starts
-                waits = [asyncio.create_task(older.session.wait_closed()) for older in replaced]
-                _, pending = await asyncio.wait(waits, timeout=REPLACED_WAIT)
-                for waiting in pending:
-                    waiting.cancel()
-                if pending:
-                    log.warning("session %s: the session it replaces has not ended yet", session.session_id)
+                await wait_for_replaced((older.session for older in replaced), session.session_id)
             if self.on_session is not None:
                 self.on_session(connection)
             log.info("session %s: recipient %s, token %d, target %s, from %s", session.session_id, self.recipient,
