@@ -260,6 +260,8 @@ class TrustStore:
         key_id, signed_at = record.get("key_id"), record.get("signed_at")
         if not isinstance(key_id, str) or not isinstance(signed_at, str):
             raise SignatureError("signature lacks key_id or signed_at")
+        if not key_id.isascii() or not signed_at.isascii():  # both are signed as ASCII text (_signed_bytes)
+            raise SignatureError(f"signature's key_id or signed_at is not ASCII text: {key_id!r}, {signed_at!r}")
         matches = [key for key in self.trusted(purpose) if key.key_id == key_id]
         if not matches:
             where = f" ({self.path})" if self.path else ""
