@@ -23,10 +23,39 @@ def _db_arg(parser: argparse.ArgumentParser) -> None:
                                      "sqlite:///safeshare.db)")
 
 
+class DatabaseUnusable(ValueError):
+    """--db (or $SAFESHARE_DB) names no database this command can open: bad input, said without a traceback."""
+
+
 def _store(args: argparse.Namespace):
+    """The token store of --db; an unusable URL or an unreachable database raises DatabaseUnusable naming it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from proxy.db import default_db_url
     from proxy.tokens import TokenStore
 
-    return TokenStore(args.db)
+    url = args.db or default_db_url()
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        shown = repr(url)
+    try:
+        return TokenStore(url)
+    except (SQLAlchemyError, ValueError, OSError) as exc:
+        raise DatabaseUnusable(f"--db {shown}: cannot use this database: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _token_command(name: str, func):
+    """Run a `safeshare token` action; a database it cannot open is bad input (exit 2), naming the URL."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except DatabaseUnusable as exc:
+            print(f"safeshare token {name}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return run
 
 
 # --- safeshare gateway -------------------------------------------------------------------------------------------
@@ -240,7 +269,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     issue.add_argument("--url", help="gateway base URL; prints the session link")
     issue.add_argument("--json", action="store_true", help="print JSON")
     _db_arg(issue)
-    issue.set_defaults(func=cmd_token_issue)
+    issue.set_defaults(func=_token_command("issue", cmd_token_issue))
 
     revoke = tsub.add_parser("revoke", help="revoke a token or every token of a recipient; live sessions end")
     which = revoke.add_mutually_exclusive_group(required=True)
@@ -249,16 +278,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--recipient", help="revoke every token of this recipient")
     revoke.add_argument("--reason", help="recorded with the revocation")
     _db_arg(revoke)
-    revoke.set_defaults(func=cmd_token_revoke)
+    revoke.set_defaults(func=_token_command("revoke", cmd_token_revoke))
 
     lst = tsub.add_parser("list", help="list tokens (never their text)")
     lst.add_argument("--recipient")
     lst.add_argument("--active", action="store_true", help="only tokens that are neither expired nor revoked")
     lst.add_argument("--json", action="store_true")
     _db_arg(lst)
-    lst.set_defaults(func=cmd_token_list)
+    lst.set_defaults(func=_token_command("list", cmd_token_list))
 
     verify = tsub.add_parser("verify", help="check a token (exit 0 valid, 1 refused)")
     verify.add_argument("token", help="the token text, or - to read it from stdin")
     _db_arg(verify)
-    verify.set_defaults(func=cmd_token_verify)
+    verify.set_defaults(func=_token_command("verify", cmd_token_verify))

@@ -318,6 +318,7 @@ class SessionBook:
 
 _TTL_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_TTL = timedelta(days=36500)  # a hundred years
 
 
 def parse_ttl(text: str) -> timedelta:
@@ -328,6 +329,8 @@ def parse_ttl(text: str) -> timedelta:
     seconds = float(match.group(1)) * _TTL_UNITS[match.group(2)]
     if seconds <= 0:
         raise ValueError("duration must be positive")
+    if seconds > MAX_TTL.total_seconds():  # beyond it, timedelta and datetime overflow (and no access lasts that long)
+        raise ValueError(f"duration {text.strip()!r} is too long: at most {MAX_TTL.days}d")
     return timedelta(seconds=seconds)
 
 
@@ -339,6 +342,8 @@ def parse_expiry(text: str) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"expected an ISO date or datetime, got {text!r}") from None
+    except OverflowError:  # the last day datetime can hold
+        raise ValueError(f"{text!r} is beyond the last date a token can expire on") from None
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 

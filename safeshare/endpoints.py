@@ -21,6 +21,16 @@ def parse_host_port(text: str, *, default_host: str | None = "127.0.0.1", allow_
     return host, int(port)
 
 
+def port_number(text: str) -> int:
+    """A TCP port for argparse's `type=`: 0 (any free port) to 65535; anything else is an error naming the value
+    (argparse exits 2 with it, where a bind would have raised OverflowError)."""
+    import argparse
+
+    if not text.strip().isdigit() or not 0 <= int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
 def read_vnc_password(path: str | Path) -> bytes:
     """The password of a VNC password file: its first line (x11vnc's -passwdfile format; later lines would be
     view-only passwords, which safeshare never writes)."""

@@ -16,6 +16,7 @@ import socket
 import sys
 from pathlib import Path
 
+from safeshare.endpoints import port_number
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK
 
 TRUST_ENV = "SAFESHARE_TRUST"  # the trust store, when --trust is not given
@@ -154,6 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",
                      help=f"folder for the SQLite release database and the saved analyses (default {DEFAULT_STATE})")
     app.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    app.add_argument("--port", type=int, default=8050, help="port to listen on (default 8050; 0 picks a free one)")
+    app.add_argument("--port", type=port_number, default=8050,
+                     help="port to listen on (default 8050; 0 picks a free one)")
     app.add_argument("--verbose", action="store_true", help="log at INFO level")
     app.set_defaults(func=cmd_app)
