@@ -135,9 +135,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"safeshare audit sessions: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    bad = [summary for summary in summaries if summary.problem]
+    for summary in bad:  # listed with the others; named here with the file and field, and the exit code says so
+        print(f"safeshare audit sessions: session {summary.session}: {summary.problem}", file=sys.stderr)
+    done = EXIT_BAD_INPUT if bad else EXIT_OK
     if args.json:
         print(json.dumps([summary.as_dict() for summary in summaries], indent=2))
-        return EXIT_OK
+        return done
     if not summaries:
         print("no sessions match")
         return EXIT_OK
@@ -148,8 +152,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         start = s.start.strftime("%Y-%m-%d %H:%M:%S") if s.start else "-"
         print(f"{s.session:<27} {(s.recipient or '-'):<18} {(s.release or '-'):<26} {start:<20} {minutes:>6} "
               f"{s.keys:>5} {s.pointer:>6} {s.keys_blocked:>4} {s.keys_dropped + s.clicks_dropped:>4} "
-              f"{s.cut_text_attempts:>4} {s.limit_hits:>4}{'' if s.sealed else '  (not sealed)'}")
-    return EXIT_OK
+              f"{s.cut_text_attempts:>4} {s.limit_hits:>4}{'' if s.sealed else '  (not sealed)'}"
+              f"{'  (bad: see above)' if s.problem else ''}")
+    return done
 
 
 def _session_folder(text: str, site_text: str | None) -> Path:
@@ -313,7 +318,10 @@ unsigned; --allow-unsigned accepts them (and their missing anchors) while still 
 
     sessions = sub.add_parser("sessions", help="list recorded sessions with a summary, filtered",
                               description="Duration, key presses, pointer events and clicks, blocked and dropped "
-                                          "input, clipboard (cut-text) attempts and limit hits per session.")
+                                          "input, clipboard (cut-text) attempts and limit hits per session. "
+                                          "A folder that does not read as a session (a field of the wrong type, "
+                                          "an unreadable file) is listed too, flagged, with its problem named on "
+                                          "stderr, and the exit code is then 2; the others are listed as usual.")
     sessions.add_argument("root", nargs="?", help="sessions root (default $SAFESHARE_SITE/sessions)")
     sessions.add_argument("--recipient")
     sessions.add_argument("--release", help="dataset/id, or a dataset")

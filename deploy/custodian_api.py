@@ -37,6 +37,7 @@ from deploy.audit_limits import AuthFailureLog, ViewLog
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
+from proxy.audit.evidence import judge
 from proxy.audit.player import prepare, prepare_ended
 from proxy.audit.sessions import find_sessions
 from proxy.sessiondir import read_meta
@@ -44,6 +45,7 @@ from proxy.tokens import parse_ttl
 
 STATIC = Path(__file__).resolve().parent / "static"
 SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,127}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,19}")
 PLAYER_CSP = ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; "
               "img-src 'self' blob: data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -231,16 +233,23 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         folder = session_folder(session)
         try:
             player = prepare(folder, player_cache)
-        except (FileNotFoundError, ValueError) as exc:
-            raise HTTPException(409, f"session {session}: {exc}") from None
+        except (FileNotFoundError, ValueError, TypeError, KeyError) as exc:  # a recording or log it cannot read
+            raise HTTPException(409, f"session {session}: cannot prepare the player: {type(exc).__name__}: {exc}") \
+                from None
         viewed(key, folder, "player", player.index.get("recipient"))
-        return {**player.index, "frames_url": f"/audit/sessions/{session}/frames", "verified":
-                verify_site_session(provisioner.site, folder).ok}
+        # verified only if the frames were decoded from the bytes the verified seal names (not a second read's)
+        shown = judge(folder, verify_site_session(provisioner.site, folder), player.sha256)
+        return {**player.index, "frames_url": f"/audit/sessions/{session}/frames?sha256={player.sha256}",
+                "verified": shown.verified, "integrity": shown.as_dict()}
 
     @app.get("/audit/sessions/{session}/frames", summary="the prepared frames (PNG images; HTTP Range supported)")
-    def audit_frames(session: str, key: ApiKey = Depends(auditor)) -> FileResponse:
+    def audit_frames(session: str, sha256: str | None = Query(None, description="the recording hash the player's "
+                                                                                "index names (its frames_url)"),
+                     key: ApiKey = Depends(auditor)) -> FileResponse:
         folder = session_folder(session)
-        path = player_cache / folder.name / "frames.bin"
+        if sha256 is None or not SHA256.fullmatch(sha256):
+            raise HTTPException(409, "name the prepared recording: use the frames_url of GET .../player")
+        path = player_cache / folder.name / sha256 / "frames.bin"  # prepared from exactly these bytes, never rewritten
         if not path.is_file():
             raise HTTPException(409, "prepare the player first (GET .../player)")
         viewed(key, folder, "frames")
