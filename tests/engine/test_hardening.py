@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -169,6 +170,10 @@ def test_release_to_a_file_is_refused(tmp_path, capsys):
     assert (tmp_path / "releases").read_text() == "a file\n"
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_while_importing_is_a_clean_interruption():
     """Ctrl+C while the components' modules are imported (slow on a cold start) exits 130 with one line."""
     script = textwrap.dedent("""
@@ -184,7 +189,11 @@ def test_sigint_while_importing_is_a_clean_interruption():
         from safeshare.cli import main
         sys.exit(main(["deid", "--help"]))
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    # As a terminal starts a foreground command: SIGINT at its default disposition. A suite started in the background
+    # of a non-interactive shell (`pytest ... &`) has SIGINT ignored, children inherit that, and a Python started so
+    # installs no KeyboardInterrupt handler at all: the SIGINT was then ignored and the CLI exited 0 (issue 24, 13).
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=_sigint_default)
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.strip() == "safeshare: interrupted"
 
