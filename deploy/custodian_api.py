@@ -6,7 +6,8 @@ script in the custodian's browser next to their API key; the schema is enough fo
 Every endpoint but /healthz (and the static player page) needs `Authorization: Bearer <key>` with a key from
 `safeshare custodian key add`. Keys have a role: `custodian` may provision and revoke, `auditor` may only read
 (recipients, audit events, recorded sessions). A missing, malformed, unknown or revoked key gets 401 and an
-`auth-failed` audit event with the reason and the source address (rate-limited per source, see audit_limits); a key
+`auth-failed` audit event with the reason and the source address (the peer's, or the X-Forwarded-For of a
+configured trusted proxy only: `serve(trusted_proxies=...)`; rate-limited per source, see audit_limits); a key
 without the role 403 (recorded as `api-denied`, an attempt by a known holder). Every endpoint that serves a recorded
 session's content records `session-viewed` with the key, its role, the session and the endpoint (once per key,
 session and endpoint every few minutes, not once per byte range). The service also enforces expiry: every
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import re
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -302,14 +304,38 @@ async def _expiry_loop(provisioner: Provisioner, interval: float, auth_log: Auth
         await asyncio.sleep(interval)
 
 
-def serve(site: Site, host: str, port: int, *, expiry_interval: float = 60.0) -> int:
+def parse_trusted_proxies(values: Sequence[str]) -> list[str]:
+    """The addresses (IP or network, e.g. 10.0.0.5 or 10.0.0.0/24) of the reverse proxies whose X-Forwarded-For and
+    X-Forwarded-Proto headers the service believes. Raises ValueError naming a value that is not one ("*" too:
+    trusting every peer would let any client choose the source its failed authentications are recorded under)."""
+    out = []
+    for value in values:
+        try:
+            out.append(str(ipaddress.ip_network(value.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"--trusted-proxy {value!r} is not an IP address or network") from None
+    return out
+
+
+def uvicorn_proxy_settings(trusted_proxies: Sequence[str]) -> dict[str, Any]:
+    """uvicorn's proxy-header settings for the service. uvicorn's own default believes X-Forwarded-For from
+    127.0.0.1 and ::1 (or $FORWARDED_ALLOW_IPS): behind no proxy, with the service on loopback, every client could
+    then name the source address recorded for it. So the peer address is the source unless the site names its
+    proxies; and then only theirs."""
+    if not trusted_proxies:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(trusted_proxies)}
+
+
+def serve(site: Site, host: str, port: int, *, expiry_interval: float = 60.0,
+          trusted_proxies: Sequence[str] = ()) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     provisioner = Provisioner(site)
     try:
         uvicorn.run(create_app(provisioner, expiry_interval=expiry_interval), host=host, port=port,
-                    log_level="info")
+                    log_level="info", **uvicorn_proxy_settings(trusted_proxies))
     finally:
         provisioner.close()
     return 0

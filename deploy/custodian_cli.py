@@ -256,11 +256,12 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from deploy.custodian_api import serve
+    from deploy.custodian_api import parse_trusted_proxies, serve
 
     try:
         host, port = parse_host_port(args.listen)
-        return serve(_site(args), host, port, expiry_interval=args.expiry_interval)
+        trusted = parse_trusted_proxies(args.trusted_proxy or ())
+        return serve(_site(args), host, port, expiry_interval=args.expiry_interval, trusted_proxies=trusted)
     except ValueError as exc:
         return _fail("custodian serve", exc)
 
@@ -339,6 +340,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(sv)
     sv.add_argument("--listen", default="127.0.0.1:8070", help="HOST:PORT (default 127.0.0.1:8070)")
     sv.add_argument("--expiry-interval", type=float, default=60.0, help="seconds between expiry checks (default 60)")
+    sv.add_argument("--trusted-proxy", action="append", metavar="ADDRESS",
+                    help="a reverse proxy (IP address or network) whose X-Forwarded-For/-Proto the service believes; "
+                         "repeat for several. Default: none, the peer address is the source recorded for failed "
+                         "authentications and their rate limit ($FORWARDED_ALLOW_IPS is ignored)")
     sv.set_defaults(func=_guarded('serve', cmd_serve))
 
     key = sub.add_parser("key", help="API keys for the custodian service")
