@@ -35,6 +35,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from policies.recipient import PolicyError
     from proxy.tokens import parse_ttl
     from safeshare.signing import KeyFileError
+    from safeshare.sitedb import SiteDatabaseError
 
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -55,7 +56,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         ready = enclave.start()
-    except (InputError, PolicyError, KeyFileError) as exc:  # KeyFileError: HOME/keys or HOME/trust.json unusable
+    except (InputError, PolicyError, KeyFileError, SiteDatabaseError) as exc:  # HOME's keys, trust or db unusable
         print(f"safeshare up: {exc}", file=sys.stderr)
         code = EXIT_BAD_INPUT
     except (BundleError, NoSolutionError, AlreadyRunning, ComponentFailed) as exc:
@@ -136,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--size", help="kiosk screen WIDTHxHEIGHT (default 1280x800)")
     up.add_argument("--network", choices=("auto", "netns", "proxy"), default="auto",
                     help="how the kiosk browser is kept to the app (see `safeshare kiosk --help`)")
-    up.add_argument("--db", help="SQLAlchemy URL of the token database (default: sqlite in the home folder)")
+    up.add_argument("--db", help="SQLAlchemy URL of the token database (default: SQLite in HOME/db, as at a site)")
     up.add_argument("--ttl", help="lifetime of the researcher's token, e.g. 30m, 8h (default 8h)")
     up.add_argument("--json", action="store_true",
                     help="print one JSON line when ready (url, gateway, app, release, pids, seconds) and one when "

@@ -8,7 +8,10 @@ the demo recipient bound to the kiosk's VNC endpoint, and start the gateway. Eve
     HOME/releases/       sealed bundles, signed with HOME/keys/release-signing.key (made on first use, 0600)
     HOME/trust.json      the public keys the app checks the seal's signature against (a site's layout)
     HOME/sessions/       session folders (events.jsonl, recording, meta.json)
-    HOME/safeshare.db    tokens and targets (SQLite unless --db says otherwise)
+    HOME/db/safeshare.db tokens, targets and the gateway's anchors (SQLite unless --db says otherwise): where any
+                         site keeps its database (safeshare.sitedb), so that the custodian service, `audit` and
+                         every other tool pointed at HOME with --site open this file; an old home's
+                         HOME/safeshare.db is moved there on start
     HOME/up.json         what runs (pids, URLs), for `safeshare status` and `safeshare down`; removed on stop
 
 Any component that exits ends the whole enclave (fail closed), and stopping goes gateway first (live sessions are
@@ -34,6 +37,7 @@ from deploy.plan import app_argv, gateway_argv, kiosk_argv, release_ref
 from deploy.readiness import wait_for_http_ok
 from enclave.kiosk.ready import find_ready
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
+from safeshare.sitedb import migrate_legacy, site_db_url
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
@@ -61,7 +65,7 @@ class UpConfig:
 
     @property
     def db(self) -> str:
-        return self.db_url or f"sqlite:///{self.home / 'safeshare.db'}"
+        return self.db_url or site_db_url(self.home)
 
 
 @dataclass
@@ -127,6 +131,16 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
     return seal_release(out, home / "releases", trust=home / TRUST_FILE)
 
 
+def ensure_gateway_key(home: Path) -> Path:
+    """HOME/secrets/gateway/signing.key, where a site keeps it: signs every session's seal; trusted in
+    HOME/trust.json (both made on first use)."""
+    gateway_key = home / GATEWAY_KEY
+    gateway_key.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(gateway_key.parent, 0o700)
+    ensure_key(gateway_key, home / TRUST_FILE, "gateway", comment="gateway key of `safeshare up`")
+    return gateway_key
+
+
 def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, list[str]]:
     """The app's, kiosk's and gateway's command lines, from the builders provisioning's containers use too
     (deploy/plan.py), with this home's paths and loopback addresses."""
@@ -167,6 +181,8 @@ class LocalEnclave:
         if existing and pid_alive(existing.get("pid")):
             raise AlreadyRunning(f"an enclave already runs from {home} (pid {existing['pid']}); "
                                  f"`safeshare down --home {home}` stops it")
+        if cfg.db_url is None and (moved := migrate_legacy(home)) is not None:  # refuses a home with two
+            self.say(f"moved the database of the old layout to {moved}")
         for sub in ("logs", "releases", "sessions", "kiosk", "app"):
             (home / sub).mkdir(parents=True, exist_ok=True)
         if become_subreaper():
@@ -206,10 +222,7 @@ class LocalEnclave:
         self.token_id = issued.token_id
 
         self.say(f"[5/5] gateway on {cfg.gateway_listen}")
-        gateway_key = home / GATEWAY_KEY  # signs every session's seal; trusted in HOME/trust.json (first use)
-        gateway_key.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(gateway_key.parent, 0o700)
-        ensure_key(gateway_key, home / TRUST_FILE, "gateway", comment="gateway key of `safeshare up`")
+        ensure_gateway_key(home)
         gateway = self._spawn("gateway", argv["gateway"])
         base = gateway.wait_for(_gateway_ready, READY_TIMEOUT, "the gateway's listening line")
         assert isinstance(base, str)

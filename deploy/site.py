@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safeshare.sitedb import SiteDatabaseError, site_db_file, site_db_url
 from safeshare.signing import GATEWAY_KEY, KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SigningKey, ensure_key
+from safeshare.sitefolder import DEFAULT_SITE, SITE_ENV  # one home for where a site is (verifiers need it too)
 
-DEFAULT_SITE = Path("/var/lib/safeshare")
-SITE_ENV = "SAFESHARE_SITE"
 GATEWAY_UID = 10002  # deploy/docker/gateway.Dockerfile
 SETTINGS = "site.json"
 
@@ -125,13 +125,21 @@ class Site:
     def __init__(self, root: str | Path, db_url: str | None = None) -> None:
         self.root = Path(root).absolute()
         self.settings = self._load_settings()
-        self.db_url = db_url or f"sqlite:///{self.db_dir / 'safeshare.db'}"
+        try:  # the one place that says where a site's database is (an old `up` home's file is refused there)
+            self.db_url = db_url or site_db_url(self.root)
+        except SiteDatabaseError as exc:
+            raise SiteError(str(exc)) from None
 
     # --- layout ----------------------------------------------------------------------------------------------------
 
     @property
     def db_dir(self) -> Path:
-        return self.root / "db"
+        return site_db_file(self.root).parent
+
+    @property
+    def db_file(self) -> Path:
+        """The default SQLite database (safeshare.sitedb: the same file for `safeshare up` homes)."""
+        return site_db_file(self.root)
 
     @property
     def releases(self) -> Path:
