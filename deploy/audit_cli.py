@@ -174,7 +174,7 @@ def _site_db(args: argparse.Namespace) -> str | None:
     from deploy.site import Site, default_site
 
     site = Site(Path(args.site) if args.site else default_site())
-    return site.db_url if (site.db_dir / "safeshare.db").is_file() else None
+    return site.db_url if site.db_file.is_file() else None
 
 
 def cmd_export(args: argparse.Namespace) -> int:

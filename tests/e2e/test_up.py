@@ -277,8 +277,10 @@ def test_safeshare_up_end_to_end(tmp_path: Path) -> None:
     assert meta["end"] and meta["end_reason"], meta
 
     from proxy.tokens import REVOKED, TokenRefused, TokenStore
+    from safeshare.sitedb import site_db_file
 
-    store = TokenStore(f"sqlite:///{home / 'safeshare.db'}")
+    assert site_db_file(home).is_file() and not (home / "safeshare.db").exists()  # laid out as a site (issue 24)
+    store = TokenStore(f"sqlite:///{site_db_file(home)}")
     try:
         token = ready["url"].split("token=", 1)[1]
         with pytest.raises(TokenRefused) as refused:
