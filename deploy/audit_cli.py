@@ -179,10 +179,13 @@ def _site_db(args: argparse.Namespace) -> str | None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Verify first (signature, seal, recording, anchor when there is a database): a video of a session that does
-    not verify is evidence of nothing, so it is refused unless --force, which stamps video and event unverified."""
+    not verify is evidence of nothing, so it is refused unless --force, which stamps video and event unverified.
+    The video is made from the bytes the player reads and hashes in one go; it is verified only if that hash is the
+    one in the verified seal (a recording swapped between the two reads is refused as tampered)."""
     import getpass
 
     from deploy.site import SiteError
+    from proxy.audit.evidence import judge
     from proxy.audit.player import export_video, prepare
     from proxy.sessiondir import read_meta
     from safeshare.signing import KeyFileError
@@ -215,33 +218,46 @@ def cmd_export(args: argparse.Namespace) -> int:
         finally:
             records.dispose()
 
-    if not check.ok and not args.force:
+    def refuse() -> int:
         for finding in findings:
             print(f"safeshare audit export: {finding}", file=sys.stderr)
         print(f"safeshare audit export: {folder.name} does not verify: not exported (--force exports it stamped "
               f"unverified)", file=sys.stderr)
         audit("refused")
         return EXIT_FINDINGS
-    if check.ok:
-        stamp = (f"safeshare: verified session {folder.name}: seal {check.head}, "
+
+    if not check.ok and not args.force:
+        return refuse()
+    try:
+        player = prepare(folder, cache)  # the frames of the bytes read (and hashed) now, not of the verified read
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"safeshare audit export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    shown = judge(folder, check, player.sha256)  # verified only if those bytes are the ones the seal names
+    verified = shown.verified
+    findings = shown.findings
+    event.update(verified=verified, findings=findings[:20], recording_sha256=player.sha256)
+    if not verified and not args.force:
+        return refuse()
+    if verified:
+        stamp = (f"safeshare: verified session {folder.name}: seal {check.head}, recording {player.sha256}, "
                  f"{'signed by ' + check.signed_by if check.signed_by else check.signature}, anchor {check.anchor}")
     else:
         stamp = f"safeshare: UNVERIFIED session {folder.name} (exported with --force): " + "; ".join(findings)[:900]
     try:
-        player = prepare(folder, cache)
         export_video(player, out, fps=args.fps, metadata={"comment": stamp})
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"safeshare audit export: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT if isinstance(exc, (FileNotFoundError, ValueError)) else EXIT_FINDINGS
-    audit("ok" if check.ok else "unverified")
+    audit("ok" if verified else "unverified")
     summary = {"session": folder.name, "video": str(out), "duration": player.index["duration"],
                "width": player.index["width"], "height": player.index["height"], "fps": args.fps,
-               "verified": check.ok, "findings": findings}
+               "verified": verified, "recording_sha256": player.sha256, "findings": findings}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{out}: {summary['duration']:.1f} s at {summary['width']}x{summary['height']}, {args.fps:g} frames/s"
-              f"{'' if check.ok else ', UNVERIFIED'}")
+              f"{'' if verified else ', UNVERIFIED'}")
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import queue
 import struct
@@ -185,10 +186,11 @@ class Recorder:
         self._check()
 
 
-def read_recording(path: Path, tolerate_cut_end: bool = False) -> Iterator[tuple[str, float, bytes]]:
+def read_recording(path: Path | bytes, tolerate_cut_end: bool = False) -> Iterator[tuple[str, float, bytes]]:
     """Yield (kind letter, seconds, payload); raises ValueError on a damaged file. `tolerate_cut_end` stops quietly
-    at a last record cut short, as a recording ends when its writer was killed."""
-    with open(path, "rb") as handle:
+    at a last record cut short, as a recording ends when its writer was killed. `path` may also be the recording's
+    bytes, read once by a caller that hashes exactly what it decodes (the player: proxy/audit/player.py)."""
+    with (io.BytesIO(path) if isinstance(path, bytes) else open(path, "rb")) as handle:
         magic = handle.read(len(MAGIC))
         if magic != MAGIC:
             if tolerate_cut_end and MAGIC.startswith(magic):

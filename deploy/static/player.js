@@ -215,7 +215,10 @@
     canvas.width = s.index.width; canvas.height = s.index.height;
     $('seek').max = String(s.index.duration);
     $('title').textContent = `${session} · ${s.index.recipient || '?'} · ${s.index.release || '?'}` +
-      (s.index.verified ? ' · verified' : ' · INTEGRITY FINDINGS (run safeshare audit verify)');
+      (s.index.verified ? ' · verified'
+        : (s.index.integrity && s.index.integrity.sealed_sha256 && !s.index.integrity.matches_seal)
+          ? ' · TAMPERED: this recording is not the one sealed (run safeshare audit verify)'
+          : ' · INTEGRITY FINDINGS (run safeshare audit verify)');
     $('login').classList.add('hidden'); $('pick').classList.add('hidden'); $('view').classList.remove('hidden');
     buildMarkers(); buildKeys();
     await seek(0);

@@ -1,11 +1,20 @@
 """Everything the session player and the video export need, made by one forward pass over a recording.
 
 Why a prepared form: zlib-based RFB encodings cannot be decoded from the middle, so seeking in the raw recording
-means decoding from the start. One pass writes, per session, into a cache folder:
+means decoding from the start. One pass writes, per session and recording, into a cache folder
+`CACHE/<session>/<SHA-256 of the recording>/`:
 
-    index.json   size, duration, wall-clock start, the frame table, markers and the key log
+    index.json   size, duration, wall-clock start, the frame table, markers and the key log, and `source`: the
+                 SHA-256 and size of exactly the bytes that were decoded
     frames.bin   PNG images back to back: a full keyframe at least every KEYFRAME_INTERVAL seconds of screen
                  activity (and after a resize), between them the changed region of each frame
+
+Why keyed by the recording's hash, and decoded from bytes read once: the recording is read into memory, hashed and
+decoded from that same copy, so the frames are what those bytes show and nothing else, whatever the file holds
+before or after. A cache keyed by size and modification time could be made to hold frames of forged bytes of the
+same size that were put back afterwards with the old time. Whether what is shown is the sealed recording is then a
+comparison of that hash with the one in the signed seal (`proxy/audit/evidence.py`); a prepared folder is never
+rewritten, so frames served from it stay those of its hash.
 
 A frame is the screen after one or more updates that arrived within FRAME_INTERVAL of each other (at most 10
 frames a second), stamped with the time of its last update. The screen at time t is the last keyframe at or before
@@ -14,6 +23,7 @@ length. The player fetches exactly that byte range of frames.bin.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -35,7 +45,7 @@ from proxy.sessiondir import EVENTS, SCREEN
 from proxy.eventlog import read_events
 from proxy.rfb import keysym_name, modifier_of
 
-FORMAT = 2  # bump when the prepared form changes: older caches are rebuilt
+FORMAT = 3  # bump when the prepared form changes: older caches are rebuilt
 FRAME_INTERVAL = 0.1
 KEYFRAME_INTERVAL = 10.0
 MARKER_EVENTS = {"key_blocked": "blocked", "key_dropped": "dropped", "click_dropped": "dropped",
@@ -153,6 +163,11 @@ class Player:
     def frames(self) -> list[list]:
         return self.index["frames"]
 
+    @property
+    def sha256(self) -> str:
+        """SHA-256 of the recording bytes these frames were decoded from."""
+        return self.index["source"]["sha256"]
+
     def keyframe_before(self, seconds: float) -> int | None:
         """Index of the last keyframe at or before `seconds` (None before the first frame)."""
         times = self.index["frame_times"]
@@ -197,25 +212,82 @@ class Player:
                 yield image
 
 
-def _source_stamp(folder: Path) -> dict[str, Any]:
-    stat = (folder / SCREEN).stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+def read_source(folder: Path) -> tuple[bytes, dict[str, Any]]:
+    """The recording's bytes, read once, and `source`: the SHA-256 and size of exactly these bytes (and the file's
+    modification time before the read, a hint for `prepare_ended` only; it proves nothing)."""
+    path = folder / SCREEN
+    mtime_ns = path.stat().st_mtime_ns
+    data = path.read_bytes()
+    return data, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "mtime_ns": mtime_ns}
+
+
+def _cached(target: Path, sha256: str) -> dict[str, Any] | None:
+    """The index prepared in `target` from the bytes whose hash is `sha256` (None if there is none)."""
+    try:
+        index = json.loads((target / "index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(index, dict) or index.get("format") != FORMAT or \
+            (index.get("source") or {}).get("sha256") != sha256 or not (target / "frames.bin").is_file():
+        return None
+    return index
+
+
+def _prepared_dirs(session_cache: Path) -> list[Path]:
+    try:
+        return [p for p in session_cache.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def sealed_sha256(folder: Path) -> str | None:
+    """The recording hash in the log's last line if it is a seal (None otherwise). Only a hint of what to prepare:
+    whether the seal is genuine is `audit verify`'s business."""
+    try:
+        last = (folder / EVENTS).read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        seal = json.loads(last)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(seal, dict) or seal.get("event") != "seal":
+        return None
+    recording = seal.get("recording")
+    sha = recording.get("sha256") if isinstance(recording, dict) else None
+    return sha if isinstance(sha, str) else None
 
 
 def is_prepared(folder: str | Path, cache: str | Path) -> bool:
-    """True when `cache` holds the player of this recording as it is now."""
+    """True when `cache` holds the player of this recording as it is now (reads and hashes the recording)."""
     folder = Path(folder)
     try:
-        index = json.loads((Path(cache) / folder.name / "index.json").read_text())
-        return index.get("format") == FORMAT and index.get("source") == _source_stamp(folder)
-    except (OSError, ValueError):
+        _, source = read_source(folder)
+    except OSError:
         return False
+    return _cached(Path(cache) / folder.name / source["sha256"], source["sha256"]) is not None
+
+
+def _looks_prepared(folder: Path, cache: Path, sealed: str | None) -> bool:
+    """Without reading the recording: prepared from the sealed bytes, or from a file of this size and modification
+    time (so that a recording that does not match its seal is not decoded again every round)."""
+    session_cache = cache / folder.name
+    if sealed is not None and _cached(session_cache / sealed, sealed) is not None:
+        return True
+    try:
+        stat = (folder / SCREEN).stat()
+    except OSError:
+        return False
+    for prepared in _prepared_dirs(session_cache):
+        index = _cached(prepared, prepared.name)
+        source = (index or {}).get("source") or {}
+        if source.get("size") == stat.st_size and source.get("mtime_ns") == stat.st_mtime_ns:
+            return True
+    return False
 
 
 def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None) -> list[str]:
     """Prepare the players of sealed sessions under `root` that have none yet (newest first), so that an auditor's
     first look does not wait for the decoding pass. Returns the sessions prepared; a recording that cannot be
-    decoded is skipped (verify reports it)."""
+    decoded is skipped (verify reports it). What this prepares is only a head start: what the player shows is
+    chosen by the hash of the bytes it reads when asked (`prepare`)."""
     from proxy.sessiondir import is_session_folder, session_folders
 
     done: list[str] = []
@@ -224,12 +296,14 @@ def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None)
     for folder in reversed(session_folders(root)):
         if limit is not None and len(done) >= limit:
             break
-        if not is_session_folder(folder) or not (folder / SCREEN).is_file() or is_prepared(folder, cache):
+        if not is_session_folder(folder) or not (folder / SCREEN).is_file():
             continue
         try:
             lines = (folder / EVENTS).read_bytes().rstrip(b"\n").rsplit(b"\n", 1)
             if b'"event":"seal"' not in lines[-1]:
                 continue  # still being recorded
+            if _looks_prepared(folder, Path(cache), sealed_sha256(folder)):
+                continue
             prepare(folder, cache)
         except (OSError, ValueError):
             continue
@@ -238,33 +312,52 @@ def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None)
 
 
 def prepare(folder: str | Path, cache: str | Path, progress: Callable[[float], None] | None = None) -> Player:
-    """The prepared player for a session folder, made once per recording (cached in `cache/<session>`)."""
+    """The prepared player of a session's recording as it is now: the file is read once, hashed, and the frames are
+    those decoded from that very copy (made once per hash, cached in `cache/<session>/<sha256>`)."""
     folder = Path(folder)
-    target = Path(cache) / folder.name
     if not (folder / SCREEN).is_file():
         raise FileNotFoundError(f"{folder / SCREEN}: the session has no screen recording")
-    stamp = _source_stamp(folder)
+    data, source = read_source(folder)
+    sha = source["sha256"]
+    session_cache = Path(cache) / folder.name
+    target = session_cache / sha
+    index = _cached(target, sha)
+    if index is not None:
+        return Player(target, index)
+    session_cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{sha[:16]}.", dir=session_cache))
     try:
-        index = json.loads((target / "index.json").read_text())
-        if index.get("format") == FORMAT and index.get("source") == stamp:
-            return Player(target, index)
-    except (OSError, ValueError):
-        pass
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=target.parent))
-    try:
-        index = _build(folder, work, stamp, progress)
-        if target.exists():
+        index = _build(folder, data, work, source, progress)
+        del data
+        done = _cached(target, sha)
+        if done is not None:  # another preparation of the same bytes finished first: use it, it is the same
+            shutil.rmtree(work, ignore_errors=True)
+            return Player(target, done)
+        if target.exists():  # not a valid player (an interrupted removal): replaced whole
             shutil.rmtree(target)
         os.replace(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    _prune(session_cache, keep=sha)
     return Player(target, index)
 
 
-def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[float], None] | None) -> dict:
-    replay = Replay(folder / SCREEN)
+def _prune(session_cache: Path, keep: str) -> None:
+    """Remove what this session's cache holds besides the player of `keep` (players of bytes the file no longer
+    holds, and the flat layout of older formats); temporary folders of preparations under way stay."""
+    for path in session_cache.iterdir():
+        if path.name == keep or path.name.startswith("."):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _build(folder: Path, data: bytes, out: Path, source: dict[str, Any],
+           progress: Callable[[float], None] | None) -> dict:
+    replay = Replay(folder / SCREEN, data)
     fb = replay.framebuffer
     frames: list[list] = []
     offset = 0
@@ -308,7 +401,7 @@ def _build(folder: Path, out: Path, stamp: dict[str, Any], progress: Callable[[f
     events = _timed_events(folder)
     start = _start_epoch(meta, events)
     index = {
-        "format": FORMAT, "session": folder.name, "source": stamp,
+        "format": FORMAT, "session": folder.name, "source": source,
         "width": replay.init["width"], "height": replay.init["height"],
         "duration": round(replay.end_seconds, 3), "start": start,
         "start_iso": datetime.fromtimestamp(start, timezone.utc).isoformat(),

@@ -323,9 +323,12 @@ class Replay:
     """One forward pass over a recording: `messages()` applies each server message to `framebuffer` and yields it.
     Pixel-format changes take effect at the message after the record that announced them, as in the proxy."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, data: bytes | None = None) -> None:
+        """`data`, when given, is the recording's content (read once by the caller, who hashed it: what is decoded
+        is then exactly what was hashed, whatever the file holds meanwhile); `path` then only names it."""
         self.path = Path(path)
-        records = list(read_recording(self.path, tolerate_cut_end=True))  # a killed writer's last record
+        # a killed writer's last record may be cut short
+        records = list(read_recording(self.path if data is None else data, tolerate_cut_end=True))
         if not records or records[0][0] != "I":
             raise DecodeError(f"{self.path}: the recording does not start with its init record")
         import json

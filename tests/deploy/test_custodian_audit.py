@@ -142,15 +142,18 @@ def session(service) -> str:
     folder = site.sessions / "20261123T120000-abc"
     folder.mkdir(parents=True)
     (folder / "meta.json").write_text(json.dumps({"recipient": "alice", "release": "adult/abc"}))
-    cache = site.player_cache / folder.name
+    cache = site.player_cache / folder.name / FRAMES_SHA  # prepared from the recording with this hash
     cache.mkdir(parents=True)
     (cache / "frames.bin").write_bytes(bytes(range(256)) * 64)
     return folder.name
 
 
+FRAMES_SHA = "ab" * 32
+
+
 def test_fetching_frames_without_the_player_records_a_view(service, session) -> None:
     client, records, keys, clock = service["client"], service["records"], service["keys"], service["clock"]
-    url = f"/audit/sessions/{session}/frames"
+    url = f"/audit/sessions/{session}/frames?sha256={FRAMES_SHA}"
     assert client.get(url, headers=auth(keys["custodian"])).status_code == 403
     assert client.get(url).status_code == 401
     assert records.events(action="session-viewed") == []  # refused requests saw nothing
@@ -177,7 +180,7 @@ def test_a_view_that_cannot_be_recorded_serves_nothing(service, session) -> None
         conn.exec_driver_sql("CREATE TRIGGER no_views BEFORE INSERT ON custodian_audit_events "
                              "WHEN NEW.action = 'session-viewed' BEGIN SELECT RAISE(ABORT, 'audit log full'); END")
     answering = TestClient(client.app, raise_server_exceptions=False)
-    response = answering.get(f"/audit/sessions/{session}/frames", headers=auth(keys["auditor"]))
+    response = answering.get(f"/audit/sessions/{session}/frames?sha256={FRAMES_SHA}", headers=auth(keys["auditor"]))
     assert response.status_code == 500 and response.content != bytes(range(256)) * 64
     assert records.events(action="session-viewed") == []
 

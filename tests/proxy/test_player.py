@@ -78,7 +78,9 @@ def test_frame_at_a_seek_point_equals_the_screen_then(changing_session, tmp_path
     # the cache is reused while the recording is unchanged
     again = prepare(folder, tmp_path / "cache")
     assert again.index == index
-    assert {p.name for p in (tmp_path / "cache" / folder.name).iterdir()} == {"index.json", "frames.bin"}
+    assert [p.name for p in (tmp_path / "cache" / folder.name).iterdir()] == [player.sha256]  # keyed by the bytes
+    assert {p.name for p in (tmp_path / "cache" / folder.name / player.sha256).iterdir()} == {"index.json",
+                                                                                              "frames.bin"}
 
 
 @needs_x
