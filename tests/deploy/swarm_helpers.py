@@ -10,11 +10,20 @@ Everything the worker writes is under its own data root (/var/lib/safeshare-swar
 images loaded once stay loaded), exec root, pidfile and socket. `stop()` kills the daemon and everything it
 started, removes the namespace and the link; the Swarm is left on both sides (`leave_swarm`), so the host's engine
 is as it was before (other tests share it).
+
+"Everything it started" is not dockerd's process tree: containerd starts each container's shim with `shim start`,
+which daemonizes (the shim's parent becomes init), and the container's processes are the shim's. A teardown that
+killed dockerd's descendants left the enclave's app and kiosk (Chromium) running after the suite (issue 24, item 13).
+So the worker's processes are found by what they share, not by parentage (`node_processes`): the network namespace
+(dockerd, containerd, the shims), the cgroup parent `/<name>` (every container process) and a command line naming
+the worker's own folders, plus their descendants; `stop()` kills them until none is left and fails if one is.
+`stray_processes()` finds those of any worker, whatever its state: the deploy tests' session-end check uses it.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +33,9 @@ from pathlib import Path
 
 STATE_ROOT = Path(os.environ.get("SAFESHARE_SWARM_TEST_ROOT", "/var/lib/safeshare-swarm"))
 RUN_ROOT = Path("/run/safeshare-swarm")
+WORKER_NAME = re.compile(r"ssw\d+")  # WorkerNode.name: also its namespace and its containers' cgroup parent
+ENGINE_PROGRAMS = ("dockerd", "containerd", "runc", "docker-proxy")  # containerd-shim-runc-v2 starts so too
+GONE_WITHIN = 15.0  # seconds for killed processes to be gone (an uninterruptible sleep ends, a zombie is reaped)
 
 
 def run(*argv: str, timeout: float = 120, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -34,17 +46,113 @@ def run(*argv: str, timeout: float = 120, check: bool = True, **kwargs) -> subpr
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (containerd, shims, containers), listed by `ps` before any is killed."""
+    """Every process below `pid`, listed by `ps` before any is killed (not the shims: they are init's children)."""
+    return _below(_children(), [pid])
+
+
+def _children() -> dict[int, list[int]]:
     table = run("ps", "-e", "-o", "pid=,ppid=").stdout.split()
     children: dict[int, list[int]] = {}
     for child, parent in zip(table[::2], table[1::2]):
         children.setdefault(int(parent), []).append(int(child))
-    found, todo = [], [pid]
+    return children
+
+
+def _below(children: dict[int, list[int]], roots: list[int]) -> list[int]:
+    found, todo = [], list(roots)
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     return found
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except OSError:  # the process is gone, or a kernel thread
+        return ""
+
+
+def _netns_inode(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def _cgroups(pid: int | str) -> list[str]:
+    """The process's cgroup paths (one per v1 hierarchy, one for v2)."""
+    return [line.split(":", 2)[2] for line in _read(f"/proc/{pid}/cgroup").splitlines() if line.count(":") >= 2]
+
+
+def _alive(pid: int) -> bool:
+    """Running, stopped or sleeping: not gone and not a zombie (a zombie holds nothing, its parent reaps it)."""
+    stat = _read(f"/proc/{pid}/stat")
+    return bool(stat) and stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _engine_naming(pid: str, paths: tuple[str, ...]) -> bool:
+    """An engine's process (dockerd, containerd, a shim, runc) whose command line names one of `paths`; not any
+    process that mentions them (an operator's `tail` of the worker's log is not the worker's)."""
+    argv = _read(f"/proc/{pid}/cmdline").split("\0")
+    if not os.path.basename(argv[0]).startswith(ENGINE_PROGRAMS):
+        return False
+    line = " ".join(argv)
+    return any(path in line for path in paths)
+
+
+def find_processes(netns_inode: int | None = None, cgroup_parent: str | None = None,
+                   paths: tuple[str, ...] = ()) -> list[int]:
+    """Live processes in the network namespace `netns_inode`, in a cgroup at or below `cgroup_parent` (`/ssw1`),
+    or whose command line names one of `paths`; then every descendant of those. Never this process."""
+    roots = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        if netns_inode is not None and _netns_inode(entry) == netns_inode:
+            roots.append(int(entry))
+        elif cgroup_parent and any(c == cgroup_parent or c.startswith(cgroup_parent + "/") for c in _cgroups(entry)):
+            roots.append(int(entry))
+        elif paths and _engine_naming(entry, paths):
+            roots.append(int(entry))
+    found = set(roots) | set(_below(_children(), roots))
+    found.discard(os.getpid())
+    return sorted(pid for pid in found if _alive(pid))
+
+
+def kill_all(find, what: str, timeout: float = GONE_WITHIN) -> list[int]:
+    """SIGKILL whatever `find()` lists, again and again (a dying tree may still fork), until it lists nothing;
+    the pids killed. RuntimeError, with their `ps` lines, if some are still there after `timeout`."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        victims = find()
+        if not victims:
+            return killed
+        if time.monotonic() > deadline:
+            listing = run("ps", "-o", "pid,ppid,stat,args", "-p", ",".join(map(str, victims)), check=False).stdout
+            raise RuntimeError(f"{what}: {len(victims)} process(es) survive SIGKILL:\n{listing}")
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def stray_processes() -> list[int]:
+    """Processes of any swarm test worker, running or left behind (the session-end check): in a cgroup named like a
+    worker's (`/ssw1/...`: container processes), or naming the workers' folders on their command line (dockerd,
+    containerd and each shim's socket address), and their descendants. Nothing of the host's own engine matches."""
+    cgroups = {c.split("/")[1] for entry in os.listdir("/proc") if entry.isdigit() for c in _cgroups(entry)
+               if c.count("/") >= 1 and WORKER_NAME.fullmatch(c.split("/")[1])}
+    found: set[int] = set(find_processes(paths=(str(RUN_ROOT), str(STATE_ROOT))))
+    for name in cgroups:
+        found.update(find_processes(cgroup_parent=f"/{name}"))
+    return sorted(found)
 
 
 @dataclass
@@ -55,6 +163,7 @@ class WorkerNode:
     index: int = 1
     proc: subprocess.Popen | None = None
     log_path: Path = field(init=False)
+    netns_inode: int | None = None  # the namespace's identity, known even after `ip netns del`
 
     def __post_init__(self) -> None:
         self.netns = self.name
@@ -89,6 +198,7 @@ class WorkerNode:
         run(*inside, "ip", "link", "set", self.node_if, "up")
         run(*inside, "ip", "link", "set", "lo", "up")
         run(*inside, "ip", "route", "add", "default", "via", self.host_ip)
+        self.netns_inode = os.stat(f"/run/netns/{self.netns}").st_ino
 
     def remove_link(self) -> None:
         run("ip", "link", "del", self.host_if, check=False)
@@ -133,38 +243,43 @@ class WorkerNode:
         except OSError:
             return ""
 
+    def node_processes(self) -> list[int]:
+        """Every live process of this node: in its network namespace (dockerd, containerd, the shims), in its
+        containers' cgroup parent, or naming its folders; and their descendants (see the module's docstring)."""
+        return find_processes(netns_inode=self.netns_inode, cgroup_parent=f"/{self.name}",
+                              paths=(str(self.exec_root), str(self.data_root)))
+
     def kill(self) -> None:
         """The node dies: dockerd, its containerd, the shims and every container, all at once (SIGKILL)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        victims = [self.proc.pid, *descendants(self.proc.pid)]
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(self.node_processes, f"the worker {self.name}")
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        """Stop the daemon (its containers with it), then remove the namespace and the link."""
+        """Stop the daemon (its containers with it), kill whatever of the node is left (a killed daemon's shims and
+        containers), check that nothing is, then remove the namespace and the link."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.kill()
-        if self.proc is not None:
-            for pid in descendants(self.proc.pid):  # shims left by a terminated daemon
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                pass
+        survivors: RuntimeError | None = None
+        try:
+            kill_all(self.node_processes, f"the worker {self.name}")
+        except RuntimeError as exc:  # still cleaned up below; then the teardown fails, naming them
+            survivors = exc
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.wait(timeout=30)
         # a killed daemon leaves its containers' overlay and secret mounts (and its data root's own) behind
         for root in (self.exec_root, self.data_root):
             for mount in reversed(self._mounts_below(root)):
                 run("umount", "-l", mount, check=False)
         self.remove_link()
         shutil.rmtree(self.exec_root.parent, ignore_errors=True)
+        if survivors is not None:
+            raise survivors
 
     @staticmethod
     def _mounts_below(root: Path) -> list[str]:
