@@ -240,9 +240,14 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
                 from None
         viewed(key, folder, "player", player.index.get("recipient"))
         # verified only if the frames were decoded from the bytes the verified seal names (not a second read's)
-        shown = judge(folder, verify_site_session(provisioner.site, folder), player.sha256)
+        check = verify_site_session(provisioner.site, folder)
+        shown = judge(folder, check, player.sha256)
+        # a session a restarted gateway recovered is proven only up to its last signed checkpoint: not `verified`,
+        # and `partial` says how many lines are proven and how many after them are not
+        partial = {"verified_lines": check.verified_lines, "unverified_lines": check.unverified_lines,
+                   "note": check.partial_note} if check.partial and not check.findings else None
         return {**player.index, "frames_url": f"/audit/sessions/{session}/frames?sha256={player.sha256}",
-                "verified": shown.verified, "integrity": shown.as_dict()}
+                "verified": shown.verified, "integrity": shown.as_dict(), "partial": partial}
 
     @app.get("/audit/sessions/{session}/frames", summary="the prepared frames (PNG images; HTTP Range supported)")
     def audit_frames(session: str, sha256: str | None = Query(None, description="the recording hash the player's "

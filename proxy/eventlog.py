@@ -10,6 +10,17 @@ reach further. The seal line carries the gateway's Ed25519 signature (`signature
 over the whole seal record, whose `prev` is the head of the chain: nobody without the gateway's key can re-seal a
 rewritten log. And the gateway anchors the seal hash, the number of lines and the recording's hash (and, while the
 session runs, the current head) in its database, outside the folder (`proxy/anchors.py`).
+
+A seal can only be written by a gateway that is still running at the end; one killed mid-session leaves an unsealed
+log, and whoever seals it afterwards (the restarted gateway, `proxy.recovery`) cannot prove that the lines it finds
+are the ones its predecessor wrote: a writer of the folder and the database may have rewritten them meanwhile. So
+while the session runs, the writer signs **checkpoints** into the log: ordinary chained lines (`event: checkpoint`)
+holding the session id and the number of lines before them (`lines`, equal to their `seq`), whose `prev` is the head
+of the chain, signed like a seal (`checkpoint_message`). One is written after every control event (`CONTROL_EVENTS`:
+connect, handshakes, limits, errors, capture) and every `interval` seconds while lines were added
+(`EventLog.checkpoint_due`, polled by the session's watchdog), never per input event. Any rewrite before the last
+checkpoint breaks its signature whoever seals later; a recovered seal names the checkpoint it vouches up to, and the
+lines after it are reported as an unverifiable tail (proxy/audit/verify.py).
 """
 from __future__ import annotations
 
@@ -17,14 +28,25 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safeshare.signing import KeyFileError, SigningKey, canonical
+from safeshare.signing import KeyFileError, SigningKey, TrustStore, canonical
 
 GENESIS = "0" * 64
 SEAL_FORMAT = b"safeshare-session-seal/1\n"
+# A seal written by a gateway that recovered the log of a session it did not run to its end: it vouches only up to
+# the checkpoint it names (field `checkpoint`). Its own domain, so that no verifier that does not know checkpoints
+# can take its signature for one over the whole log.
+RECOVERED_SEAL_FORMAT = b"safeshare-session-recovered-seal/1\n"
+CHECKPOINT_FORMAT = b"safeshare-session-checkpoint/1\n"
+CHECKPOINT_INTERVAL = 2.0  # seconds between checkpoints while lines are being added
+# Events after which the writer signs a checkpoint at once: the session's state changed (who, where, limits, an
+# error), not one more input event. A disconnect is followed by the seal in the same step, so it needs none.
+CONTROL_EVENTS = frozenset({"connect", "capture_started", "upstream_ready", "client_ready", "limit_hit", "error",
+                            "protocol_error", "capture_stopped"})
 
 
 def _line_hash(line: bytes) -> str:
@@ -33,8 +55,28 @@ def _line_hash(line: bytes) -> str:
 
 def seal_message(seal: dict[str, Any]) -> bytes:
     """The bytes a seal's signature covers: every field of the seal line but the signature itself. `prev` (the head
-    of the chain before the seal) makes that cover every earlier line; `session` binds it to its folder."""
-    return SEAL_FORMAT + canonical({key: value for key, value in seal.items() if key != "signature"})
+    of the chain before the seal) makes that cover every earlier line; `session` binds it to its folder. A recovered
+    seal that names its checkpoint (field `checkpoint`, even null) is signed in its own domain."""
+    domain = RECOVERED_SEAL_FORMAT if "checkpoint" in seal else SEAL_FORMAT
+    return domain + canonical({key: value for key, value in seal.items() if key != "signature"})
+
+
+def checkpoint_message(record: dict[str, Any]) -> bytes:
+    """The bytes a checkpoint's signature covers: every field of its line but the signature (`prev`, the head of the
+    lines before it, `lines`, their number, `session`, the folder it belongs to, `t`, when it was written)."""
+    return CHECKPOINT_FORMAT + canonical({key: value for key, value in record.items() if key != "signature"})
+
+
+def checkpoint_problem(record: dict[str, Any], index: int, session: str) -> str | None:
+    """What is wrong with the checkpoint line at 0-based `index` of session `session`'s log apart from its signature
+    (which needs a key or a trust store), or None. The chain itself (`prev`, `seq`) is `verify_log`'s."""
+    if record.get("lines") != index:
+        return f"checkpoint counts {record.get('lines')!r} lines before it, not {index}"
+    if record.get("session") != session:
+        return f"checkpoint names session {record.get('session')!r}, not this folder ({session!r})"
+    if not record.get("signature"):
+        return "checkpoint is not signed"
+    return None
 
 
 class KeySource:
@@ -76,6 +118,40 @@ class EventLog:
         self._prev = GENESIS
         self._seq = 0
         self.closed = False
+        self._checkpoint_key: Callable[[], SigningKey | None] | None = None
+        self._session = ""
+        self.checkpoint_interval = CHECKPOINT_INTERVAL
+        self._checkpointed_lines = 0
+        self._checkpointed_at = time.monotonic()
+
+    def sign_checkpoints(self, key: Callable[[], SigningKey | None], session: str,
+                         interval: float = CHECKPOINT_INTERVAL) -> None:
+        """Sign checkpoints into this log from now on, with the key `key()` returns at each (None: skip that one;
+        the gateway's re-read key, so a rotation applies from the next checkpoint), for session `session`."""
+        self._checkpoint_key = key
+        self._session = session
+        self.checkpoint_interval = interval
+
+    def checkpoint_due(self, now: float | None = None) -> bool:
+        """Whether lines were added since the last checkpoint at least `checkpoint_interval` seconds ago."""
+        if self._checkpoint_key is None or self.closed or self._seq == self._checkpointed_lines:
+            return False
+        return (time.monotonic() if now is None else now) - self._checkpointed_at >= self.checkpoint_interval
+
+    def checkpoint(self) -> bool:
+        """Sign a checkpoint of the lines so far (their number and head) into the log; False when this log signs
+        none, nothing was added since the last one, or no key is readable now."""
+        if self._checkpoint_key is None or self.closed or self._seq == self._checkpointed_lines:
+            return False
+        key = self._checkpoint_key()
+        if key is None:
+            return False
+        record = self._record("checkpoint", {"session": self._session, "lines": self._seq})
+        record["signature"] = key.sign(checkpoint_message(record))
+        self._emit(record)
+        self._checkpointed_lines = self._seq
+        self._checkpointed_at = time.monotonic()
+        return True
 
     @classmethod
     def resume(cls, path: Path) -> "EventLog":
@@ -90,6 +166,11 @@ class EventLog:
         log._prev = check.head
         log._seq = check.lines
         log.closed = False
+        log._checkpoint_key = None
+        log._session = ""
+        log.checkpoint_interval = CHECKPOINT_INTERVAL
+        log._checkpointed_lines = log._seq
+        log._checkpointed_at = time.monotonic()
         return log
 
     @property
@@ -118,6 +199,8 @@ class EventLog:
         if self.closed:
             raise RuntimeError("event log is sealed")
         self._emit(self._record(event, fields))
+        if event in CONTROL_EVENTS and self._checkpoint_key is not None:
+            self.checkpoint()
 
     def close(self, signing_key: SigningKey | None = None, **fields: Any) -> str:
         """Write the seal line (signed with `signing_key` when given), fsync and close; return the seal line's
@@ -262,3 +345,27 @@ def verify_log(path: Path, require_seal: bool = True) -> LogVerification:
     if require_seal and not sealed:
         return failed("log is not sealed", None)
     return LogVerification(True, count, sealed, prev, hashes=hashes)
+
+
+def check_checkpoints(records: list[dict[str, Any]], session: str,
+                      trust: TrustStore | None) -> tuple[list[int], list[tuple[int, str]]]:
+    """The checkpoints of a log whose chain verified (`records`: its lines, in order): the 1-based numbers of the
+    lines they prove (each checkpoint proves itself and every line before it), and (line, problem) for each that
+    proves nothing: a wrong count or session, no signature, or a signature `trust` (purpose `gateway`) refuses.
+    Without `trust` the signatures are not checked (a reader's check)."""
+    good: list[int] = []
+    bad: list[tuple[int, str]] = []
+    for index, record in enumerate(records):
+        if record.get("event") != "checkpoint":
+            continue
+        problem = checkpoint_problem(record, index, session)
+        if problem is None and trust is not None:
+            try:
+                trust.verify("gateway", checkpoint_message(record), record.get("signature"))
+            except ValueError as exc:  # SignatureError, or a field that cannot be encoded
+                problem = f"checkpoint signature: {exc}"
+        if problem is None:
+            good.append(index + 1)
+        else:
+            bad.append((index + 1, problem))
+    return good, bad

@@ -160,6 +160,9 @@ class ProxySession:
         self.dir.mkdir(parents=True, exist_ok=False)
         write_meta(self.dir, self._meta())
         self.log = EventLog(self.dir / EVENTS)
+        if self.sealer is not None and getattr(self.sealer, "keys", None) is not None:
+            # signed checkpoints while the session runs: what a gateway recovering this log after a crash can vouch for
+            self.log.sign_checkpoints(self.sealer.key, self.session_id)
         if self.record:
             self.recorder = Recorder(self.dir / SCREEN, start=self._start)
 
@@ -182,8 +185,10 @@ class ProxySession:
     async def _run(self) -> str:
         self._prepare()
         assert self.log is not None
+        # `meta`: meta.json as written now, in the chain (and under the first checkpoint), so that a recovered seal
+        # can vouch for the session's start, limits and front door from the log rather than from the folder
         self.log.write("connect", peer=self.peer, upstream=self.upstream.describe(), recipient=self.recipient,
-                       release=self.release)
+                       release=self.release, meta=self._meta())
         tasks: list[asyncio.Task[Any]] = []
         try:
             if self.capture_config is not None:
@@ -294,10 +299,17 @@ class ProxySession:
                 self._capture_summary = {**self.capture.config.as_dict(), "error": str(exc)}
             if self.log is not None and not self.log.closed:
                 self.log.write("capture_stopped", **self._capture_summary)
+        meta = self._meta()
+        meta["end"] = datetime.now(timezone.utc).isoformat()
+        meta["end_reason"] = reason
+        meta["counters"] = dict(self.counters)
+        meta.update(self._recording_seal())
         if self.log is not None and not self.log.closed:
             self.log.write("disconnect", reason=reason, duration=round(time.monotonic() - self._start, 3),
                            **self.counters)
-            fields: dict[str, Any] = {"session": self.session_id, **self._recording_seal()}
+            # `meta`: meta.json's fields but log_head (the seal's own hash), signed with the seal, so that an edited
+            # start, end, reason, front door, counters or limits is found and `audit sessions` reads the sealed ones
+            fields: dict[str, Any] = {"session": self.session_id, **self._recording_seal(), "meta": meta}
             if self.sealer is not None:
                 fields.update(self.sealer.fields())
             head = self.log.close(self.sealer.key() if self.sealer is not None else None, **fields)
@@ -305,13 +317,7 @@ class ProxySession:
                 self.sealer.sealed(self.session_id, head)
         else:
             head = None
-        meta = self._meta()
-        meta["end"] = datetime.now(timezone.utc).isoformat()
-        meta["end_reason"] = reason
-        meta["log_head"] = head
-        meta["counters"] = self.counters
-        meta.update(self._recording_seal())
-        write_meta(self.dir, meta)
+        write_meta(self.dir, {**meta, "log_head": head})
 
     # --- handshakes ------------------------------------------------------------------------------------------------
 
@@ -352,6 +358,8 @@ class ProxySession:
         while True:
             await asyncio.sleep(0.2)
             now = time.monotonic()
+            if self.log.checkpoint_due(now):
+                self.log.checkpoint()
             if now - self._start >= self.limits.max_session_seconds:
                 self.log.write("limit_hit", limit="max_session_seconds", value=self.limits.max_session_seconds)
                 return "maximum session time reached"

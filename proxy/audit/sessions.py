@@ -32,6 +32,10 @@ class SessionSummary:
     limit_hits: int
     sealed: bool
     problem: str | None = None  # what in the folder could not be read as a session's (file, field, why)
+    # sealed by a gateway that recovered the session after a crash: proven only up to its last signed checkpoint,
+    # with `unverified_lines` after it (as its seal says; `audit verify` checks it)
+    recovered: bool = False
+    unverified_lines: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -56,7 +60,8 @@ class SessionSummary:
                 "end_reason": self.end_reason, "keys": self.keys, "pointer": self.pointer, "clicks": self.clicks,
                 "keys_blocked": self.keys_blocked, "keys_dropped": self.keys_dropped,
                 "clicks_dropped": self.clicks_dropped, "cut_text_attempts": self.cut_text_attempts,
-                "limit_hits": self.limit_hits, "flagged": self.flagged, "sealed": self.sealed, "problem": self.problem}
+                "limit_hits": self.limit_hits, "flagged": self.flagged, "sealed": self.sealed, "problem": self.problem,
+                "recovered": self.recovered, "unverified_lines": self.unverified_lines}
 
 
 def _time(text: Any) -> datetime | None:
@@ -77,17 +82,33 @@ def _text(meta: dict[str, Any], name: str, problems: list[str], folder: Path) ->
     return None
 
 
+def logged_meta(folder: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The session's metadata as its log holds it: the seal's signed `meta` (start, end, end reason, front door,
+    counters, limits), else the connect line's (the start, in the chain, for a session still running), else
+    meta.json as found (sessions recorded before the log held it). meta.json is a copy that a writer of the folder
+    can edit to move a session out of a time range; `audit verify` reports where it differs from the seal."""
+    last = events[-1] if events else {}
+    if last.get("event") == "seal" and isinstance(last.get("meta"), dict):
+        return last["meta"]
+    first = events[0] if events else {}
+    if first.get("event") == "connect" and isinstance(first.get("meta"), dict):
+        return first["meta"]
+    return read_meta(folder)
+
+
 def summarize(folder: str | Path) -> SessionSummary:
-    """Counts from the event log as it is (run `audit verify` to know whether it is intact). A field of the wrong
-    type is left out of the counts and named in `problem`."""
+    """Counts from the event log as it is (run `audit verify` to know whether it is intact), with the metadata the
+    log holds (`logged_meta`). A field of the wrong type is left out of the counts and named in `problem`."""
     folder = Path(folder)
-    meta = read_meta(folder)
+    events = read_events(folder / EVENTS)
+    meta = logged_meta(folder, events)
     counts: Counter[str] = Counter()
     first_t = last_t = None
     sealed = False
     previous_mask = 0
     problems: list[str] = []
-    for number, event in enumerate(read_events(folder / EVENTS), 1):
+    seal: dict[str, Any] = {}
+    for number, event in enumerate(events, 1):
         kind = event.get("event")
         t = event.get("t")
         if isinstance(t, (int, float)):
@@ -106,7 +127,8 @@ def summarize(folder: str | Path) -> SessionSummary:
         elif kind in ("key_blocked", "key_dropped", "click_dropped", "cut_text_dropped", "limit_hit"):
             counts[kind] += 1
         elif kind == "seal":
-            sealed = True
+            sealed, seal = True, event
+    unverified = seal.get("unverified_lines")
     recipient, release = _text(meta, "recipient", problems, folder), _text(meta, "release", problems, folder)
     end_reason = _text(meta, "end_reason", problems, folder)
     start, end = _time(meta.get("start")), _time(meta.get("end"))
@@ -121,7 +143,9 @@ def summarize(folder: str | Path) -> SessionSummary:
         pointer=counts["pointer"], clicks=counts["clicks"], keys_blocked=counts["key_blocked"],
         keys_dropped=counts["key_dropped"], clicks_dropped=counts["click_dropped"],
         cut_text_attempts=counts["cut_text_dropped"], limit_hits=counts["limit_hit"], sealed=sealed,
-        problem="; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") or None)
+        problem="; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") or None,
+        recovered=seal.get("recovered") is True,
+        unverified_lines=unverified if isinstance(unverified, int) and not isinstance(unverified, bool) else None)
 
 
 def find_sessions(root: str | Path, *, recipient: str | None = None, release: str | None = None,

@@ -14,7 +14,13 @@ What a sealed session folder guarantees, and how each guarantee is checked:
   a damaged file stops being readable.
 * `network.pcap` (when capture was on): the `capture_stopped` event holds its SHA-256 and size.
 * `meta.json` is written after the seal and repeats the seal's hash as `log_head`, and the recipient and release of
-  the log's `connect` event; a difference means the log or the metadata was replaced.
+  the log's `connect` event; a difference means the log or the metadata was replaced. The seal holds meta.json's
+  other fields too (`meta`: start, end, end reason, front door, counters, limits), so an edit there is a finding.
+* Checkpoints (`event: checkpoint`, signed by the gateway's key while the session ran): each must count the lines
+  before it, name this folder and carry a signature the trust store accepts. A log sealed by its gateway at the end
+  is proven whole by the seal. A log whose seal was written by a gateway that recovered it after a crash
+  (`recovered`) is proven only up to its last valid checkpoint: the lines after it are an unverifiable tail, and
+  the session is reported `partial` (not ok unless `allow_partial`), with the number of lines proven and not.
 * With the gateways' sessions table (`anchors`, proxy/anchors.py): the seal hash, the number of lines and the
   recording's hash must be the ones the gateway anchored when the session ended, the log must extend the head it
   anchored while the session ran, a session without a row (or whose row has no seal) is reported, a row whose
@@ -29,11 +35,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from proxy.anchors import Anchor, extends
-from proxy.eventlog import file_digest, read_events, seal_message, verify_log
+from proxy.eventlog import check_checkpoints, file_digest, read_events, seal_message, verify_log
 from proxy.recording import HEADER, MAGIC, read_recording
 from proxy.sessiondir import EVENTS, KNOWN_FILES, META, PCAP, SCREEN, is_session_folder, session_folders
 from safeshare.signing import SignatureError, TrustStore
@@ -72,15 +79,32 @@ class SessionCheck:
     signed_by: str | None = None  # key id
     anchor: str = NOT_CHECKED  # anchored | missing | differs | running | not checked
     previous: dict[str, Any] | None = None  # the session the gateway sealed before this one (from the seal)
+    # What the signatures prove of the log: its first `verified_lines` lines (all of them under a gateway's seal, up
+    # to the last valid checkpoint otherwise); `unverified_lines` after them were found by a gateway that recovered
+    # the session and are proven by nothing (the lines that recovery itself wrote are not counted).
+    verified_lines: int = 0
+    unverified_lines: int = 0
+    checkpoints: int = 0  # valid signed checkpoints
+    recovered: bool = False  # sealed by a gateway that did not run the session to its end
+    partial_note: str | None = None  # why only a prefix is proven (recovered seal)
+    allow_partial: bool = False
+
+    @property
+    def partial(self) -> bool:
+        """Only a prefix of the log is proven: its seal was written by a gateway that recovered it."""
+        return self.partial_note is not None
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        return not self.findings and (not self.partial or self.allow_partial)
 
     def as_dict(self) -> dict[str, Any]:
         return {"session": self.session, "folder": self.folder, "ok": self.ok, "lines": self.lines,
                 "sealed": self.sealed, "head": self.head, "signature": self.signature, "signed_by": self.signed_by,
-                "anchor": self.anchor, "findings": [f.as_dict() for f in self.findings]}
+                "anchor": self.anchor, "partial": self.partial, "recovered": self.recovered,
+                "verified_lines": self.verified_lines, "unverified_lines": self.unverified_lines,
+                "checkpoints": self.checkpoints, "partial_note": self.partial_note,
+                "findings": [f.as_dict() for f in self.findings]}
 
 
 def _check_sealed_file(folder: Path, name: str, expected: dict[str, Any], what: str,
@@ -179,15 +203,88 @@ def _check_anchor(check: SessionCheck, seal: dict[str, Any], hashes: list[str], 
         check.anchor = LIVE
 
 
+def _check_proven(check: SessionCheck, records: list[dict[str, Any]], hashes: list[str], seal: dict[str, Any],
+                  trust: TrustStore | None, events_path: str) -> None:
+    """How much of an intact chain the signatures prove: the checkpoints (each a finding if it proves nothing), then
+    the whole log under a gateway's seal, or a prefix under a recovered seal (`partial`)."""
+    proven, bad = check_checkpoints(records, check.session, trust)
+    for line, problem in bad:
+        check.findings.append(Finding(events_path, problem, line))
+    check.checkpoints = len(proven)
+    if seal and not seal.get("recovered"):
+        check.verified_lines = check.lines
+        return
+    # the lines a recovery found: a recovered seal follows its own `disconnect` line
+    found = check.lines
+    if seal:
+        found -= 1
+        if found >= 1 and records[found - 1].get("event") == "disconnect" and records[found - 1].get("recovered"):
+            found -= 1
+    line = max([number for number in proven if number <= found], default=0)
+    if seal and "checkpoint" in seal:
+        named = seal.get("checkpoint")
+        number = named.get("line") if isinstance(named, dict) else 0
+        if number and (number not in proven or not isinstance(number, int) or hashes[number - 1] != named.get("hash")):
+            check.findings.append(Finding(events_path, f"the recovered seal vouches up to line {number!r}, which is "
+                                                       "not a valid signed checkpoint of this log", check.lines))
+    check.verified_lines, check.unverified_lines = line, found - line
+    if not seal:
+        return  # not sealed: a finding already; the numbers say how much a recovery could vouch for
+    check.recovered = True
+    when = ""
+    if line:
+        t = records[line - 1].get("t")
+        if isinstance(t, (int, float)):
+            when = f", written {datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='seconds')}"
+    proven_text = (f"lines 1-{line} are proven by the gateway's signed checkpoint at line {line}{when}" if line
+                   else "no line is proven by a signed checkpoint")
+    legacy = "" if "checkpoint" in seal else " (sealed by a gateway without checkpoints, which signed the whole " \
+                                             "log it found)"
+    check.partial_note = (f"recovered: the gateway stopped during this session and a later one sealed it{legacy}; "
+                          f"{proven_text}; the {found - line} line(s) after it are an unverifiable tail (they may "
+                          f"have been rewritten, and lines may have been removed after it), as is the recording, "
+                          f"sealed as found at recovery")
+
+
+def _difference(found: Any, sealed: Any) -> str:
+    """How a meta.json field differs from the sealed one; for objects (counters, limits), the keys that differ."""
+    if isinstance(found, dict) and isinstance(sealed, dict):
+        keys = sorted(k for k in set(found) | set(sealed) if found.get(k, _NO_ROW) != sealed.get(k, _NO_ROW))
+        parts = [f"{k}: {found[k]!r} (sealed {sealed[k]!r})" if k in found and k in sealed else
+                 f"{k}: {'missing' if k not in found else repr(found[k])} (sealed "
+                 f"{'missing' if k not in sealed else repr(sealed[k])})" for k in keys[:5]]
+        more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+        return f"differs from the signed seal in {', '.join(parts)}{more}"
+    return f"is {found!r}, the signed seal says {sealed!r}"
+
+
+def _check_meta(check: SessionCheck, meta: dict[str, Any], seal: dict[str, Any], reported: set[str],
+                meta_path: str) -> None:
+    """meta.json against the metadata the seal signed (every field but log_head, which is checked on its own)."""
+    sealed = seal.get("meta")
+    if not isinstance(sealed, dict):
+        return
+    for name in sorted((set(meta) | set(sealed)) - {"log_head"} - reported):
+        if name not in meta:
+            check.findings.append(Finding(meta_path, f"field '{name}' is missing, the signed seal says "
+                                                     f"{sealed[name]!r}"))
+        elif name not in sealed:
+            check.findings.append(Finding(meta_path, f"field '{name}' is not in the signed seal's metadata"))
+        elif meta[name] != sealed[name]:
+            check.findings.append(Finding(meta_path, f"field '{name}' {_difference(meta[name], sealed[name])}"))
+
+
 def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: Anchor | None | object = _NO_ROW,
-                   allow_unsigned: bool = False) -> SessionCheck:
-    """Check one session folder. `trust` (the site's trust store) checks the seal's signature: without it the
-    signature is `not checked`. `anchor` is the session's row in the gateways' sessions table, or None when the
-    table has none (a finding); leave it out to not compare with the database. `allow_unsigned` accepts unsigned
-    seals (and their missing anchors) of sessions sealed before signing existed: they are still reported as such.
+                   allow_unsigned: bool = False, allow_partial: bool = False) -> SessionCheck:
+    """Check one session folder. `trust` (the site's trust store) checks the signatures of the seal and the
+    checkpoints: without it they are `not checked`. `anchor` is the session's row in the gateways' sessions table,
+    or None when the table has none (a finding); leave it out to not compare with the database. `allow_unsigned`
+    accepts unsigned seals (and their missing anchors) of sessions sealed before signing existed: they are still
+    reported as such. `allow_partial` accepts a recovered session proven only up to its last checkpoint (`ok`);
+    it is still reported `partial`, with its unverifiable tail.
     """
     folder = Path(folder)
-    check = SessionCheck(folder.name, str(folder))
+    check = SessionCheck(folder.name, str(folder), allow_partial=allow_partial)
     findings = check.findings
     events_path, meta_path = folder / EVENTS, folder / META
     if not folder.is_dir():
@@ -202,13 +299,17 @@ def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: 
     if not events_path.is_file():
         findings.append(Finding(str(events_path), "missing"))
     else:
-        result = verify_log(events_path)
+        result = verify_log(events_path, require_seal=False)
         check.lines, check.sealed, check.head, hashes = result.lines, result.sealed, result.head, result.hashes
         if not result.ok:
             findings.append(Finding(str(events_path), result.error or "invalid", result.bad_line))
+        elif not result.sealed:
+            findings.append(Finding(str(events_path), "log is not sealed"))
         events = read_events(events_path)
         if result.ok and events and events[-1].get("event") == "seal":
             seal = events[-1]
+        if result.ok:
+            _check_proven(check, events, hashes, seal, trust, str(events_path))
     if seal:
         _check_signature(check, seal, trust, allow_unsigned, str(events_path))
     if anchor is not _NO_ROW:
@@ -232,10 +333,14 @@ def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: 
         if check.head is not None and check.sealed and meta.get("log_head") != check.head:
             findings.append(Finding(str(meta_path), "field 'log_head' differs from the hash of the log's seal line"))
         connect = events[0] if events and events[0].get("event") == "connect" else None
+        reported: set[str] = set()
         for name in ("recipient", "release"):
             if connect is not None and name in connect and meta.get(name) != connect.get(name):
+                reported.add(name)
                 findings.append(Finding(str(meta_path), f"field '{name}' is {meta.get(name)!r}, the log's connect "
                                                         f"event says {connect.get(name)!r}"))
+        if seal:
+            _check_meta(check, meta, seal, reported, str(meta_path))
 
     if seal:
         recording = seal.get("recording")
@@ -256,7 +361,7 @@ def verify_session(folder: str | Path, trust: TrustStore | None = None, anchor: 
 
 def verify_path(path: str | Path, known_folders: list[str] | None = None, *, trust: TrustStore | None = None,
                 anchors: dict[str, Anchor] | None = None, deleted: dict[str, Any] | None = None,
-                allow_unsigned: bool = False) -> list[SessionCheck]:
+                allow_unsigned: bool = False, allow_partial: bool = False) -> list[SessionCheck]:
     """One session folder, or every session under a sessions root (see `verify_session` for `trust` and
     `allow_unsigned`). `anchors` (the gateways' sessions table by session id) compares each folder with its row,
     reports rows whose folder is gone and, from the signed seals, sessions sealed before another whose folder is
@@ -268,8 +373,8 @@ def verify_path(path: str | Path, known_folders: list[str] | None = None, *, tru
 
     def one(folder: Path) -> SessionCheck:
         if anchors is None:
-            return verify_session(folder, trust, allow_unsigned=allow_unsigned)
-        return verify_session(folder, trust, anchors.get(folder.name), allow_unsigned)
+            return verify_session(folder, trust, allow_unsigned=allow_unsigned, allow_partial=allow_partial)
+        return verify_session(folder, trust, anchors.get(folder.name), allow_unsigned, allow_partial)
 
     if is_session_folder(path):
         return [one(path)]

@@ -261,8 +261,9 @@ def test_gateway_restart_keeps_tokens_and_sessions(site: dict) -> None:
     assert interrupted.ended_at is not None and interrupted.end_reason.startswith("interrupted")
     from proxy.audit.verify import verify_session
 
-    check = verify_session(Path(interrupted.folder))  # sealed as recovered by the restarted gateway
-    assert check.ok, check.findings
+    # sealed as recovered by the restarted gateway: proven up to its last signed checkpoint (partial)
+    check = verify_session(Path(interrupted.folder), allow_partial=True)
+    assert check.ok and check.partial, check.findings
     seal = json.loads((Path(interrupted.folder) / "events.jsonl").read_text().splitlines()[-1])
     assert seal["recovered"] is True
 
