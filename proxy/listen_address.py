@@ -2,7 +2,8 @@
 
 A per-recipient proxy (`safeshare proxy-for`) speaks RFB with security type None: whoever reaches its socket gets a
 session as that recipient. So it listens only where the host decides who may connect: a Unix socket (file
-permissions) or a loopback port. When it is listening it publishes the address in a small JSON file (the *listing*),
+permissions) or a loopback port (where the proxy admits only the connections whose socket belongs to its own user or
+to the users it is told, websockify's: `proxy.peer_uid`). When it is listening it publishes the address in a small JSON file (the *listing*),
 which the token plugin reads after a token verified, to hand websockify the recipient's proxy as the target. A
 listing names its recipient, so a listing copied to another recipient's name is not followed.
 

@@ -24,6 +24,18 @@ def _mode(text: str) -> int:
     return mode
 
 
+def _user(text: str) -> int:
+    """A user name or uid (websockify's user, admitted on a TCP port)."""
+    import pwd
+
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no user named {text!r}") from None
+
+
 def cmd_proxy_for(args: argparse.Namespace) -> int:
     from deploy.site import SiteError
     from proxy.listen_address import ListenAddress
@@ -38,6 +50,9 @@ def cmd_proxy_for(args: argparse.Namespace) -> int:
         if not site.sessions.is_dir():
             raise ValueError(f"{site.root} is not a prepared site folder (no sessions/): see `safeshare site init`")
         address = ListenAddress.parse(args.listen or default_listen(site, args.recipient))
+        if args.peer_user and address.unix_path is not None:
+            raise ValueError("--peer-user applies to a TCP --listen only (a Unix socket's mode and group decide who "
+                             "may connect: --socket-mode, --socket-group)")
         keys = None
         key_file = Path(args.signing_key) if args.signing_key else site.gateway_signing_key
         if args.signing_key or key_file.exists():
@@ -64,7 +79,8 @@ def cmd_proxy_for(args: argparse.Namespace) -> int:
     name = args.name or f"proxy-for-{site.recipient_id(args.recipient)}"
     proxy = RecipientProxy(store, args.recipient, site.sessions, name=name, signing_key=keys,
                            poll_interval=args.poll_interval, listing=listing_path(site, args.recipient),
-                           socket_mode=args.socket_mode, socket_group=args.socket_group, on_session=started,
+                           socket_mode=args.socket_mode, socket_group=args.socket_group,
+                           peer_uids=args.peer_user or None, on_session=started,
                            on_session_end=ended)
 
     async def main() -> int:
@@ -105,15 +121,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(--token-plugin safeshare.websockify.TokenPlugin --token-source SITE). It listens on a Unix "
                     "socket (default SITE/proxies/<rid>.sock) or a loopback port, publishes the address for the "
                     "plugin, and runs every session with the controls, recording, seal and anchors of `safeshare "
-                    "gateway`. Sessions end within a second when the recipient's tokens are revoked or expire.")
+                    "gateway`. Sessions end within a second when the recipient's tokens are revoked or expire. "
+                    "The proxy checks no token itself (websockify's plugin does, and does not pass it on): whoever "
+                    "reaches it gets a session of the recipient while the recipient holds a usable token. So it "
+                    "trusts the socket's permissions (mode 600: this user only) or, on a loopback port, which any "
+                    "local user can reach, the owner of the connecting socket as Linux lists it in /proc/net/tcp: "
+                    "only this proxy's user, or the --peer-user users, are admitted there, every other "
+                    "connection is refused (on a system without /proc/net/tcp a port is refused: use a socket).")
     p.add_argument("recipient", help="the recipient (as in the recipient policy and its tokens)")
     p.add_argument("--site", help="site folder (default: $SAFESHARE_SITE or /var/lib/safeshare)")
     p.add_argument("--db", help="SQLAlchemy URL of the site database (default: $SAFESHARE_DB or the site's SQLite)")
-    p.add_argument("--listen", help="unix:PATH or a loopback HOST:PORT (default unix:SITE/proxies/<rid>.sock)")
+    p.add_argument("--listen", help="unix:PATH or a loopback HOST:PORT (default unix:SITE/proxies/<rid>.sock); on a "
+                                    "port only this user (or the --peer-user users) may connect")
     p.add_argument("--socket-mode", type=_mode, default=0o600,
                    help="mode of the Unix socket, octal (default 600: only this user, i.e. run websockify as it; "
                         "660 with --socket-group for websockify's group)")
     p.add_argument("--socket-group", help="group of the Unix socket (websockify's)")
+    p.add_argument("--peer-user", action="append", type=_user, metavar="USER",
+                   help="with a HOST:PORT --listen: a user (name or uid) whose connections are admitted, i.e. "
+                        "websockify's; repeat for several. Replaces the default: only the user running this proxy, "
+                        "as the socket's default mode 600")
     p.add_argument("--signing-key", metavar="FILE",
                    help="Ed25519 key signing the session seals (default: the site's gateway key, "
                         "SITE/secrets/gateway/signing.key, if present)")

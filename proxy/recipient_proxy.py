@@ -18,7 +18,11 @@ The proxy cannot see which token websockify checked, so it serves the recipient'
   released its keys towards the VNC server.
 
 It listens on a Unix socket (mode `socket_mode`, group `socket_group`: the file permissions decide who may connect,
-i.e. websockify's user) or a loopback port, and publishes the address for the plugin (`proxy.listen_address`).
+i.e. websockify's user) or a loopback port, and publishes the address for the plugin (`proxy.listen_address`). A
+loopback port has no file permissions and any local user can connect to it, while the proxy cannot check a token
+(websockify does not pass it on): so on a port it admits only connections whose socket belongs to one of
+`peer_uids` (default: its own user, as the socket's default mode 600), which the kernel's socket table tells
+(`proxy.peer_uid`), and refuses every other (issue 24, item 7: a plain RFB client on the port got a session).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from proxy.db import Target, Token
 from proxy.front_door import SessionKeeper, resolve_grant, wait_for_replaced, watch_tokens
 from proxy.limits import SessionLimits
 from proxy.listen_address import ListenAddress, publish, withdraw
+from proxy.peer_uid import endpoint, tables_readable, tcp_peer_uid
 from proxy.session import STREAM_LIMIT, ProxySession, TcpClient
 from proxy.tokens import Grant, TokenStore
 
@@ -105,6 +110,7 @@ class RecipientProxy:
         listing: Path | None = None,
         socket_mode: int = 0o600,
         socket_group: str | None = None,
+        peer_uids: Iterable[int] | None = None,
         on_session: Callable[[Connection], None] | None = None,
         on_session_end: Callable[[Connection, str], None] | None = None,
     ) -> None:
@@ -119,6 +125,7 @@ class RecipientProxy:
         self.listing = listing
         self.socket_mode = socket_mode
         self.socket_group = socket_group
+        self.peer_uids = frozenset(peer_uids) if peer_uids is not None else frozenset({os.getuid()})
         self.on_session = on_session
         self.on_session_end = on_session_end
         self.address: ListenAddress | None = None
@@ -137,6 +144,9 @@ class RecipientProxy:
         if address.unix_path is not None:
             self._server = await self._listen_unix(address.unix_path)
         else:
+            if not tables_readable():
+                raise OSError("this system does not tell who connects to a TCP port (no /proc/net/tcp), so the "
+                              "proxy cannot admit only websockify's user there: listen on a Unix socket")
             self._server = await asyncio.start_server(self._handle, address.host, address.port, limit=STREAM_LIMIT)
             address = ListenAddress(host=address.host, port=self._server.sockets[0].getsockname()[1])
         self.address = address
@@ -197,9 +207,29 @@ class RecipientProxy:
 
     # --- one connection --------------------------------------------------------------------------------------------
 
+    async def _admitted(self, writer: asyncio.StreamWriter) -> tuple[bool, str]:
+        """On a TCP port, whether the connecting socket belongs to one of `peer_uids` (and its uid, for the log and
+        meta.json); a Unix socket's file mode has already decided."""
+        if self.address is None or self.address.unix_path is not None:
+            return True, ""
+        try:
+            ours, theirs = writer.get_extra_info("sockname"), writer.get_extra_info("peername")
+            uid = await asyncio.to_thread(tcp_peer_uid, endpoint(*ours[:2]), endpoint(*theirs[:2]))
+        except (OSError, TypeError, ValueError):
+            uid = None
+        return uid is not None and uid in self.peer_uids, f" uid={uid if uid is not None else 'unknown'}"
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         client = TcpClient(reader, writer)
         peer = _peer(writer)
+        admitted, who = await self._admitted(writer)
+        peer += who
+        if not admitted:  # fail closed: no session, nothing written, no database read
+            self.refused += 1
+            log.warning("connection from %s refused: on a TCP port only the users %s may connect (websockify's)",
+                        peer, ", ".join(str(uid) for uid in sorted(self.peer_uids)))
+            await client.close()
+            return
         try:
             grants = await asyncio.to_thread(usable_grants, self.store, self.recipient)
             if not grants:
