@@ -78,7 +78,8 @@ def _check(path: Path, args: argparse.Namespace):
 
     anchors, deleted = _anchors(args.db)
     return verify_path(path, trust=_trust(args), anchors=anchors, deleted=deleted,
-                       allow_unsigned=getattr(args, "allow_unsigned", False))
+                       allow_unsigned=getattr(args, "allow_unsigned", False),
+                       allow_partial=getattr(args, "allow_partial", False))
 
 
 def _status(check) -> str:
@@ -104,13 +105,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
                           "checks": [check.as_dict() for check in checks]}, indent=2))
     else:
         for check in checks:
-            if check.ok:
+            if check.partial and not check.findings:  # a recovered session: proven up to its last checkpoint
+                print(f"{'partial ' if check.ok else 'PARTIAL '} {check.session}  {_status(check)}, "
+                      f"{check.verified_lines} line(s) proven, {check.unverified_lines} unverifiable")
+                print(f"         {check.partial_note}")
+            elif check.ok:
                 print(f"ok       {check.session}  {_status(check)}")
             else:
                 print(f"FAILED   {check.session}")
                 for finding in check.findings:
                     print(f"         {finding}")
-        print(f"{len(checks)} session(s): {len(checks) - len(bad)} ok, {len(bad)} with findings")
+        partial = sum(1 for check in bad if check.partial and not check.findings)
+        print(f"{len(checks)} session(s): {len(checks) - len(bad)} ok, "
+              f"{f'{partial} partial, ' if partial else ''}{len(bad) - partial} with findings")
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
@@ -153,8 +160,15 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(f"{s.session:<27} {(s.recipient or '-'):<18} {(s.release or '-'):<26} {start:<20} {minutes:>6} "
               f"{s.keys:>5} {s.pointer:>6} {s.keys_blocked:>4} {s.keys_dropped + s.clicks_dropped:>4} "
               f"{s.cut_text_attempts:>4} {s.limit_hits:>4}{'' if s.sealed else '  (not sealed)'}"
-              f"{'  (bad: see above)' if s.problem else ''}")
+              f"{'  (bad: see above)' if s.problem else ''}"
+              f"{_recovered_note(s) if s.recovered else ''}")
     return done
+
+
+def _recovered_note(summary) -> str:
+    """A recovered session in the list: what its seal says is not proven (`audit verify` checks it)."""
+    lines = "?" if summary.unverified_lines is None else summary.unverified_lines
+    return f"  (recovered: {lines} line(s) after its last checkpoint unverifiable)"
 
 
 def _session_folder(text: str, site_text: str | None) -> Path:
@@ -319,7 +333,15 @@ Not covered: someone holding the gateway's key (keep it readable only by the gat
 anchor of a gateway that was killed (anchored every few seconds).
 
 Sessions sealed before signing existed (or by `safeshare proxy`, which has no key) are reported as
-unsigned; --allow-unsigned accepts them (and their missing anchors) while still saying so.""")
+unsigned; --allow-unsigned accepts them (and their missing anchors) while still saying so.
+
+A gateway killed mid-session cannot seal it; the gateway that recovers it at its next start did not
+write its lines, so it vouches only up to the last checkpoint the gateway signed into the log while
+the session ran (every 2 s and at every control event). Any rewrite before that checkpoint fails
+here, whoever sealed afterwards; the lines after it are an unverifiable tail, and the session is
+reported PARTIAL with the number of lines proven and not (exit 1; --allow-partial: exit 0, still
+reported). meta.json's fields (start, end, end reason, front door, counters, limits) are signed in
+the seal: an edit there is a finding.""")
     verify.add_argument("path", nargs="?", help="a session folder or a sessions root (default $SAFESHARE_SITE/sessions)")
     verify.add_argument("--db", help="the gateways' database (SQLAlchemy URL): compare seal hash, line count and "
                                      "recording hash with the anchors, report sessions without an anchor and "
@@ -329,6 +351,9 @@ unsigned; --allow-unsigned accepts them (and their missing anchors) while still 
                                        "/var/lib/safeshare)")
     verify.add_argument("--allow-unsigned", action="store_true",
                         help="accept unsigned seals (sessions sealed before signing existed); still reported")
+    verify.add_argument("--allow-partial", action="store_true",
+                        help="accept sessions a restarted gateway recovered, proven up to their last signed "
+                             "checkpoint; still reported PARTIAL with their unverifiable tail")
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(func=cmd_verify)
 

@@ -218,6 +218,9 @@
       (s.index.verified ? ' · verified'
         : (s.index.integrity && s.index.integrity.sealed_sha256 && !s.index.integrity.matches_seal)
           ? ' · TAMPERED: this recording is not the one sealed (run safeshare audit verify)'
+        : s.index.partial
+          ? ` · PARTIAL: recovered after a gateway crash, lines 1-${s.index.partial.verified_lines} verified, ` +
+            `${s.index.partial.unverified_lines} line(s) after its last checkpoint unverifiable`
           : ' · INTEGRITY FINDINGS (run safeshare audit verify)');
     $('login').classList.add('hidden'); $('pick').classList.add('hidden'); $('view').classList.remove('hidden');
     buildMarkers(); buildKeys();
@@ -233,7 +236,8 @@
     for (const item of sessions) {
       const option = document.createElement('option');
       option.value = item.session;
-      option.textContent = `${item.session} · ${item.recipient || '?'} · ${item.flagged ? 'flagged' : ''}`;
+      option.textContent = `${item.session} · ${item.recipient || '?'} · ${item.flagged ? 'flagged' : ''}` +
+        (item.recovered ? ` · recovered: ${item.unverified_lines ?? '?'} line(s) unverifiable` : '');
       select.appendChild(option);
     }
     $('login').classList.add('hidden'); $('pick').classList.remove('hidden');
