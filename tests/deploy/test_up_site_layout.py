@@ -147,3 +147,23 @@ def test_a_home_with_both_databases_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SiteError, match="two databases"):
         Site(home)
     assert (home / "safeshare.db").exists() and (home / "db" / "safeshare.db").exists()  # nothing overwritten
+
+
+def _up(home: Path, policy: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "safeshare.cli", "up", "--home", str(home), "--policy",
+                           str(REPO / "policies" / "examples" / policy)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+
+
+def test_safeshare_up_moves_an_old_homes_database_first_and_refuses_two(tmp_path: Path) -> None:
+    """`up` itself: the move happens before anything else (here a release whose gate fails then stops it, so no
+    component starts); a home with both files starts nothing and names both (exit 2)."""
+    home, _ = _old_home(tmp_path)
+    done = _up(home, "adult-pu5.yaml")
+    assert done.returncode == 1 and "gate" in done.stderr, done.stderr
+    assert "moved the database of the old layout" in done.stdout, done.stdout
+    assert (home / "db" / "safeshare.db").is_file() and not (home / "safeshare.db").exists()
+    (home / "safeshare.db").write_bytes((home / "db" / "safeshare.db").read_bytes())
+    done = _up(home, "adult-k5.yaml")
+    assert done.returncode == 2 and "two databases" in done.stderr, done.stderr
+    assert not (home / "up.json").exists() and not (home / "logs" / "app.log").exists()
