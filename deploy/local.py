@@ -147,7 +147,7 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, l
     home = config.home
     kiosk = kiosk_argv(url=f"http://127.0.0.1:{app_port}/", state=str(home / "kiosk"), network=config.network,
                        logs=str(home / "logs" / "kiosk"), size=config.size,
-                       policy=None if config.size else str(config.recipient_policy))
+                       policy=str(config.recipient_policy))  # screen (unless --size), recipient, watermark
     return {
         "app": safeshare_argv("app", *app_argv(bundle=str(bundle), trust=str(home / TRUST_FILE),
                                                state=str(home / "app"), host="127.0.0.1", port=app_port)),

@@ -64,11 +64,13 @@ def app_argv(*, bundle: str, trust: str, state: str, host: str, port: int) -> tu
 
 def kiosk_argv(*, url: str, state: str, network: str, size: str | None = None, policy: str | None = None,
                vnc_port: int | None = None, vnc_listen: str | None = None, vnc_password_file: str | None = None,
-               app_wait: int | None = None, logs: str | None = None) -> tuple[str, ...]:
-    """`safeshare kiosk` arguments: the one app URL the browser may open, and where its VNC server listens."""
+               app_wait: int | None = None, logs: str | None = None, recipient: str | None = None,
+               watermark: str | None = None) -> tuple[str, ...]:
+    """`safeshare kiosk` arguments: the one app URL the browser may open, and where its VNC server listens; the
+    screen watermark from `policy`'s file or, for a container without it, `recipient` and `watermark` (JSON)."""
     return _options(url=url, state=state, network=network, vnc_port=vnc_port, vnc_listen=vnc_listen,
                     vnc_password_file=vnc_password_file, app_title=APP_TITLE, app_wait=app_wait, logs=logs,
-                    size=size, policy=policy)
+                    recipient=recipient, watermark=watermark, size=size, policy=policy)
 
 
 def gateway_argv(*, listen: str, sessions: str, db: str, signing_key: str, name: str | None = None,
@@ -334,7 +336,8 @@ def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapp
         name=names.kiosk, role="kiosk", image=images["kiosk"],
         command=kiosk_argv(url=f"http://app:{APP_PORT}/", state="/state", network="proxy", vnc_port=VNC_PORT,
                            vnc_listen=kiosk_ip, vnc_password_file=f"{KIOSK_SECRETS}/{password_file.name}",
-                           app_wait=APP_WAIT, size=policy.screen_text),
+                           app_wait=APP_WAIT, recipient=recipient, watermark=policy.watermark.model_dump_json(),
+                           size=policy.screen_text),
         labels=labels(site_id, "kiosk", recipient, rid),
         networks=(Attachment(names.enclave_net),
                   Attachment(names.vnc_net, address=kiosk_ip, aliases=(names.kiosk,))),

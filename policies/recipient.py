@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,53 @@ def parse_screen(text: str) -> tuple[int, int]:
     return width, height
 
 
+WATERMARK_FIELDS = ("recipient", "kiosk", "time")
+DEFAULT_WATERMARK_TEXT = "{recipient}  kiosk {kiosk}\n{time} UTC"
+
+
+class WatermarkPolicy(BaseModel):
+    """The faint, tiled stamp drawn over the kiosk's screen (enclave/kiosk/watermark.py): who and when, in every frame
+    the researcher sees and in the recording, so that a photograph or screenshot of the screen names its source.
+
+    On unless a policy switches it off. `colour` is drawn solid on the glyph pixels that `opacity` keeps (an ordered
+    dither: the kiosk's X display has no compositor, so screen-door transparency stands in for alpha). `text` is a
+    template over WATERMARK_FIELDS: the recipient, the kiosk's id (which the proxy's session log records as the VNC
+    server's desktop name, so that a stamp names its session) and the UTC time to the minute; a newline starts a
+    second line. `scale` enlarges the X server's built-in 6x13 font."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    colour: str = Field("#c8c8c8", pattern=r"^#[0-9a-fA-F]{6}$")
+    opacity: float = Field(0.5, gt=0.0, le=1.0)
+    text: str = Field(DEFAULT_WATERMARK_TEXT, min_length=1, max_length=160)
+    scale: int = Field(2, ge=1, le=4)
+
+    @field_validator("text")
+    @classmethod
+    def _known_fields(cls, value: str) -> str:
+        try:
+            parsed = list(string.Formatter().parse(value))
+        except ValueError as exc:
+            raise ValueError(f"watermark text {value!r}: {exc}") from None
+        for _literal, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            if name not in WATERMARK_FIELDS:
+                raise ValueError(f"watermark text {value!r}: {{{name}}} is not one of "
+                                 + ", ".join(f"{{{f}}}" for f in WATERMARK_FIELDS))
+            if spec or conversion:
+                raise ValueError(f"watermark text {value!r}: {{{name}}} takes no format spec or conversion")
+        if not any(name for _literal, name, _spec, _conv in parsed):
+            raise ValueError(f"watermark text {value!r} names none of "
+                             + ", ".join(f"{{{f}}}" for f in WATERMARK_FIELDS))
+        return value
+
+    @property
+    def rgb(self) -> tuple[int, int, int]:
+        return int(self.colour[1:3], 16), int(self.colour[3:5], 16), int(self.colour[5:7], 16)
+
+
 def end_of_day(day: date) -> datetime:
     """A policy's `expires: 2027-06-30` means access through that day (UTC)."""
     return datetime.combine(day + timedelta(days=1), time(0, 0), tzinfo=timezone.utc)
@@ -59,6 +107,8 @@ class RecipientPolicy(BaseModel):
     # Days the recorded sessions of this recipient are kept after they end (then deleted, the deletion logged);
     # None: the site's default (site.json `session_retention_days`).
     retention_days: int | None = Field(None, ge=1, le=36500)
+    # The screen watermark (recipient, kiosk id, time); on when the policy does not say.
+    watermark: WatermarkPolicy = WatermarkPolicy()
 
     @field_validator("screen")
     @classmethod
@@ -111,8 +161,8 @@ def recipient_policy_json_schema() -> dict[str, Any]:
     return RecipientPolicy.model_json_schema(mode="validation")
 
 
-__all__ = ["DEFAULT_SCREEN", "PolicyError", "RecipientPolicy", "end_of_day", "load_recipient_policy",
-           "parse_screen", "recipient_policy_json_schema"]
+__all__ = ["DEFAULT_SCREEN", "PolicyError", "RecipientPolicy", "WATERMARK_FIELDS", "WatermarkPolicy", "end_of_day",
+           "load_recipient_policy", "parse_screen", "recipient_policy_json_schema"]
 
 if __name__ == "__main__":  # pragma: no cover - regenerates the shipped schema
     print(json.dumps(recipient_policy_json_schema(), indent=2))

@@ -6,8 +6,9 @@
 
 Modules, one job each: `config` (inputs), `display` (Xvfb with a cookie), `keyboard` (no key acts on the X
 server), `vnc` (x11vnc), `browser_policy` (managed policy JSON), `browser` (Chromium command, user and profile),
-`netns` and `forward` (the browser reaches only the app), `watchdog` (one fullscreen window on the app), `xlib` (the
-X calls the kiosk needs), `kiosk` (start and stop in order), `cli` (`safeshare kiosk`).
+`netns` and `forward` (the browser reaches only the app), `watchdog` (one fullscreen window on the app), `watermark`
+and `overlay` (who and when, stamped over the screen), `xlib` (the X calls the kiosk needs), `kiosk` (start and
+stop in order), `cli` (`safeshare kiosk`).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _config(args: argparse.Namespace):  # -> KioskConfig
-    from enclave.kiosk.config import DEFAULT_SIZE, KioskConfig, parse_size, size_from_policy
+    from enclave.kiosk.config import DEFAULT_SIZE, KioskConfig, parse_size, size_from_policy, watermark_settings
 
     size = None
     if args.size:
@@ -27,12 +27,14 @@ def _config(args: argparse.Namespace):  # -> KioskConfig
     elif args.policy:
         size = size_from_policy(Path(args.policy))
     width, height = size or DEFAULT_SIZE
+    watermark = watermark_settings(Path(args.policy) if args.policy else None, args.recipient, args.watermark)
     return KioskConfig(app_url=args.url, state_dir=Path(args.state), width=width, height=height,
                        network=args.network, vnc_port=args.vnc_port,
                        vnc_listen=args.vnc_listen,
                        vnc_password_file=Path(args.vnc_password_file) if args.vnc_password_file else None,
                        log_dir=Path(args.logs) if args.logs else None,
-                       chromium=args.chromium, app_title=args.app_title, app_wait=args.app_wait)
+                       chromium=args.chromium, app_title=args.app_title, app_wait=args.app_wait,
+                       watermark=watermark)
 
 
 async def _serve(config) -> int:  # config: KioskConfig
@@ -91,12 +93,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "kiosk", help="run the locked-down kiosk browser (Xvfb, x11vnc, Chromium) in the foreground",
         description="Start Xvfb, a password-protected x11vnc (clipboard off) and Chromium in kiosk mode on the app "
-                    "URL with managed policies, a window watchdog and network isolation; print the VNC endpoint as "
-                    "JSON; stop everything on Ctrl+C or SIGTERM.")
+                    "URL with managed policies, a window watchdog, a screen watermark (on unless the recipient policy "
+                    "switches it off) and network isolation; print the VNC endpoint as JSON; stop everything on "
+                    "Ctrl+C or SIGTERM.")
     p.add_argument("--url", required=True, help="the analytics app URL, http://HOST:PORT/ (the only allowed origin)")
     p.add_argument("--state", required=True, help="folder for the VNC socket, password file and logs")
     p.add_argument("--size", help="screen size WIDTHxHEIGHT (default: the policy's `screen`, else 1280x800)")
-    p.add_argument("--policy", help="recipient policy YAML whose `screen:` sets the size")
+    p.add_argument("--policy", help="recipient policy YAML: its `screen:` sets the size, its `recipient` and "
+                                    "`watermark:` the screen watermark")
+    p.add_argument("--recipient", help="the recipient the screen watermark names (default: the policy's)")
+    p.add_argument("--watermark", metavar="JSON",
+                   help="the recipient policy's `watermark` setting as JSON, e.g. '{\"enabled\": false}' (default: "
+                        "the policy's; without either, on: a faint tiled stamp of the recipient, this kiosk's id and "
+                        "the UTC time over the whole screen, outside the browser's reach)")
     p.add_argument("--network", choices=("auto", "netns", "proxy"), default="auto",
                    help="how the browser is kept to the app: its own network namespace (needs root; auto uses it "
                         "when possible) or a refusing proxy for every other request")

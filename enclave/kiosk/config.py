@@ -1,7 +1,8 @@
 """What a kiosk needs to know: the app URL, the screen size, where to keep its state, how to isolate the network.
 
 The screen size can come from the recipient policy (`screen: 1280x800`, or `{width: .., height: ..}`), read through
-policies.recipient like every other component reads it. A bad size is an error, never a silent default.
+policies.recipient like every other component reads it. A bad size is an error, never a silent default. So can the
+screen watermark (`watermark:`, on unless the policy switches it off) and the recipient it names.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from policies.recipient import DEFAULT_SCREEN, PolicyError, load_recipient_policy, parse_screen
+from enclave.kiosk.watermark import WatermarkSettings
+from policies.recipient import DEFAULT_SCREEN, PolicyError, WatermarkPolicy, load_recipient_policy, parse_screen
 
 DEFAULT_SIZE = DEFAULT_SCREEN
 
@@ -41,6 +43,26 @@ def size_from_policy(path: Path) -> tuple[int, int] | None:
         return load_recipient_policy(path).screen_size
     except PolicyError as exc:
         raise KioskConfigError(str(exc)) from None
+
+
+def watermark_settings(policy_path: Path | None, recipient: str | None,
+                       watermark_json: str | None) -> WatermarkSettings:
+    """The watermark to draw: `watermark_json` (the policy's `watermark` setting as JSON, which provisioning passes to
+    a kiosk container that has no policy file) or else the policy's, else the default (on); the recipient named is
+    `recipient`, else the policy's."""
+    setting = WatermarkPolicy()
+    if policy_path is not None:
+        try:
+            policy = load_recipient_policy(policy_path)
+        except PolicyError as exc:
+            raise KioskConfigError(str(exc)) from None
+        setting, recipient = policy.watermark, recipient or policy.recipient
+    if watermark_json is not None:
+        try:
+            setting = WatermarkPolicy.model_validate_json(watermark_json)
+        except ValueError as exc:
+            raise KioskConfigError(f"--watermark: not a recipient policy's watermark setting: {exc}") from None
+    return WatermarkSettings.from_policy(setting, recipient)
 
 
 def check_app_url(url: str) -> str:
@@ -114,6 +136,7 @@ class KioskConfig:
     app_wait: float = 0.0  # seconds to wait for the app to answer before starting the browser (0: resolve once)
     app_title: str | None = None  # restart the browser if the window title stops starting with this
     user: str | None = None  # browser user when root (default: safeshare-kiosk)
+    watermark: WatermarkSettings = WatermarkSettings()  # on by default: a kiosk without it must say so
     extra_flags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

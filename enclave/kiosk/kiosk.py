@@ -5,6 +5,10 @@ everything down again, process groups and network namespace included, so no proc
 coroutines because the kiosk keeps tasks running in the caller's event loop (the watchdog and, with a network
 namespace, the relay to the app), next to the proxy and gateway in `safeshare up`.
 
+Every kiosk start gets a random id (`kiosk_id`): the screen watermark shows it (watermark.py), and x11vnc announces
+it as its desktop name, which the proxy writes into each session's log, so that a stamp on a picture of the screen
+leads to its session.
+
 Order matters for failing closed: the managed policy is written, and in a namespace checked to be what the browser
 will see, before the browser starts; if any step fails, everything started so far is stopped again.
 """
@@ -15,6 +19,7 @@ import ipaddress
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -33,8 +38,9 @@ from enclave.kiosk.keyboard import harden_keyboard
 from enclave.kiosk.leftovers import clean_previous, remove_record, write_record
 from enclave.kiosk.netns import NetnsUnavailable, NetworkNamespace, netns_unavailable_reason
 from enclave.kiosk.procs import descendants, kill_pids, spawn, stop_group
-from enclave.kiosk.vnc import VncEndpoint, VncServer, start_x11vnc
+from enclave.kiosk.vnc import VncEndpoint, VncServer, desktop_name, start_x11vnc
 from enclave.kiosk.watchdog import Watchdog, title_checker
+from enclave.kiosk.watermark import Watermark
 
 log = logging.getLogger("safeshare.kiosk")
 
@@ -52,13 +58,16 @@ class KioskEndpoint:
     network: str  # "netns <name>" or "proxy fallback (<reason>)"
     browser_user: str
     log_dir: Path
+    kiosk_id: str = ""  # shown in the watermark and announced as the VNC desktop name (the sessions' logs keep it)
+    watermark: str = "off"  # "on" or "off", for logs and `status`
 
     def password(self) -> bytes:
         return VncEndpoint(self.upstream, self.password_file).password()
 
     def as_dict(self) -> dict[str, str]:
         return {"upstream": self.upstream, "password_file": str(self.password_file), "display": self.display,
-                "network": self.network, "browser_user": self.browser_user, "log_dir": str(self.log_dir)}
+                "network": self.network, "browser_user": self.browser_user, "log_dir": str(self.log_dir),
+                "kiosk_id": self.kiosk_id, "watermark": self.watermark}
 
 
 class _RefusingProxy:
@@ -88,6 +97,7 @@ class _RefusingProxy:
 class Kiosk:
     def __init__(self, config: KioskConfig) -> None:
         self.config = config
+        self.kiosk_id = secrets.token_hex(4)
         self.display: XDisplay | None = None
         self.vnc: VncServer | None = None
         self.netns: NetworkNamespace | None = None
@@ -209,7 +219,7 @@ class Kiosk:
         await asyncio.to_thread(harden_keyboard, self.display.name, self.display.cookie)
         self.vnc = await asyncio.to_thread(start_x11vnc, self.display, cfg.state_dir, cfg.log_dir / "x11vnc.log",
                                            port=cfg.vnc_port, listen=cfg.vnc_listen,
-                                           password_from=cfg.vnc_password_file)
+                                           password_from=cfg.vnc_password_file, desktop=desktop_name(self.kiosk_id))
         await asyncio.to_thread(self._install_policy)
         self._prepare_home()
         self._record()
@@ -217,7 +227,8 @@ class Kiosk:
         await asyncio.to_thread(self._launch_browser)
         self.watchdog = Watchdog(self.display.name, self.display.cookie, cfg.width, cfg.height,
                                  self._restart_browser, lambda: self.browser is not None and self.browser.poll() is None,
-                                 title_ok=title_checker(cfg.app_title))
+                                 title_ok=title_checker(cfg.app_title),
+                                 watermark=Watermark(cfg.watermark, self.kiosk_id) if cfg.watermark.enabled else None)
         await self.watchdog.start()
         deadline = time.monotonic() + WINDOW_TIMEOUT
         while True:
@@ -233,7 +244,8 @@ class Kiosk:
         self._record()
         self._supervisor = asyncio.create_task(self._supervise(), name="kiosk-supervisor")
         self.endpoint = KioskEndpoint(self.vnc.endpoint.upstream, self.vnc.endpoint.password_file, self.display.name,
-                                      self._network, self.user.describe(), cfg.log_dir)
+                                      self._network, self.user.describe(), cfg.log_dir, self.kiosk_id,
+                                      "on" if cfg.watermark.enabled else "off")
         log.info("kiosk ready: %s", json.dumps(self.endpoint.as_dict()))
         return self.endpoint
 
@@ -378,7 +390,8 @@ class Kiosk:
                     self.vnc = await asyncio.to_thread(start_x11vnc, self.display, self.config.state_dir,
                                                        self.config.log_dir / "x11vnc.log",
                                                        port=self.config.vnc_port, keep_password=True,
-                                                       listen=self.config.vnc_listen)
+                                                       listen=self.config.vnc_listen,
+                                                       desktop=desktop_name(self.kiosk_id))
                     self._record()
                 except RuntimeError as exc:
                     self.failure = f"x11vnc cannot be restarted: {exc}"

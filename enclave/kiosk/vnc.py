@@ -59,10 +59,18 @@ def new_password(path: Path) -> None:
         handle.write(text + "\n")
 
 
+def desktop_name(kiosk_id: str) -> str:
+    """The desktop name x11vnc announces in ServerInit: the proxy logs it in every session (`upstream_ready`), which
+    ties the kiosk id in the screen watermark to the sessions that showed it."""
+    return f"safeshare kiosk {kiosk_id}"
+
+
 def x11vnc_command(display: XDisplay, password_file: Path, *, unix_socket: Path | None = None,
-                   port: int | None = None, listen: str = "127.0.0.1") -> list[str]:
+                   port: int | None = None, listen: str = "127.0.0.1", desktop: str | None = None) -> list[str]:
     cmd = ["x11vnc", "-display", display.name, "-auth", str(display.xauthority), "-passwdfile", str(password_file),
            *HARDENING_FLAGS, *CLIPBOARD_OFF_FLAGS]
+    if desktop is not None:
+        cmd += ["-desktop", desktop]
     if unix_socket is not None:
         # No TCP listener at all: "-rfbport 0" alone still leaves an IPv6 listener on [::]:5900, hence
         # "-rfbportv6 -1". (-localhost would refuse every Unix-socket client: "localhost" != 127.0.0.1.)
@@ -105,7 +113,7 @@ class VncServer:
 
 def start_x11vnc(display: XDisplay, state: Path, log_path: Path, *, port: int | None = None,
                  timeout: float = 15.0, keep_password: bool = False, listen: str = "127.0.0.1",
-                 password_from: Path | None = None) -> VncServer:
+                 password_from: Path | None = None, desktop: str | None = None) -> VncServer:
     """Start x11vnc with a fresh password (or the current one, when restarting it under a running proxy that read
     the password file already, or the one in `password_from`, which a custodian shares with the gateway when kiosk
     and gateway run in separate containers); returns once it answers with an RFB greeting."""
@@ -125,7 +133,7 @@ def start_x11vnc(display: XDisplay, state: Path, log_path: Path, *, port: int | 
     unix_socket = None if port is not None else vnc_dir / "rfb.sock"
     if unix_socket is not None:
         unix_socket.unlink(missing_ok=True)
-    cmd = x11vnc_command(display, password_file, unix_socket=unix_socket, port=port, listen=listen)
+    cmd = x11vnc_command(display, password_file, unix_socket=unix_socket, port=port, listen=listen, desktop=desktop)
     proc = spawn(cmd, log_path, env={**display.env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                                      "HOME": str(vnc_dir)})
     deadline = time.monotonic() + timeout

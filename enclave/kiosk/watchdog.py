@@ -22,6 +22,9 @@ also does the one job a window manager would: sizing the kiosk window to the scr
 (menus, dropdowns, tooltips) are not top-level application windows and are left alone; what a menu can open is
 covered by the browser policy and, if it is a window, by this watchdog.
 
+It also keeps the screen watermark (watermark.py) current and on top of every window, when the kiosk has one: the
+watermark is an override-redirect window, so `assess` leaves it alone like a menu.
+
 The decision (`assess`) is a pure function of what the display shows, so it is tested without X.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from enclave.kiosk.keyboard import KeyboardGuard, grab_shortcuts
+from enclave.kiosk.watermark import Watermark
 from enclave.kiosk.xlib import TopLevel, XConnection, XError
 
 log = logging.getLogger("safeshare.kiosk")
@@ -99,6 +103,7 @@ class Plan:
     restart: str | None = None
     bad_title: str | None = None  # the kiosk window's title when it does not show the app
     close_tab: bool = False  # send Ctrl+W to the kiosk window (decided by TitleTracker)
+    notes: list[str] = field(default_factory=list)  # what was repaired while looking (the watermark)
 
 
 @dataclass
@@ -171,7 +176,7 @@ class Watchdog:
     def __init__(self, display: str, cookie: bytes, width: int, height: int,
                  restart_browser: Callable[[str], Awaitable[None]], browser_alive: Callable[[], bool],
                  title_ok: Callable[[str], bool] | None = None, title_grace: float = TITLE_GRACE_SECONDS,
-                 poll_seconds: float = POLL_SECONDS) -> None:
+                 poll_seconds: float = POLL_SECONDS, watermark: Watermark | None = None) -> None:
         self.display = display
         self.cookie = cookie
         self.width = width
@@ -180,6 +185,7 @@ class Watchdog:
         self.browser_alive = browser_alive
         self.title_ok = title_ok
         self.poll_seconds = poll_seconds
+        self.watermark = watermark
         self.kiosk: int | None = None
         self.closed = 0
         self.restarts = 0
@@ -207,6 +213,8 @@ class Watchdog:
         self._conn = await self._in_x_thread(XConnection, self.display, self.cookie)
         grabbed = await self._in_x_thread(grab_shortcuts, self._conn)
         log.info("kiosk watchdog: %d shortcut key combinations taken off the keyboard", grabbed)
+        if self.watermark is not None:  # before the browser's window appears: no frame without it
+            await self._in_x_thread(self.watermark.start, self._conn)
         self._task = asyncio.create_task(self._run(), name="kiosk-watchdog")
 
     async def stop(self) -> None:
@@ -216,10 +224,19 @@ class Watchdog:
             self._task = None
         if self._x_thread is not None:
             if self._conn is not None:
+                if self.watermark is not None:
+                    await self._in_x_thread(self._stop_watermark)
                 await self._in_x_thread(self._conn.close)
                 self._conn = None
             self._x_thread.shutdown(wait=True)
             self._x_thread = None
+
+    def _stop_watermark(self) -> None:
+        assert self.watermark is not None
+        try:
+            self.watermark.stop()
+        except XError:
+            pass  # the display is gone, and the window with it
 
     async def wait_for_window(self, timeout: float) -> int:
         """Until the watchdog has adopted a kiosk window (the browser is up and shown)."""
@@ -258,6 +275,8 @@ class Watchdog:
             await self._restart("the browser is not running")
             return
         plan = await self._in_x_thread(self._look)
+        for found in plan.notes:
+            self._note(found)
         if plan.restart:
             await self._restart(plan.restart)
             return
@@ -278,6 +297,13 @@ class Watchdog:
         assert self._conn is not None
         windows = self._conn.top_levels()
         plan = assess(windows, self.kiosk, self.width, self.height, self.title_ok)
+        if self.watermark is not None:
+            try:
+                plan.notes = self.watermark.keep(self._conn, windows)
+            except XError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (logged; the window checks below must still run)
+                plan.notes = [f"keeping the watermark failed: {exc.__class__.__name__}: {exc}"]
         if plan.kiosk is not None and not plan.restart:
             what = self._titles.step(plan.bad_title, time.monotonic())
             if what == "restart":
@@ -309,6 +335,8 @@ class Watchdog:
                 self._conn.move_resize(plan.kiosk, 0, 0, self.width, self.height)
             if plan.close or plan.close_tab:
                 self._conn.raise_and_focus(plan.kiosk)
+                if self.watermark is not None:
+                    self.watermark.raise_()
             if plan.close_tab and plan.bad_title is not None:
                 self._note(f"closing the tab showing {plan.bad_title!r} (Ctrl+W)")
                 self._titles.closed(plan.bad_title, now)

@@ -160,7 +160,8 @@ def test_safeshare_up_uses_the_same_command_lines(tmp_path: Path, site: Site) ->
     assert options(commands["app"]) == options(plan.app.command)
     kiosk = commands["kiosk"][4:]
     assert kiosk == list(kiosk_argv(url="http://127.0.0.1:8123/", state=str(config.home / "kiosk"), network="auto",
-                                    logs=str(config.home / "logs" / "kiosk"), size="1024x768"))
+                                    logs=str(config.home / "logs" / "kiosk"), size="1024x768",
+                                    policy=str(config.recipient_policy)))
     assert {"--url", "--state", "--network", "--app-title", "--size"} <= set(options(plan.kiosk.command)) & \
         set(options(kiosk))
     gateway = commands["gateway"][4:]
