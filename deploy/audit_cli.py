@@ -1,4 +1,4 @@
-"""`safeshare audit verify|sessions|export|retention`: the auditors' commands over a site's recorded sessions.
+"""`safeshare audit verify|sessions|export|retention|checkpoint`: the auditors' commands over a site's recorded sessions.
 
 The work is done by `proxy/audit/` (which knows nothing of sites); this module adds the site's defaults (sessions
 root, database, player cache), as deploy/ may know every component and proxy/ may not know deploy/.
@@ -14,6 +14,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from deploy.audit_sequence import VERIFY_CHECKPOINT_HELP
+from deploy.audit_sequence import register as register_checkpoint
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 
 
@@ -90,15 +92,27 @@ def _status(check) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from safeshare.signing import KeyFileError
 
+    from deploy.audit_sequence import sequence_check
+    from deploy.site import SiteError
+    from proxy.audit.sequence import CheckpointError
+
     try:
-        checks = _check(_sessions_root(args.path), args)
-    except (FileNotFoundError, KeyFileError) as exc:
+        root = _sessions_root(args.path)
+        if args.checkpoint and not args.db:
+            args.db = _site_db(args)  # the deletion events are in the site's database
+        checks = _check(root, args)
+        sequence = sequence_check(args, root, checks)  # deletion events (--db), sessions of --checkpoint
+    except (FileNotFoundError, KeyFileError, CheckpointError, SiteError) as exc:
         print(f"safeshare audit verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # a database URL that cannot be used
         print(f"safeshare audit verify: --db: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     bad = [check for check in checks if not check.ok]
+    if sequence is not None and sequence.checkpoint:  # on stderr: --json's output stays one object
+        print(f"{sequence.checkpoint} (of {sequence.created}): {sequence.count} session(s), {sequence.present} "
+              f"still there, {sequence.deleted} deleted by retention, "
+              f"{sequence.count - sequence.present - sequence.deleted} missing", file=sys.stderr)
     if args.json:
         print(json.dumps({"sessions": len(checks), "ok": len(checks) - len(bad),
                           "findings": sum(len(c.findings) for c in bad),
@@ -327,7 +341,12 @@ What a passing check proves, and against whom:
   and of the database        recording hash), but still cannot produce a seal signed by the gateway's
                              key: found by the signature check. What is left to them is deleting whole
                              sessions with their rows; the next session's signed seal names the session
-                             sealed before it, so a deletion not recorded by retention is reported (--db).
+                             sealed before it, so a deletion not recorded by retention is reported (--db),
+                             and a session-deleted event must name that seal's head and be dated after the
+                             session's retention ended (counted from signed times). The newest session,
+                             which no later seal names, needs --checkpoint: a file from `safeshare audit
+                             checkpoint` the auditor keeps OUTSIDE the site; every session it names must be
+                             there or deleted by such an event.
 Not covered: someone holding the gateway's key (keep it readable only by the gateway; rotate it with
 `safeshare custodian key rotate --purpose gateway` if it may have leaked), and events after the last
 anchor of a gateway that was killed (anchored every few seconds).
@@ -349,6 +368,7 @@ the seal: an edit there is a finding.""")
     verify.add_argument("--trust", help="trust store whose 'gateway' keys may sign seals (default SITE/trust.json)")
     verify.add_argument("--site", help="site folder whose trust.json to use (default $SAFESHARE_SITE or "
                                        "/var/lib/safeshare)")
+    verify.add_argument("--checkpoint", metavar="FILE", help=VERIFY_CHECKPOINT_HELP)
     verify.add_argument("--allow-unsigned", action="store_true",
                         help="accept unsigned seals (sessions sealed before signing existed); still reported")
     verify.add_argument("--allow-partial", action="store_true",
@@ -403,3 +423,5 @@ the seal: an edit there is a finding.""")
     retention.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     retention.add_argument("--json", action="store_true")
     retention.set_defaults(func=cmd_retention)
+
+    register_checkpoint(sub)  # audit checkpoint (deploy/audit_sequence.py)

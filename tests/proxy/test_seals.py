@@ -537,10 +537,17 @@ def test_the_custodian_services_verification_checks_signature_and_anchor(site: S
     assert any("does not match" in p for p in got) and any(p.startswith("seal differs from the anchor") for p in got)
 
 
-def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles) -> None:
+def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
     """Retention deletes the folder and records `session-deleted` (with the seal) in the site's audit log; the row
-    and the next session's seal still name it, and `audit verify --db` reads the audit log to tell the two apart."""
+    and the next session's seal still name it, and `audit verify --db` reads the audit log to tell the two apart.
+    The event must name that seal's head and be dated after the retention period (issue 24, item 4): here a year
+    on, and checked then."""
+    from datetime import datetime, timedelta, timezone
+
+    import deploy.audit_sequence
     from deploy.records import Records
+    from safeshare.cli import main
 
     first, second = ordered(site)
     head = json.loads((first / "meta.json").read_text())["log_head"]
@@ -550,8 +557,9 @@ def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles) -> None:
     assert done.returncode == 1
     assert {f["problem"] for c in json.loads(done.stdout)["checks"] for f in c["findings"]} == {
         "missing: the gateway's session table records this session"}
-    records = Records(site.db)
+    later = datetime.now(timezone.utc) + timedelta(days=366)  # the site's default retention is 365 days
+    records = Records(site.db, clock=lambda: later)
     records.audit("system:retention", "session-deleted", "ok", "ann", session=first.name, log_head=head)
     records.dispose()
-    done = audit(*args)
-    assert done.returncode == 0, done.stdout
+    monkeypatch.setattr(deploy.audit_sequence, "now", lambda: later)
+    assert main(["audit", *args]) == 0, capsys.readouterr().out
