@@ -299,11 +299,20 @@ class WorkerNode:
         if not missing:
             return
         save = subprocess.Popen(["docker", "save", *missing], stdout=subprocess.PIPE)
-        load = subprocess.run(["docker", "-H", self.host, "load", "-q"], stdin=save.stdout, capture_output=True,
-                              text=True, timeout=1800)
-        save.wait(timeout=60)
+        try:
+            load = subprocess.run(["docker", "-H", self.host, "load", "-q"], stdin=save.stdout, capture_output=True,
+                                  text=True, timeout=1800)
+        finally:
+            assert save.stdout is not None
+            save.stdout.close()  # a load that failed early ends the save (EPIPE), instead of leaving it blocked
+            try:
+                save.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                save.kill()
+                save.wait()
         if save.returncode != 0 or load.returncode != 0:
-            raise RuntimeError(f"docker save | load failed: {load.stderr[-2000:]}")
+            raise RuntimeError(f"docker save | load failed (save {save.returncode}, load {load.returncode}): "
+                               f"{load.stderr[-2000:]}")
 
     @staticmethod
     def _image_id(ref: str, host: str | None) -> str | None:
