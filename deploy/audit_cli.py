@@ -1,4 +1,4 @@
-"""`safeshare audit verify|sessions|export|retention|checkpoint`: the auditors' commands over a site's recorded sessions.
+"""`safeshare audit verify|sessions|export|retention|checkpoint`: the auditors' commands over recorded sessions.
 
 The work is done by `proxy/audit/` (which knows nothing of sites); this module adds the site's defaults (sessions
 root, database, player cache), as deploy/ may know every component and proxy/ may not know deploy/.

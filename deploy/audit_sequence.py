@@ -51,18 +51,32 @@ def deletions(db: str) -> list:
 
 
 def retention_days(args: argparse.Namespace):
-    """recipient -> the retention days that apply now (recipient policy as provisioned, else the site's)."""
-    from deploy.records import Records
+    """recipient -> the retention days that apply now (recipient policy as provisioned, else the site's). The
+    database is opened at the first question and only read: a database without the custodian's tables (`safeshare
+    up`'s) gives the site's default."""
+    from sqlalchemy import inspect
+
+    from deploy.records import Records, RecipientRow
     from deploy.retention import retention_days_for
+    from proxy.db import make_engine
 
     site = _site(args)
-    records = Records(args.db or site.db_url)
-    days = retention_days_for(site, records)
+    state: dict[str, Any] = {}
 
     def days_for(recipient: str | None) -> int:
-        return days(recipient)
+        if "days" not in state:
+            engine = state["engine"] = make_engine(args.db or site.db_url)
+            if RecipientRow.__tablename__ in inspect(engine).get_table_names():
+                state["days"] = retention_days_for(site, Records(engine))
+            else:
+                state["days"] = lambda _recipient: site.settings.session_retention_days
+        return state["days"](recipient)
 
-    days_for.records = records  # type: ignore[attr-defined] - disposed by the caller
+    def dispose() -> None:
+        if "engine" in state:
+            state["engine"].dispose()
+
+    days_for.dispose = dispose  # type: ignore[attr-defined] - called by whoever asked
     return days_for
 
 
@@ -93,7 +107,7 @@ def sequence_check(args: argparse.Namespace, root: Path, checks: list) -> Any:
                                  checkpoint=checkpoint, checkpoint_name=f"the checkpoint {path}" if path else
                                  "the checkpoint")
     finally:
-        days_for.records.dispose()
+        days_for.dispose()
     checks.extend(report.findings)
     return report
 
@@ -140,7 +154,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             bad = [check for check in checks if not check.ok]
             checkpoint = None if bad else make_checkpoint(checks, days_for, now())
         finally:
-            days_for.records.dispose()
+            days_for.dispose()
     except (FileNotFoundError, KeyFileError, SiteError, CheckpointError) as exc:
         print(f"safeshare audit checkpoint: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -194,6 +208,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--trust", help="trust store for the seals' signatures (default SITE/trust.json)")
     parser.add_argument("--allow-unsigned", action="store_true",
                         help="accept unsigned seals of sessions sealed before signing existed")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="accept sessions a restarted gateway recovered (proven up to their last signed "
+                             "checkpoint); the checkpoint then vouches for their seals as they are")
     parser.set_defaults(func=cmd_checkpoint)
 
 

@@ -173,3 +173,12 @@ def test_deletion_checks_count_from_signed_times() -> None:
     assert report.findings == []  # one valid event accounts for the session
     report = check_deletions("/nowhere", [], [early], lambda recipient: 30, now)
     assert [c.session for c in report.findings] == ["20260101T000000Z-00aa"]
+
+
+def test_the_help_says_what_a_checkpoint_proves_and_where_to_keep_it(capsys) -> None:
+    for command in (["audit", "checkpoint", "--help"], ["audit", "verify", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(command)
+        text = " ".join(capsys.readouterr().out.split())
+        assert done.value.code == 0
+        assert "outside the site" in text.lower() and "session-deleted" in text
