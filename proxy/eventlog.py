@@ -16,7 +16,8 @@ log, and whoever seals it afterwards (the restarted gateway, `proxy.recovery`) c
 are the ones its predecessor wrote: a writer of the folder and the database may have rewritten them meanwhile. So
 while the session runs, the writer signs **checkpoints** into the log: ordinary chained lines (`event: checkpoint`)
 holding the session id and the number of lines before them (`lines`, equal to their `seq`), whose `prev` is the head
-of the chain, signed like a seal (`checkpoint_message`). One is written after every control event (`CONTROL_EVENTS`:
+of the chain, and the size and SHA-256 of the recording's start that has reached the disk (`recording`), signed
+like a seal (`checkpoint_message`). One is written after every control event (`CONTROL_EVENTS`:
 connect, handshakes, limits, errors, capture) and every `interval` seconds while lines were added
 (`EventLog.checkpoint_due`, polled by the session's watchdog), never per input event. Any rewrite before the last
 checkpoint breaks its signature whoever seals later; a recovered seal names the checkpoint it vouches up to, and the
@@ -119,18 +120,22 @@ class EventLog:
         self._seq = 0
         self.closed = False
         self._checkpoint_key: Callable[[], SigningKey | None] | None = None
+        self._checkpoint_extra: Callable[[], dict[str, Any]] | None = None
         self._session = ""
         self.checkpoint_interval = CHECKPOINT_INTERVAL
         self._checkpointed_lines = 0
         self._checkpointed_at = time.monotonic()
 
     def sign_checkpoints(self, key: Callable[[], SigningKey | None], session: str,
-                         interval: float = CHECKPOINT_INTERVAL) -> None:
+                         interval: float = CHECKPOINT_INTERVAL,
+                         extra: Callable[[], dict[str, Any]] | None = None) -> None:
         """Sign checkpoints into this log from now on, with the key `key()` returns at each (None: skip that one;
-        the gateway's re-read key, so a rotation applies from the next checkpoint), for session `session`."""
+        the gateway's re-read key, so a rotation applies from the next checkpoint), for session `session`;
+        `extra()` adds fields to each (the session: how much of its recording has reached the disk)."""
         self._checkpoint_key = key
         self._session = session
         self.checkpoint_interval = interval
+        self._checkpoint_extra = extra
 
     def checkpoint_due(self, now: float | None = None) -> bool:
         """Whether lines were added since the last checkpoint at least `checkpoint_interval` seconds ago."""
@@ -146,7 +151,10 @@ class EventLog:
         key = self._checkpoint_key()
         if key is None:
             return False
-        record = self._record("checkpoint", {"session": self._session, "lines": self._seq})
+        fields: dict[str, Any] = {"session": self._session, "lines": self._seq}
+        if self._checkpoint_extra is not None:
+            fields.update(self._checkpoint_extra())
+        record = self._record("checkpoint", fields)
         record["signature"] = key.sign(checkpoint_message(record))
         self._emit(record)
         self._checkpointed_lines = self._seq
@@ -167,6 +175,7 @@ class EventLog:
         log._seq = check.lines
         log.closed = False
         log._checkpoint_key = None
+        log._checkpoint_extra = None
         log._session = ""
         log.checkpoint_interval = CHECKPOINT_INTERVAL
         log._checkpointed_lines = log._seq

@@ -64,6 +64,9 @@ class Recorder:
         self._digest = hashlib.sha256(MAGIC)
         self.file_bytes = len(MAGIC)
         self.sha256: str | None = None  # set by close()
+        # (bytes, SHA-256 state) of the file as last handed to the operating system (at each flush, by the writer
+        # thread): what a signed checkpoint of the event log vouches for while the session runs (`flushed`)
+        self._flushed: tuple[int, Any] = (0, hashlib.sha256())
         self.bytes_recorded = 0
         self.closed = False
         self.max_backlog = max_backlog
@@ -86,6 +89,7 @@ class Recorder:
                     break
                 if item is _FLUSH:
                     self._file.flush()
+                    self._flushed = (self.file_bytes, self._digest.copy())  # one assignment: read whole
                     continue
                 header, payload = item
                 self._file.write(header)
@@ -172,6 +176,12 @@ class Recorder:
         if not self.closed:
             self._check()
             self._queue.put(_FLUSH)
+
+    def flushed(self) -> dict[str, Any]:
+        """Size and SHA-256 of the start of the file that has reached the operating system (it survives the proxy
+        being killed), for the event log's signed checkpoints."""
+        size, digest = self._flushed
+        return {"bytes": size, "sha256": digest.hexdigest()}
 
     def close(self, reason: str) -> None:
         """Write the end record and wait for the writer (blocking: called once, when the session ends)."""

@@ -162,7 +162,7 @@ class ProxySession:
         self.log = EventLog(self.dir / EVENTS)
         if self.sealer is not None and getattr(self.sealer, "keys", None) is not None:
             # signed checkpoints while the session runs: what a gateway recovering this log after a crash can vouch for
-            self.log.sign_checkpoints(self.sealer.key, self.session_id)
+            self.log.sign_checkpoints(self.sealer.key, self.session_id, extra=self._checkpoint_fields)
         if self.record:
             self.recorder = Recorder(self.dir / SCREEN, start=self._start)
 
@@ -263,6 +263,10 @@ class ProxySession:
     def _set_reason(self, reason: str) -> None:
         if self.end_reason is None:
             self.end_reason = reason
+
+    def _checkpoint_fields(self) -> dict[str, Any]:
+        """What a checkpoint says about the recording: the size and SHA-256 of its start on disk."""
+        return {"recording": self.recorder.flushed()} if self.recorder is not None else {}
 
     def _recording_seal(self) -> dict[str, Any]:
         """What the seal line says about the screen recording: its file's SHA-256 and size."""

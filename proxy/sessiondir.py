@@ -3,8 +3,11 @@
 The recorder (proxy.session), the auditors' tools (proxy.audit), the gateway and retention all name the files
 through here, so a change of the format is made once:
 
-    events.jsonl    the hash-chained event log, sealed by its last line (proxy.eventlog)
-    meta.json       who, what, when; rewritten atomically at the start and end, repeats the seal's hash as log_head
+    events.jsonl    the hash-chained event log, sealed by its last line (proxy.eventlog); its connect line holds
+                    meta.json as first written, signed checkpoints (head, line count, recording start on disk)
+                    follow control events and every few seconds, and the seal holds meta.json's final fields
+    meta.json       who, what, when; rewritten atomically at the start and end, repeats the seal's hash as log_head;
+                    a copy for tools: what counts is the log's (proxy.audit.sessions.logged_meta)
     screen.rfbrec   the screen recording (proxy.recording), hashed in the seal
     network.pcap    the session's network capture when enabled (proxy.capture), hashed in the log
 """

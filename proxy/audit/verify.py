@@ -33,6 +33,7 @@ the database can rewrite both copies of the anchor, but still cannot sign a new 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -228,6 +229,7 @@ def _check_proven(check: SessionCheck, records: list[dict[str, Any]], hashes: li
             check.findings.append(Finding(events_path, f"the recovered seal vouches up to line {number!r}, which is "
                                                        "not a valid signed checkpoint of this log", check.lines))
     check.verified_lines, check.unverified_lines = line, found - line
+    recording = _check_recording_prefix(check, records[line - 1]) if line else None
     if not seal:
         return  # not sealed: a finding already; the numbers say how much a recovery could vouch for
     check.recovered = True
@@ -240,10 +242,37 @@ def _check_proven(check: SessionCheck, records: list[dict[str, Any]], hashes: li
                    else "no line is proven by a signed checkpoint")
     legacy = "" if "checkpoint" in seal else " (sealed by a gateway without checkpoints, which signed the whole " \
                                              "log it found)"
+    screen = (f"the recording's first {recording} bytes are proven by that checkpoint, the rest is as found at "
+              f"recovery" if recording is not None else "so is the recording, sealed as found at recovery")
     check.partial_note = (f"recovered: the gateway stopped during this session and a later one sealed it{legacy}; "
                           f"{proven_text}; the {found - line} line(s) after it are an unverifiable tail (they may "
-                          f"have been rewritten, and lines may have been removed after it), as is the recording, "
-                          f"sealed as found at recovery")
+                          f"have been rewritten, and lines may have been removed after it); {screen}")
+
+
+def _check_recording_prefix(check: SessionCheck, point: dict[str, Any]) -> int | None:
+    """The start of the recording that the checkpoint `point` vouches for (its size and SHA-256 when written) must
+    be the start of the file; returns that size, or None when the checkpoint names none."""
+    recording = point.get("recording")
+    size, digest = (recording.get("bytes"), recording.get("sha256")) if isinstance(recording, dict) else (None, None)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(digest, str):
+        return None
+    path = Path(check.folder) / SCREEN
+    where = f"the gateway's signed checkpoint at line {check.verified_lines} vouches for its first {size} bytes"
+    try:
+        with open(path, "rb") as handle:
+            hasher = hashlib.sha256()
+            left = size
+            while left and (chunk := handle.read(min(left, 1 << 20))):
+                hasher.update(chunk)
+                left -= len(chunk)
+    except OSError:
+        check.findings.append(Finding(str(path), f"missing or unreadable: {where}"))
+        return size
+    if left:
+        check.findings.append(Finding(str(path), f"truncated: {size - left} bytes, {where}"))
+    elif hasher.hexdigest() != digest:
+        check.findings.append(Finding(str(path), f"altered within its first {size} bytes: {where}"))
+    return size
 
 
 def _difference(found: Any, sealed: Any) -> str:

@@ -225,3 +225,51 @@ def test_a_gateway_cannot_be_made_to_vouch_beyond_its_checkpoints_by_a_forged_on
     (check,) = site.check(anchors=site.anchors())
     assert not check.ok and check.verified_lines == seal["checkpoint"]["line"]
     assert any("checkpoint signature" in f.problem for f in check.findings), check.findings
+
+
+def test_checkpoints_vouch_for_the_recording_on_disk(recorded: SiteFiles) -> None:
+    """Each checkpoint names the size and SHA-256 of the start of the recording that had reached the disk."""
+    folder = only_session(recorded)
+    blob = (folder / "screen.rfbrec").read_bytes()
+    points = [e for e in events_of(folder) if e["event"] == "checkpoint"]
+    sizes = [p["recording"]["bytes"] for p in points]
+    assert sizes == sorted(sizes) and sizes[-1] > 0, sizes
+    for point in points:
+        size = point["recording"]["bytes"]
+        assert hashlib.sha256(blob[:size]).hexdigest() == point["recording"]["sha256"]
+
+
+def test_a_recording_altered_before_recovery_is_found_within_the_checkpointed_bytes(site: SiteFiles) -> None:
+    """The log kept as the killed gateway left it (no seal), the recording changed inside the start its last
+    checkpoint vouches for, the row cleared, the gateway restarted: the recovered seal hashes the altered file as
+    found, but the checkpoint's hash finds the change."""
+    folder = only_session(site)
+    rewrite(folder, lambda e: False)  # only the seal goes: a log as a killed gateway leaves it
+    last = [e for e in events_of(folder) if e["event"] == "checkpoint"][-1]
+    size = last["recording"]["bytes"]
+    blob = bytearray((folder / "screen.rfbrec").read_bytes())
+    blob[size - 1] ^= 0xFF
+    (folder / "screen.rfbrec").write_bytes(bytes(blob))
+    clear_row(site, folder.name)
+    gateway_run(site)
+    assert events_of(folder)[-1]["recovered"] is True
+    for anchors in (None, site.anchors()):
+        (check,) = site.check(anchors=anchors) if anchors is not None else site.check()
+        assert [f.problem for f in check.findings] == [
+            f"altered within its first {size} bytes: the gateway's signed checkpoint at line {last['seq'] + 1} "
+            f"vouches for its first {size} bytes"], check.findings
+    assert events_of(folder)[-1]["checkpoint"]["line"] == last["seq"] + 1
+
+
+def test_an_intact_log_of_a_killed_gateway_is_partial_with_its_recording_start_proven(site: SiteFiles) -> None:
+    """Nothing altered (the gateway was simply killed after its last checkpoint): no finding, PARTIAL, the lines
+    and the start of the recording the checkpoint vouches for are proven."""
+    folder = only_session(site)
+    rewrite(folder, lambda e: False)
+    last = [e for e in events_of(folder) if e["event"] == "checkpoint"][-1]
+    clear_row(site, folder.name)
+    gateway_run(site)
+    (check,) = site.check(anchors=site.anchors())
+    assert not check.findings and check.partial, check.findings
+    assert check.verified_lines == last["seq"] + 1
+    assert f"the recording's first {last['recording']['bytes']} bytes are proven" in check.partial_note
