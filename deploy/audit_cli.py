@@ -386,7 +386,9 @@ the seal: an edit there is a finding.""")
     sessions.add_argument("root", nargs="?", help="sessions root (default $SAFESHARE_SITE/sessions)")
     sessions.add_argument("--recipient")
     sessions.add_argument("--release", help="dataset/id, or a dataset")
-    sessions.add_argument("--since", help="sessions that started at or after (ISO date or date-time, UTC if no zone)")
+    sessions.add_argument("--since", help="sessions that started at or after (ISO date or date-time, UTC if no zone); "
+                                          "the start, end and end reason are the ones the gateway signed in the "
+                                          "seal (or, while a session runs, the log's connect line), not meta.json's")
     sessions.add_argument("--until", help="sessions that started before")
     sessions.add_argument("--flagged", action="store_true",
                           help="only sessions with blocked or dropped input, cut-text attempts or limit hits")
