@@ -398,11 +398,15 @@ the seal: an edit there is a finding.""")
     export = sub.add_parser("export", help="export a recorded session to an MP4 video (ffmpeg) for case files",
                             description="Verify the session first (as `audit verify`, with the site's trust store "
                                         "and, when the site has one, its database): a session that does not verify "
-                                        "is refused (exit 1) unless --force. Then decode the recording (prepared "
-                                        "once into keyframes, cached next to the sessions root in player-cache/) "
-                                        "and encode the whole session, at its screen size, with ffmpeg; the video's "
-                                        "comment says whether it was verified, and the export is an audit event "
-                                        "(session-exported) in the site's database.")
+                                        "is refused (exit 1) unless --force. Then decode the recording (read once, "
+                                        "hashed, and decoded from that same copy into keyframes, cached by its "
+                                        "SHA-256 next to the sessions root in player-cache/) and encode the whole "
+                                        "session, at its screen size, with ffmpeg. The video counts as verified only "
+                                        "if the hash of the bytes decoded is the recording hash in the verified "
+                                        "seal: a recording swapped between the two reads is refused as tampered. "
+                                        "The video's comment says whether it was verified (and the recording's "
+                                        "hash), and the export is an audit event (session-exported) in the site's "
+                                        "database.")
     export.add_argument("session", help="a session folder, or a session id under SITE/sessions")
     export.add_argument("--out", help="video file (default SESSION.mp4)")
     export.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")

@@ -14,9 +14,9 @@ write. Two checks close that:
   every session it names to be there with the same head, or deleted by a valid retention event.
 * A **deletion event is checked** (`check_deletions`): it must name the deleted log's head as the signed seals know
   it (the next session's seal, the checkpoint, the anchor row while it lasts), and be dated no earlier than the
-  retention allowed and no later than now. The due date is counted from signed times only: the seal time in a
-  checkpoint, else the start time in the session's id (which the next seal signs), so it errs early by at most the
-  session's length. A writer of the database can date an event as they like, but not to before a due date that has
+  retention allowed and no later than now. The due date is counted from a signed time only: the start time in the
+  session's id (which the next seal and the checkpoint's seals sign), else the checkpoint's seal time, so it errs
+  early by at most the session's length. A writer of the database can date an event as they like, but not to before a due date that has
   not yet come: deleting a session before its retention ended is always found.
 
 Nothing here can find the deletion of a session sealed after the newest checkpoint whose successor was deleted too,
@@ -243,7 +243,9 @@ def check_deletions(root: str | Path, checks: list[SessionCheck], deletions: Ite
         """None when a valid deletion event accounts for the missing session, else why not."""
         entry = entries.get(session)
         heads = {source: head for source, head in named.get(session, {}).items() if isinstance(head, str)}
-        due_from = entry["_sealed_at"] if entry else started_at(session)
+        # the start its id carries (signed by the next seal and the checkpoint's), before any end the retention
+        # job may count from: never later than the true due date (a recovered session's seal may come days late)
+        due_from = started_at(session) or (entry["_sealed_at"] if entry else None)
         recipient_days = entry["retention_days"] if entry else None
         why: list[str] = []
         for deletion in by_session.get(session, []):
