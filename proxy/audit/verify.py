@@ -29,7 +29,8 @@ What a sealed session folder guarantees, and how each guarantee is checked:
 
 Against whom: a reader of the folder learns nothing they could use to forge; a writer of the folder can delete or
 rewrite files but cannot re-sign (the signature) nor change the database (the anchors); a writer of the folder and
-the database can rewrite both copies of the anchor, but still cannot sign a new seal without the gateway's key.
+the database can rewrite both copies of the anchor, but still cannot sign a new seal without the gateway's key, nor
+make a restarted gateway vouch for anything after the last checkpoint its key signed while the session ran.
 """
 from __future__ import annotations
 
