@@ -344,7 +344,7 @@ def test_it_comes_back_above_a_window_mapped_over_it_and_when_unmapped(screens: 
         _x11.XUnmapWindow(conn._dpy, watermark.overlay.window)
         conn.sync()
         assert wait_for(on_top, 2, 0.02), "the watermark stayed unmapped"
-        assert any("unmapped" in text for _, text in running.kiosk.watchdog.events)
+        assert wait_for(lambda: any("unmapped" in text for _, text in running.kiosk.watchdog.events), 2)
         _x11.XDestroyWindow(conn._dpy, cover)
         conn.sync()
 
@@ -387,3 +387,45 @@ def test_the_recording_has_the_watermark_and_the_log_names_the_kiosk(screens: Sc
     assert is_colour(decoded, COLOUR)[mask].all(), "the recording lacks watermark pixels"
     ready = [e for e in events(folder) if e["event"] == "upstream_ready"]
     assert ready and ready[0]["name"] == f"safeshare kiosk {running.kiosk.kiosk_id}", ready
+
+
+def test_what_the_watermark_adds_to_the_stream(screens: Screens, tmp_path: Path) -> None:
+    """The proxy does not change (the watermark is in the X display); what the VNC server sends does, a little: a full
+    screen of the page with the watermark against without (zlib, as the proxy forwards it), and the update that
+    redraws the time once a minute."""
+    import json
+
+    async def full(client) -> None:
+        await client.request(incremental=False)
+        await client.read_update(timeout=15)
+
+    async def full_then_minute(client) -> None:
+        await full(client)
+        await drain(client, 0.5)
+        watermark.clock = lambda: datetime.now(timezone.utc) + timedelta(minutes=1)
+        await asyncio.sleep(0.5)  # a watchdog poll redraws, x11vnc sees the change
+        await client.request(incremental=True)
+        await client.read_update(timeout=15)
+
+    def server_bytes(running: RunningKiosk, body, name: str) -> int:
+        async def run():
+            async def connected(client) -> None:
+                await client.set_encodings((6, 0))
+                await body(client)
+            return await through_proxy(running.upstream(), tmp_path / name, SessionLimits(), connected)
+
+        _, folder = asyncio.run(run())
+        return json.loads((folder / "meta.json").read_text())["counters"]["server_bytes"]
+
+    watermark = screens.marked.kiosk.watchdog.watermark
+    try:
+        with_mark = server_bytes(screens.marked, full, "marked")
+        without = server_bytes(screens.plain, full, "plain")
+        with_minute = server_bytes(screens.marked, full_then_minute, "minute")
+    finally:
+        watermark.clock = lambda: datetime.now(timezone.utc)
+    minute = with_minute - with_mark
+    print(f"stream: a full screen {without / 1e3:.0f} kB without the watermark, {with_mark / 1e3:.0f} kB with it; "
+          f"the minute's redraw {minute / 1e3:.1f} kB")
+    assert with_mark < 1.6 * without
+    assert 0 < minute < 0.25 * with_mark
