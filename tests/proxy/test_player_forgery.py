@@ -198,5 +198,65 @@ def test_export_refuses_a_recording_swapped_after_verification(site: SiteFiles, 
     comment = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format_tags=comment", "-of", "json",
                               str(out)], capture_output=True, text=True, check=True).stdout
     assert json.loads(comment)["format"]["tags"]["comment"].startswith("safeshare: UNVERIFIED session")
-    exported = [e for e in seals.export_events(site)]
+    exported = seals.export_events(site)
     assert [(e["outcome"], e["verified"]) for e in exported] == [("refused", False), ("unverified", False)]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is installed by scripts/setup.sh")
+def test_the_player_page_says_tampered_never_verified(site: SiteFiles, tmp_path: Path) -> None:
+    """The web player in headless Chromium: the genuine recording is shown as verified; forged bytes of the same size
+    with the old modification time are shown as TAMPERED."""
+    import asyncio
+    import threading
+    import time
+
+    import aiohttp
+    import httpx
+    import uvicorn
+
+    from deploy.custodian_api import create_app
+    from deploy.provision import Provisioner
+    from tests.cdp import chromium, wait_for_js
+    from tests.proxy.rfbtools import free_port
+
+    (folder,) = ordered(site)
+    screen = folder / "screen.rfbrec"
+    genuine, stat = screen.read_bytes(), screen.stat()
+    provisioner = Provisioner(Site(site.root))
+    key = provisioner.records.add_key("aud", "auditor")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(provisioner, expiry_interval=None), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    titles: list[str] = []
+
+    async def shown_title(cdp) -> str:
+        await cdp.evaluate(f"window.player.open({key!r}, {folder.name!r})")
+        await wait_for_js(cdp, "window.player.state === 'ready' || window.player.error", timeout=30)
+        return await cdp.evaluate("document.getElementById('title').textContent")
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as http, chromium(tmp_path, http) as cdp:
+            await cdp.navigate(f"{base}/player")
+            await wait_for_js(cdp, "window.player && window.player.state === 'idle'")
+            titles.append(await shown_title(cdp))
+            await asyncio.to_thread(put, screen, forged_bytes(genuine), stat)
+            titles.append(await shown_title(cdp))
+
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        asyncio.run(run())
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        provisioner.close()
+    assert titles[0].endswith(" · verified"), titles
+    assert "TAMPERED" in titles[1] and "verified" not in titles[1], titles
