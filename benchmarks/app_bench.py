@@ -75,7 +75,8 @@ def start_app(bundle: Path, state: Path) -> tuple[subprocess.Popen, str, float]:
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())",
-                             "app", "--bundle", str(bundle), "--state", str(state), "--port", str(port)],
+                             "app", "--bundle", str(bundle), "--state", str(state), "--port", str(port),
+                             "--trust", str(bundle.parents[2] / "trust.json")],  # the site of RELEASES/<ds>/<id>
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()

@@ -200,15 +200,18 @@ def cmd_key_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_key_rotate(args: argparse.Namespace) -> int:
-    """A new signing key replaces the site's release or gateway key. The old key stays in trust.json, retired now:
-    it still verifies what it signed before (old releases, old sessions), nothing signed after. A running gateway
-    re-reads its key file and signs its next seal with the new key; releases are signed with it from now on."""
+    """A new signing key replaces the site's release or gateway key. The old key stays in trust.json, retired now,
+    with a record of the signatures it had made (the seals in SITE/releases, the signed lines of the logs in
+    SITE/sessions): it still verifies those and nothing else, whatever date a copy of it writes into a signature. A
+    running gateway re-reads its key file and signs its next line with the new key; releases are signed with it
+    from now on."""
     import os
 
+    from deploy.key_rotation import site_signatures
     from deploy.provision import cli_actor
     from deploy.records import Records
     from deploy.site import GATEWAY_UID, give_to_gateway
-    from safeshare.signing import KeyFileError, rotate_key
+    from safeshare.signing import KeyFileError, TrustStore, rotate_key
 
     site = _site(args)
     gateway = args.purpose == "gateway"
@@ -217,7 +220,10 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(path.parent, 0o700)
         key, retired = rotate_key(path, site.trust_file, args.purpose, GATEWAY_UID if gateway else None,
-                                  comment=f"{args.purpose} key of the site")
+                                  comment=f"{args.purpose} key of the site",
+                                  signed=site_signatures(site, args.purpose))
+        recorded = {k.key_id: k.signed_count for k in TrustStore.load(site.trust_file).trusted(args.purpose)
+                    if k.key_id in retired}
     except (OSError, KeyFileError) as exc:
         return _fail("custodian key rotate", ValueError(str(exc)))
     if gateway:
@@ -226,15 +232,16 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     records = Records(site.db_url)
     try:
         records.audit(cli_actor(), "signing-key-rotate", "ok", None, purpose=args.purpose, key_id=key.key_id,
-                      retired=retired)
+                      retired=retired, recorded=recorded)
     finally:
         records.dispose()
     if args.json:
         print(json.dumps({"purpose": args.purpose, "key_id": key.key_id, "path": str(path), "retired": retired,
-                          "trust": str(site.trust_file)}))
+                          "recorded": recorded, "trust": str(site.trust_file)}))
     else:
-        print(f"{args.purpose} key {key.key_id} at {path}; retired: {', '.join(retired) or 'none'} (still trusted "
-              f"for what they signed before now)")
+        print(f"{args.purpose} key {key.key_id} at {path}; retired: "
+              f"{', '.join(f'{k} ({n} signature(s) recorded)' for k, n in recorded.items()) or 'none'} (still "
+              f"trusted for those signatures only)")
     return EXIT_OK
 
 
@@ -364,11 +371,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(kr)
     kr.set_defaults(func=_guarded('key revoke', cmd_key_revoke))
     kt = keys.add_parser(
-        "rotate", help="replace the site's release or gateway signing key (old signatures stay valid)",
+        "rotate", help="replace the site's release or gateway signing key (what it signed stays valid)",
         description="Generate a new signing key in place of SITE/keys/release-signing.key (--purpose release) or "
                     "SITE/secrets/gateway/signing.key (--purpose gateway) and trust it in SITE/trust.json; the old "
-                    "key is retired now: it still verifies what it signed before, nothing signed after. The "
-                    "running gateway signs its next seal with the new key (it re-reads the file).")
+                    "key is retired now, with a record in trust.json of the signatures it had made: the seals of "
+                    "the bundles in SITE/releases (release), the signed lines (seals, checkpoints) of the session "
+                    "logs in SITE/sessions (gateway). It verifies those and nothing else: a copy of the old key "
+                    "cannot sign anything new, whatever time it writes into the signature. Signatures kept outside "
+                    "the site are not recorded. The running gateway signs its next line with the new key (it "
+                    "re-reads the file).")
     kt.add_argument("--purpose", choices=("release", "gateway"), default="gateway")
     kt.add_argument("--json", action="store_true")
     _site_args(kt)

@@ -150,7 +150,8 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, l
                        policy=str(config.recipient_policy))  # screen (unless --size), recipient, watermark
     return {
         "app": safeshare_argv("app", *app_argv(bundle=str(bundle), trust=str(home / TRUST_FILE),
-                                               state=str(home / "app"), host="127.0.0.1", port=app_port)),
+                                               state=str(home / "app"), host="127.0.0.1", port=app_port,
+                                               release=release_ref(bundle))),
         "kiosk": safeshare_argv("kiosk", *kiosk),
         "gateway": safeshare_argv("gateway", *gateway_argv(
             listen=config.gateway_listen, sessions=str(home / "sessions"), db=config.db,

@@ -57,9 +57,11 @@ def _options(**values: str | int | None) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def app_argv(*, bundle: str, trust: str, state: str, host: str, port: int) -> tuple[str, ...]:
-    """`safeshare app` arguments: the sealed bundle, checked against the trust store before it is served."""
-    return _options(bundle=bundle, trust=trust, state=state, host=host, port=port)
+def app_argv(*, bundle: str, trust: str, state: str, host: str, port: int,
+             release: str | None = None) -> tuple[str, ...]:
+    """`safeshare app` arguments: the sealed bundle, checked against the trust store before it is served, as the
+    release `release` (DATASET/ID: a container's /release mount does not say which release it holds)."""
+    return _options(bundle=bundle, trust=trust, release=release, state=state, host=host, port=port)
 
 
 def kiosk_argv(*, url: str, state: str, network: str, size: str | None = None, policy: str | None = None,
@@ -326,7 +328,8 @@ def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapp
 
     app = ContainerSpec(
         name=names.app, role="app", image=images["app"],
-        command=app_argv(bundle="/release", trust=APP_TRUST, state="/state", host="0.0.0.0", port=APP_PORT),
+        command=app_argv(bundle="/release", trust=APP_TRUST, state="/state", host="0.0.0.0", port=APP_PORT,
+                         release=release_ref(bundle)),
         labels=labels(site_id, "app", recipient, rid),
         networks=(Attachment(names.enclave_net, aliases=("app",)),),
         # the sealed release and the trust store its seal is checked against, both read-only

@@ -8,7 +8,8 @@ services on a network of their own (internal, encrypted like the enclave's):
     ss-<site>-<rid>-ship-src   on the control node: the bundle's folder bind-mounted read-only, served once as tar
     ss-<site>-<rid>-ship       a job on the enclave's node: fetches it into the node-local volume
                                ss-r-<rid>-<manifest sha256[:12]>, then runs `safeshare verify-release` against the
-                               site's trust store (a Swarm config) there, and fails unless the seal verifies
+                               site's trust store (a Swarm config) there, as the release DATASET/ID the control
+                               host resolved (/release names none), and fails unless the seal verifies
 
 Only a verified copy is mounted (read-only) into the app, which checks the seal again when it starts. The volume's
 name carries the manifest's hash, so a changed release is a new volume; `wipe` empties a recipient's volumes on
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deploy.plan import LABEL
+from deploy.plan import LABEL, release_ref
 from deploy.swarm_crypto import NODE_PROBE
 from deploy.swarm_specs import launcher_command
 
@@ -35,7 +36,7 @@ NO_HEALTHCHECK = {"Test": ["NONE"]}
 # The job on the node: the encryption probe (when asked), fetch, unpack plain files and folders only, verify.
 JOB = r"""
 import os, shutil, subprocess, sys, tarfile, time, urllib.request
-url, probe = sys.argv[1], sys.argv[2]
+url, probe, release = sys.argv[1], sys.argv[2], sys.argv[3]
 if probe:
     exec(probe)
 deadline = time.monotonic() + 90
@@ -58,7 +59,8 @@ with tarfile.open(fileobj=stream, mode="r|") as tar:
         member.mode = 0o755 if member.isdir() else 0o644
         tar.extract(member, "/release")
 os.chmod("/release", 0o755)
-sys.exit(subprocess.run(["safeshare", "verify-release", "/release", "--trust", "/trust.json"]).returncode)
+sys.exit(subprocess.run(["safeshare", "verify-release", "/release", "--trust", "/trust.json",
+                         "--release", release]).returncode)
 """
 
 SOURCE = r"""
@@ -158,7 +160,7 @@ def ship(client: Any, *, site_id: str, rid: str, bundle: Path, images: dict[str,
         config_id, config_name = trust_config
         run_job(client, prefix, image=images["app"], node_id=node_id, user="0",
                 command=launcher_command(["python3", "-c", JOB, f"http://{prefix}-src:{SHIP_PORT}/",
-                                          NODE_PROBE if probe_encryption else ""], [], None),
+                                          NODE_PROBE if probe_encryption else "", release_ref(bundle)], [], None),
                 mounts=[types.Mount("/release", volume, type="volume",
                                     labels=_labels(site_id, rid, "release-volume"))],
                 configs=[types.ConfigReference(config_id, config_name, filename="/trust.json")],

@@ -10,9 +10,13 @@ place, so a bundle is either whole or absent.
 
 Why a signature: a hash stored next to what it hashes proves nothing to someone who can write the folder (they
 recompute it). The signature can only be made with the private key, which lives in SITE/keys (0700, the custodian's
-user) and never in the releases folder; the public keys live in SITE/trust.json. Default layout, when no key or
-trust store is named: the site whose releases folder RELEASES is, i.e. RELEASES/../keys/release-signing.key and
-RELEASES/../trust.json (a bundle RELEASES/<dataset>/<id> is checked against RELEASES/../trust.json).
+user) and never in the releases folder; the public keys live in SITE/trust.json. Sealing (`seal_release`, the
+custodian's `safeshare release --to RELEASES`) defaults to the site whose releases folder the custodian names:
+RELEASES/../keys/release-signing.key and RELEASES/../trust.json. Verifying never looks near the bundle for the trust
+store: a writer of the releases folder could put one there. Consumers name it (`--trust`, or the site:
+`safeshare.sitefolder.site_trust`), and a bundle is what its signed seal says it is only where it lies as
+RELEASES/<dataset>/<id> with the seal's dataset and id (or where the consumer names the release it expects): a
+genuine bundle copied under another release's name is refused.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from pathlib import Path
 
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
@@ -53,10 +58,20 @@ def default_trust(releases: str | Path) -> Path:
     return site_of_releases(releases) / TRUST_FILE
 
 
-def bundle_trust(folder: str | Path) -> Path:
-    """The trust store of the site a sealed bundle RELEASES/<dataset>/<id> lives in: RELEASES/../trust.json (the
-    folder is resolved first, so a release name's symlink leads to the same site)."""
-    return default_trust(Path(folder).resolve().parent.parent)
+def location_of(folder: str | Path) -> str | None:
+    """The release a folder holds by where it lies: `<dataset>/<id>` of its real path (a release name's link
+    followed), or None for a folder directly under / (a container's mount point such as /release, which says
+    nothing: provisioning names the release it mounted there)."""
+    real = Path(folder).resolve()
+    return f"{real.parent.name}/{real.name}" if real.parent.name else None
+
+
+def parse_release_ref(text: str) -> str:
+    """`DATASET/ID` as given on a command line, checked; raises BundleError."""
+    parts = str(text).split("/")
+    if len(parts) != 2 or not all(parts) or any(part.startswith(".") for part in parts):
+        raise BundleError(f"release {text!r}: give it as DATASET/ID (RELEASES/<dataset>/<id>)")
+    return str(text)
 
 
 def site_release_key(releases: str | Path, trust: str | Path | None = None, uid: int | None = None) -> SigningKey:
@@ -165,9 +180,10 @@ class VerifiedBundle:
     key: TrustedKey
 
 
-def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> VerifiedBundle:
-    """Verify a sealed bundle: the seal's signature by a key `trust` trusts for releases, the seal against the
-    manifest, the manifest against every file, and the gate verdict. Raises BundleError naming the reason."""
+def check_bundle(folder: str | Path, trust: TrustStore | str | Path, release: str | None = None) -> VerifiedBundle:
+    """Verify a sealed bundle: the seal's signature by a key `trust` trusts for releases, the seal's dataset and id
+    against `release` (`DATASET/ID`; default: where the folder lies, `location_of`), the seal against the manifest,
+    the manifest against every file, and the gate verdict. Raises BundleError naming the reason."""
     folder = Path(folder)
     store = _trust_store(trust)
     seal_path = folder / SEAL
@@ -205,14 +221,41 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path) -> Verified
                            ("release", str(data_sha)[:16])):
         if seal.get(name) != expected:
             raise BundleError(f"{seal_path}: field '{name}' is {seal.get(name)!r}, the manifest says {expected!r}")
+    # The signed seal names the release; the folder must be that release (a genuine bundle copied under another
+    # release's id or dataset would otherwise be served as that release).
+    wanted = release if release is not None else location_of(folder)
+    sealed_as = f"{seal['dataset']}/{seal['release']}"
+    if wanted is None:
+        raise BundleError(f"{folder}: lies where no release is named ({folder.resolve()}); name the release it must "
+                          f"be (--release {sealed_as}, if that is the one)")
+    if sealed_as != wanted:
+        raise BundleError(f"{seal_path}: sealed as release {sealed_as}, but read as {wanted}: a bundle copied or "
+                          f"moved under another release's name is refused")
     return VerifiedBundle(manifest, seal, key)
 
 
-def verify_bundle(folder: str | Path, trust: TrustStore | str | Path) -> dict:
-    """Verify a sealed bundle (signature, seal, manifest, data, gate) against the trust store `trust` (a TrustStore
-    or the path of a trust.json); return its manifest as the JSON object it is, or raise BundleError.
+def release_signatures(releases: str | Path) -> Iterator[dict]:
+    """The signature record of every sealed bundle RELEASES/<dataset>/<id>/seal.json (readable or not, verified or
+    not): what a release key's retirement records as the signatures it made (`safeshare.signing.rotate_key`)."""
+    releases = Path(releases)
+    if not releases.is_dir():
+        return
+    for seal_path in sorted(releases.glob(f"*/*/{SEAL}")):
+        if seal_path.parent.name.startswith(".") or seal_path.parent.is_symlink():
+            continue
+        try:
+            seal = json.loads(seal_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(seal, dict) and isinstance(seal.get("signature"), dict):
+            yield seal["signature"]
+
+
+def verify_bundle(folder: str | Path, trust: TrustStore | str | Path, release: str | None = None) -> dict:
+    """Verify a sealed bundle (signature, where it lies, seal, manifest, data, gate) against the trust store `trust`
+    (a TrustStore or the path of a trust.json); return its manifest as the JSON object it is, or raise BundleError.
     (`check_bundle` gives the typed manifest, the seal and the key.)"""
-    return check_bundle(folder, trust).manifest.document()
+    return check_bundle(folder, trust, release).manifest.document()
 
 
 def _signing_key(releases: Path, signing_key: SigningKey | str | Path | None,
@@ -280,7 +323,7 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
                 os.fsync(handle.fileno())
         os.chmod(staging, 0o755)
         try:
-            verify_bundle(staging, store)
+            verify_bundle(staging, store, release=f"{dataset}/{release_id}")  # staging lies under a temporary name
         except BundleError as exc:
             raise BundleError(f"the sealed copy does not verify against {store.path or 'the trust store'} "
                               f"(is --signing-key trusted there?): {exc}") from None
@@ -335,14 +378,18 @@ def resolve_release(releases: str | Path, reference: str, trust: TrustStore | st
     candidate = releases / reference
     if candidate.is_symlink() or (candidate / SEAL).is_file():
         target = candidate.resolve()
-        if releases.resolve() not in target.parents:
-            raise BundleError(f"release {reference!r}: {candidate} points outside {releases}")
-        verify_bundle(target, trust)
+        try:
+            where = target.relative_to(releases.resolve())
+        except ValueError:
+            raise BundleError(f"release {reference!r}: {candidate} points outside {releases}") from None
+        if len(where.parts) != 2:
+            raise BundleError(f"release {reference!r}: {candidate} is not a bundle RELEASES/<dataset>/<id>")
+        verify_bundle(target, trust, release=where.as_posix())
         return target
     if candidate.is_dir():
         bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())
         if len(bundles) == 1:
-            verify_bundle(bundles[0], trust)
+            verify_bundle(bundles[0], trust, release=f"{reference}/{bundles[0].name}")
             return bundles[0].resolve()
         if len(bundles) > 1:
             choices = ", ".join(f"{reference}/{p.name}" for p in bundles)

@@ -165,23 +165,26 @@ def run_release(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     from safeshare.signing import KeyFileError, TrustStore
+    from safeshare.sitefolder import site_trust
 
-    from .bundle import BundleError, bundle_trust, check_bundle
+    from .bundle import BundleError, check_bundle, parse_release_ref
 
-    trust_path = Path(args.trust) if args.trust else bundle_trust(args.folder)
     try:
+        trust_path = site_trust(args.trust, args.site)  # never from where the bundle lies
         trust = TrustStore.load(trust_path)
-    except KeyFileError as exc:
+        release = parse_release_ref(args.release) if args.release is not None else None
+    except (KeyFileError, BundleError) as exc:
         print(f"safeshare verify-release: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        verified = check_bundle(args.folder, trust)
+        verified = check_bundle(args.folder, trust, release)
     except BundleError as exc:
         print(f"safeshare verify-release: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     manifest, signature = verified.manifest, verified.seal["signature"]
-    print(f"{args.folder}: sealed release of {manifest.dataset} verifies (data sha256 {manifest.data_sha256}; "
-          f"signed by release key {verified.key.key_id} at {signature['signed_at']}, trusted in {trust_path})")
+    print(f"{args.folder}: sealed release {manifest.dataset}/{verified.seal['release']} verifies (data sha256 "
+          f"{manifest.data_sha256}; signed by release key {verified.key.key_id} at {signature['signed_at']}, trusted "
+          f"in {trust_path})")
     return EXIT_OK
 
 
@@ -259,7 +262,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     release.add_argument("--signing-key", metavar="FILE", help="Ed25519 private key (PEM, mode 0600) to sign with "
                          "(default RELEASES/../keys/release-signing.key, created on first use)")
     release.add_argument("--trust", metavar="FILE", help="trust store the sealed bundle must verify against "
-                         "(default RELEASES/../trust.json)")
+                         "(default RELEASES/../trust.json, RELEASES as given with --to)")
     release.set_defaults(func=run_release)
 
     verify = subparsers.add_parser(
@@ -268,12 +271,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="""\
 Check a sealed release bundle as the app, provisioning and `safeshare up` do: the seal
 is signed (Ed25519) by a key the trust store trusts for releases (a retired key only
-for what it signed before its retirement), the seal matches the manifest, the manifest
+for the signatures recorded when it was retired, whatever date a signature claims),
+the seal names the release the folder is, the seal matches the manifest, the manifest
 matches every file, and the gate passed.
 
 Exit 0 when all of that holds; 1 when refused (unsigned, a key the site does not
-trust, a signature that does not match, any changed byte, a failed gate); 2 when the
-trust store cannot be used.
+trust, a signature that does not match, a retired key's new signature, a bundle under
+another release's name, any changed byte, a failed gate); 2 when no trust store is
+named or it cannot be used.
 
 What it proves, and against whom:
   - a READER of the folder: the bundle holds no secret that lets anyone sign (the
@@ -285,13 +290,27 @@ What it proves, and against whom:
     release key. This holds as long as the key (SITE/keys/release-signing.key, 0600,
     the custodian's user) and SITE/trust.json (written only by the custodian) are out
     of the writer's reach.
+  - someone who kept a copy of a RETIRED release key: what it signs after the
+    rotation is refused, whatever signing time it writes (`safeshare custodian key
+    rotate` records the seals the old key had signed in trust.json).
   - NOT against someone who holds the custodian's release signing key or can write
     trust.json: they can sign, or trust a key of theirs for, anything.
 
-Trust store: --trust FILE, or by default that of the site the bundle lives in, i.e.
-RELEASES/../trust.json for a bundle RELEASES/<dataset>/<id>. Pass --trust for a copy
-of a bundle outside its site.""")
-    verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>)")
-    verify.add_argument("--trust", metavar="FILE", help="the site's trust store (default: RELEASES/../trust.json of "
-                                                        "the site the bundle is in)")
+Trust store: --trust FILE, else SITE/trust.json of the site named by --site, else
+$SAFESHARE_SITE, else /var/lib/safeshare (if it exists); with none of them it
+refuses (exit 2). Never a trust.json near the bundle: a writer of the releases
+folder could put one there (or point a release name at a folder that has one).
+
+Where it lies: the seal names the bundle's dataset and id, and the folder must be
+<dataset>/<id> (a release name's link is followed) or the release given with
+--release; a genuine bundle copied under another release's name is refused.""")
+    verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>, or a release name)")
+    verify.add_argument("--trust", metavar="FILE", help="the trust store to verify against (default: SITE/trust.json "
+                                                        "of --site)")
+    verify.add_argument("--site", metavar="SITE", default=None,
+                        help="the site whose trust.json decides (default: $SAFESHARE_SITE, else /var/lib/safeshare "
+                             "if it exists)")
+    verify.add_argument("--release", metavar="DATASET/ID", default=None,
+                        help="the release the folder must hold (default: the folder's own <dataset>/<id>; needed "
+                             "for a folder such as a container's /release mount)")
     verify.set_defaults(func=run_verify)

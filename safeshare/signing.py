@@ -8,8 +8,11 @@ site, each held by the component that signs and readable by nobody else:
 * the **gateway key** (`SITE/secrets/gateway/signing.key`, mode 0600, the gateway's uid) signs session seals.
 
 Verifiers read only public keys, from the **trust store** (`SITE/trust.json`, written by the custodian, mounted
-read-only into the app container). Rotating a key adds a new one and marks the old one retired at a time: the old
-key still verifies what it signed before that time (old releases, old sessions) and nothing signed after.
+read-only into the app container). Rotating a key adds a new one and retires the old one, recording in the trust
+store what the old key had signed by then (`TrustedKey.signed`: the fingerprints of its signatures found at the
+site). A retired key verifies only those: the `signed_at` of a signature is chosen by whoever signs, so a copy of
+the old key could date a new signature before the rotation; a fingerprint recorded by the custodian cannot be
+made to match a signature made afterwards.
 
 This module is a leaf: it depends on `cryptography` only, so the engine, the proxy, the enclave and deploy can all
 use it without depending on each other.
@@ -154,8 +157,9 @@ class SigningKey:
         return cls(private, path)
 
     def sign(self, message: bytes, signed_at: str | None = None) -> dict[str, str]:
-        """A signature record: {alg, key_id, signed_at, signature}. `signed_at` is covered by the signature, so a
-        retired key cannot be used to back-date new signatures past its retirement."""
+        """A signature record: {alg, key_id, signed_at, signature}. `signed_at` is covered by the signature but
+        chosen by the signer, so it cannot say whether a retired key made the signature before its retirement: the
+        trust store's record of the key's signatures does (`TrustedKey.signed`)."""
         signed_at = signed_at or _now()
         signature = self.private.sign(_signed_bytes(message, self.key_id, signed_at))
         return {"alg": ALGORITHM, "key_id": self.key_id, "signed_at": signed_at, "signature": _b64(signature)}
@@ -165,18 +169,87 @@ def _signed_bytes(message: bytes, key_id: str, signed_at: str) -> bytes:
     return b"safeshare-signature/1\n" + key_id.encode("ascii") + b"\n" + signed_at.encode("ascii") + b"\n" + message
 
 
+FINGERPRINT_BYTES = 16  # 128 bits: matching a recorded one with a new signature takes ~2**128 / recorded tries
+
+
+def fingerprint(record: Any) -> bytes | None:
+    """What a retired key's record of its signatures holds: the first 16 bytes of the SHA-256 of the signature's 64
+    bytes (None for something that is no signature). An Ed25519 signature (R, S) fixes H(R, A, message) mod the
+    group order, so one signature verifies for one message only: recording signatures records what was signed,
+    without knowing each format's message bytes (release seals, session seals, checkpoints)."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        raw = _unb64(record.get("signature"), "signature")
+    except SignatureError:
+        return None
+    return hashlib.sha256(raw).digest()[:FINGERPRINT_BYTES]
+
+
+def _pack(fingerprints: Iterable[bytes]) -> str:
+    """Fingerprints as trust.json keeps them: sorted, concatenated, base64 (a gateway key signs a checkpoint every
+    few seconds of a session, so a retired key's record can hold many; packed, each costs about 22 characters)."""
+    return _b64(b"".join(sorted(set(fingerprints))))
+
+
+def _packed_contains(packed: bytes, wanted: bytes) -> bool:
+    """Binary search in a sorted concatenation of FINGERPRINT_BYTES-long fingerprints."""
+    low, high = 0, len(packed) // FINGERPRINT_BYTES
+    while low < high:
+        middle = (low + high) // 2
+        probe = packed[middle * FINGERPRINT_BYTES:(middle + 1) * FINGERPRINT_BYTES]
+        if probe == wanted:
+            return True
+        if probe < wanted:
+            low = middle + 1
+        else:
+            high = middle
+    return False
+
+
 @dataclass
 class TrustedKey:
     purpose: str
     key_id: str
     public_key: str  # base64 of the 32 raw bytes
     created: str
-    retired: str | None = None  # signatures made after this time are refused
+    retired: str | None = None  # when it was retired (signatures dated after it are refused)
     comment: str = ""
+    # Retired keys: the fingerprints of the signatures the key had made when it was retired (packed, see _pack), the
+    # only ones it still verifies. None for a live key, and for a key retired before this record existed (it then
+    # verifies nothing).
+    signed: str | None = None
+    _packed: bytes | None = field(default=None, init=False, repr=False, compare=False)  # `signed`, decoded once
 
     def as_dict(self) -> dict[str, Any]:
-        return {"purpose": self.purpose, "key_id": self.key_id, "public_key": self.public_key,
-                "created": self.created, "retired": self.retired, "comment": self.comment}
+        document: dict[str, Any] = {"purpose": self.purpose, "key_id": self.key_id, "public_key": self.public_key,
+                                    "created": self.created, "retired": self.retired, "comment": self.comment}
+        if self.signed is not None:
+            document["signed"] = self.signed
+        return document
+
+    def retire(self, at: str, records: Iterable[Any] = ()) -> None:
+        """Retire the key at `at`; `records` are signature records found where the site keeps what its keys signed
+        (those of other keys are ignored). What the key signed and nobody found is refused from now on."""
+        self.retired = at
+        found = (fingerprint(r) for r in records if isinstance(r, dict) and r.get("key_id") == self.key_id)
+        self.signed = _pack(f for f in found if f is not None)
+        self._packed = None
+
+    def _fingerprints(self) -> bytes:
+        if self._packed is None:
+            self._packed = base64.b64decode(self.signed) if self.signed else b""
+        return self._packed
+
+    @property
+    def signed_count(self) -> int:
+        """How many signatures the retirement recorded (0 for a live key or one retired without a record)."""
+        return len(self._fingerprints()) // FINGERPRINT_BYTES
+
+    def recorded(self, record: Any) -> bool:
+        """Whether `record` is one of the signatures this (retired) key had made when it was retired."""
+        wanted = fingerprint(record)
+        return self.signed is not None and wanted is not None and _packed_contains(self._fingerprints(), wanted)
 
 
 @dataclass
@@ -214,6 +287,14 @@ class TrustStore:
                 raise KeyFileError(f"{where}: {exc}") from None
             if len(raw_key) != 32 or key_id_of(raw_key) != key.key_id:
                 raise KeyFileError(f"{where}: field 'key_id' does not match the public key")
+            if key.signed is not None:
+                try:
+                    packed = _unb64(key.signed, "signed")
+                except SignatureError as exc:
+                    raise KeyFileError(f"{where}: field 'signed': {exc}") from None
+                if len(packed) % FINGERPRINT_BYTES or key.retired is None:
+                    raise KeyFileError(f"{where}: field 'signed' must be a retired key's packed "
+                                       f"{FINGERPRINT_BYTES}-byte fingerprints")
             keys.append(key)
         return cls(keys, path)
 
@@ -234,14 +315,16 @@ class TrustStore:
         live = [key for key in self.trusted(purpose) if key.retired is None]
         return live[-1] if live else None
 
-    def add(self, purpose: str, key: SigningKey, comment: str = "") -> TrustedKey:
-        """Trust `key` for `purpose`; the purpose's other live keys are retired now (rotation)."""
+    def add(self, purpose: str, key: SigningKey, comment: str = "", signed: Iterable[Any] = ()) -> TrustedKey:
+        """Trust `key` for `purpose`; the purpose's other live keys are retired now (rotation), each keeping the
+        fingerprints of its signatures among `signed` (see `TrustedKey.retire`)."""
         if purpose not in PURPOSES:
             raise ValueError(f"purpose must be one of {PURPOSES}")
         now = _now()
-        for other in self.trusted(purpose):
-            if other.retired is None and other.key_id != key.key_id:
-                other.retired = now
+        retiring = [other for other in self.trusted(purpose) if other.retired is None and other.key_id != key.key_id]
+        records = list(signed) if retiring else []
+        for other in retiring:
+            other.retire(now, records)
         existing = [k for k in self.trusted(purpose) if k.key_id == key.key_id]
         if existing:
             return existing[0]
@@ -273,8 +356,17 @@ class TrustStore:
         except InvalidSignature:
             raise SignatureError(f"signature by key {key_id} does not match (the signed content was changed)") \
                 from None
-        if key.retired is not None and _parse_time(signed_at, "signed_at") > _parse_time(key.retired, "retired"):
-            raise SignatureError(f"signed by key {key_id} at {signed_at}, after it was retired at {key.retired}")
+        if key.retired is not None:
+            if _parse_time(signed_at, "signed_at") > _parse_time(key.retired, "retired"):
+                raise SignatureError(f"signed by key {key_id} at {signed_at}, after it was retired at {key.retired}")
+            # signed_at is the signer's word: only the record made at the retirement says what the key had signed
+            if key.signed is None:
+                raise SignatureError(f"signed by key {key_id}, retired at {key.retired} without a record of what it "
+                                     f"had signed, so nothing it signs verifies (re-seal with the current key)")
+            if not key.recorded(record):
+                raise SignatureError(f"signed by key {key_id}, retired at {key.retired}, but not among the "
+                                     f"{key.signed_count} signature(s) it had made by then: a copy of a retired key "
+                                     f"signs nothing new")
         return key
 
 
@@ -294,13 +386,16 @@ def ensure_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: 
 
 
 def rotate_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: int | None = None,
-               comment: str = "") -> tuple[SigningKey, list[str]]:
-    """A new key replaces the one at `key_path`; the old keys of the purpose stay trusted for what they signed
-    before now. Returns the new key and the ids retired."""
+               comment: str = "", signed: Iterable[Any] = ()) -> tuple[SigningKey, list[str]]:
+    """A new key replaces the one at `key_path`; the old keys of the purpose stay trusted for the signatures among
+    `signed` (the signature records of everything the site keeps signed: release seals, session logs), and for
+    nothing else. `signed` is read after the new key is in place (pass a generator), so that a signer that re-reads
+    its key file (the gateway) has switched before the old key's signatures are collected. Returns the new key and
+    the ids retired."""
     trust = TrustStore.load_or_empty(trust_path)
     retiring = [k.key_id for k in trust.trusted(purpose) if k.retired is None]
     key = SigningKey.generate(key_path, uid)
-    trust.add(purpose, key, comment)
+    trust.add(purpose, key, comment, signed=signed)
     trust.save(trust_path)
     return key, retiring
 

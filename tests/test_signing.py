@@ -104,23 +104,51 @@ def test_ensure_key_creates_once_and_trusts(tmp_path: Path) -> None:
     assert [(k.purpose, k.key_id, k.retired) for k in trust.keys] == [("release", first.key_id, None)]
 
 
-def test_rotation_retires_the_old_key_at_a_time(tmp_path: Path) -> None:
-    """The old key's signatures made before its retirement stay valid; one dated after it is refused, and the
-    signing time cannot be moved without breaking the signature."""
+def test_rotation_retires_the_old_key_with_a_record_of_what_it_signed(tmp_path: Path) -> None:
+    """The old key's signatures found at the rotation stay valid; any other it makes is refused, dated after the
+    retirement or before it (the signer writes signed_at), and the signing time cannot be moved without breaking
+    the signature."""
     key_path, trust_path = tmp_path / "r.key", tmp_path / "trust.json"
     old = ensure_key(key_path, trust_path, "release")
     before = old.sign(b"old release", signed_at="2000-01-01T00:00:00+00:00")
-    new, retired = rotate_key(key_path, trust_path, "release")
+    unfound = old.sign(b"never shown to the rotation", signed_at="2000-01-01T00:00:00+00:00")
+    other = SigningKey.generate(tmp_path / "other.key").sign(b"another key's")
+    new, retired = rotate_key(key_path, trust_path, "release", signed=(r for r in (before, other, {"junk": 1})))
     assert retired == [old.key_id] and new.key_id != old.key_id
     assert SigningKey.load(key_path).key_id == new.key_id
     trust = TrustStore.load(trust_path)
     assert trust.current("release").key_id == new.key_id
+    assert trust.trusted("release")[0].signed_count == 1  # only its own signature is recorded
     assert trust.verify("release", b"old release", before).key_id == old.key_id
     with pytest.raises(SignatureError, match="after it was retired"):
         trust.verify("release", b"late", old.sign(b"late", signed_at="2999-01-01T00:00:00+00:00"))
+    with pytest.raises(SignatureError, match="not among the 1 signature"):
+        trust.verify("release", b"back-dated", old.sign(b"back-dated", signed_at="2000-01-01T00:00:00+00:00"))
+    with pytest.raises(SignatureError, match="not among the 1 signature"):
+        trust.verify("release", b"never shown to the rotation", unfound)
+    with pytest.raises(SignatureError, match="does not match"):  # the recorded signature, another message
+        trust.verify("release", b"old releasE", before)
     assert trust.verify("release", b"new", new.sign(b"new")).key_id == new.key_id
-    # rotating again keeps both old keys, each retired once
+    # rotating again keeps both old keys, each retired once, the first one's record untouched
     rotate_key(key_path, trust_path, "release")
     keys = TrustStore.load(trust_path).trusted("release")
     assert len(keys) == 3 and [k.retired is None for k in keys] == [False, False, True]
-    assert keys[0].retired <= keys[1].retired
+    assert keys[0].retired <= keys[1].retired and [k.signed_count for k in keys] == [1, 0, 0]
+    assert TrustStore.load(trust_path).verify("release", b"old release", before).key_id == old.key_id
+
+
+def test_a_key_retired_without_a_record_verifies_nothing(tmp_path: Path) -> None:
+    """A trust store written before retirements recorded signatures: its retired keys verify nothing (fail closed;
+    `safeshare release` can re-seal a bundle with the current key), and a malformed record is refused on load."""
+    key = SigningKey.generate(tmp_path / "old.key")
+    record = key.sign(b"m", signed_at="2000-01-01T00:00:00+00:00")
+    entry = {"purpose": "release", "key_id": key.key_id, "public_key": key.public_b64,
+             "created": "1999-01-01T00:00:00+00:00", "retired": "2001-01-01T00:00:00+00:00", "comment": ""}
+    (tmp_path / "trust.json").write_text(json.dumps({"format": "safeshare-trust/1", "keys": [entry]}))
+    with pytest.raises(SignatureError, match="without a record of what it had signed"):
+        TrustStore.load(tmp_path / "trust.json").verify("release", b"m", record)
+    for bad in ("not base64!", "AAAA"):  # not base64; not whole 16-byte fingerprints
+        (tmp_path / "trust.json").write_text(json.dumps({"format": "safeshare-trust/1",
+                                                         "keys": [{**entry, "signed": bad}]}))
+        with pytest.raises(KeyFileError, match="field 'signed'"):
+            TrustStore.load(tmp_path / "trust.json")

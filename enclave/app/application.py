@@ -24,14 +24,15 @@ def _static_assets() -> dict[str, tuple[bytes, str]]:
 
 
 def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str | Path = DEFAULT_STATE,
-               trust: str | Path | None = None) -> FastAPI:
+               trust: str | Path | None = None, release: str | None = None) -> FastAPI:
     """Build the app for one sealed release bundle; raises ReleaseError when the bundle (its signature checked
-    against the trust store `trust`, default the site's) or the database is refused."""
+    against the trust store `trust`, default the site's; its seal as the release `release`, DATASET/ID, default
+    where it lies) or the database is refused."""
     from . import api, pages
     from .context import build_context
     from .security import SecurityMiddleware
 
-    context = build_context(bundle_dir, db_url, state_dir, trust)
+    context = build_context(bundle_dir, db_url, state_dir, trust, release)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -66,13 +66,14 @@ async def _serve(app, sock: socket.socket) -> None:  # app: FastAPI
     await task
 
 
-def _import_release(bundle: str, db_url: str | None, state: str, trust: str | None, report) -> None:
+def _import_release(bundle: str, db_url: str | None, state: str, trust: str | None, report,
+                    release: str | None = None) -> None:
     """Child process: verify and import the bundle into the release database (a no-op when it already holds it);
     sends None on success, else the message, to the parent (which prints it: one place for the CLI's errors)."""
     from .release import ReleaseError, load_release
 
     try:
-        load_release(bundle, db_url=db_url, state_dir=state, trust=trust).engine.dispose()
+        load_release(bundle, db_url=db_url, state_dir=state, trust=trust, release=release).engine.dispose()
     except ReleaseError as exc:
         report.send(str(exc))
     except Exception as exc:  # anything else is still a release that cannot be served
@@ -81,7 +82,8 @@ def _import_release(bundle: str, db_url: str | None, state: str, trust: str | No
         report.send(None)
 
 
-def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path | None = None) -> str | None:
+def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path | None = None,
+                    release: str | None = None) -> str | None:
     """Run the import in a fresh interpreter; returns None or the reason it failed. Parsing parquet needs pyarrow
     and much transient memory, and a process keeps both after they are freed; the serving process then finds the
     database holding the bundle and never loads pyarrow, so a running enclave's app stays near 100 MB, not 200."""
@@ -90,7 +92,7 @@ def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path |
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_import_release,
-                            args=(str(bundle), db_url, str(state), str(trust) if trust else None, send),
+                            args=(str(bundle), db_url, str(state), str(trust) if trust else None, send, release),
                             name="safeshare-app-import")
     child.start()
     send.close()
@@ -105,18 +107,28 @@ def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path |
 
 
 def cmd_app(args: argparse.Namespace) -> int:
+    from engine.bundle import BundleError, parse_release_ref
+    from safeshare.signing import KeyFileError
+    from safeshare.sitefolder import site_trust
+
     from . import create_app
     from .release import ReleaseError
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    trust = Path(args.trust) if args.trust else None
-    failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser(), trust)
+    try:
+        trust = site_trust(args.trust, args.site)  # the site's, never one near the bundle
+        release = parse_release_ref(args.release) if args.release is not None else None
+    except (KeyFileError, BundleError) as exc:
+        print(f"safeshare app: refused bundle {args.bundle}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser(), trust, release)
     if failure is not None:
         print(f"safeshare app: {failure}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser(), trust=trust)
+        app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser(), trust=trust,
+                         release=release)
     except ReleaseError as exc:
         print(f"safeshare app: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -143,13 +155,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "for releases, the seal, hashes, gate verdict), import it into the release database (SQLite "
                     "in --state by default, or PostgreSQL with --db) and serve the analytics app. Prints 'app "
                     "ready: URL' once listening. Exit 2 with the reason when the bundle is refused (unsigned, "
-                    "signed by an untrusted key, a signature that does not match, any changed byte).")
+                    "signed by an untrusted key, a signature that does not match, a retired key's new signature, a "
+                    "bundle lying under another release's name than its seal's, any changed byte) or no trust store "
+                    "is named. The trust store comes from --trust or the site (--site, $SAFESHARE_SITE, "
+                    "/var/lib/safeshare), never from the folder the bundle lies in.")
     app.add_argument("--bundle", required=True, metavar="SEALED_DIR", help="a sealed release folder "
                      "(RELEASES/<dataset>/<id>, as written by `safeshare release`)")
     app.add_argument("--trust", default=os.environ.get(TRUST_ENV) or None, metavar="FILE",
                      help=f"the site's trust store (trust.json; provisioning mounts it read-only). Default: "
-                          f"${TRUST_ENV}, else the trust.json of the site the bundle lives in "
-                          f"(RELEASES/../trust.json for RELEASES/<dataset>/<id>)")
+                          f"${TRUST_ENV}, else SITE/trust.json of --site; never one near the bundle")
+    app.add_argument("--site", default=None, metavar="SITE",
+                     help="the site whose trust.json decides when --trust is not given (default: $SAFESHARE_SITE, "
+                          "else /var/lib/safeshare if it exists; with none, the bundle is refused)")
+    app.add_argument("--release", default=None, metavar="DATASET/ID",
+                     help="the release the bundle must be sealed as (default: the folder's own <dataset>/<id>; "
+                          "provisioning names it for the container's /release mount)")
     app.add_argument("--db", default=None, metavar="URL",
                      help="release database URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in --state)")
     app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",

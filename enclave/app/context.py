@@ -95,11 +95,12 @@ def release_freed_memory() -> None:
 
 
 def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path,
-                  trust: str | Path | None = None) -> AppContext:
-    """Verify (signature against the trust store `trust`, default the site's) and import the bundle, read it once
-    into codes, open the workspace (raises ReleaseError)."""
+                  trust: str | Path | None = None, release_ref: str | None = None) -> AppContext:
+    """Verify (signature against the trust store `trust`, default the site's; the seal as release `release_ref`,
+    default where the folder lies) and import the bundle, read it once into codes, open the workspace (raises
+    ReleaseError)."""
     started = time.perf_counter()
-    release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir, trust=trust)
+    release = load_release(bundle_dir, db_url=db_url, state_dir=state_dir, trust=trust, release=release_ref)
     qis = list(release.manifest.transformation)
     table = CodedTable(read_coded_columns(release), quasi_identifiers=qis)
     seal = release.seal  # the seal as verified, not re-read from a folder that may have changed since

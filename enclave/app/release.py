@@ -24,9 +24,10 @@ from urllib.parse import quote
 import numpy as np
 import sqlalchemy as sa
 
-from engine.bundle import BundleError, VerifiedBundle, bundle_trust, check_bundle, data_files
+from engine.bundle import BundleError, VerifiedBundle, check_bundle, data_files
 from engine.manifest import Manifest
 from safeshare.signing import KeyFileError, TrustStore
+from safeshare.sitefolder import site_trust
 
 from .table import MISSING, Column, code_dtype, encode_labels, label_key
 
@@ -62,14 +63,19 @@ class LoadedRelease:
 
 
 def trust_for(folder: str | Path, trust: str | Path | None) -> Path:
-    """The trust store to check a bundle against: the one given, else that of the site the bundle lives in
-    (RELEASES/../trust.json for RELEASES/<dataset>/<id>)."""
-    return Path(trust) if trust else bundle_trust(folder)
+    """The trust store to check a bundle against: the one given, else SITE/trust.json of the site ($SAFESHARE_SITE,
+    else /var/lib/safeshare), never one near the bundle (a writer of the releases folder could put it there).
+    Raises ReleaseError when no trust store is named."""
+    try:
+        return site_trust(trust)
+    except KeyFileError as exc:
+        raise ReleaseError(f"refused bundle {folder}: no signature can be checked: {exc}") from None
 
 
-def verify(folder: str | Path, trust: str | Path | None = None) -> VerifiedBundle:
+def verify(folder: str | Path, trust: str | Path | None = None, release: str | None = None) -> VerifiedBundle:
     """check_bundle with a message that always names the folder and the reason (the CLI prints it and exits 2):
-    an unsigned or wrongly-signed bundle, or a trust store that cannot be read, is refused like any other."""
+    an unsigned or wrongly-signed bundle, one lying under another release's name than its seal's (or than
+    `release`, DATASET/ID), or a trust store that cannot be read, is refused like any other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReleaseError(f"{folder}: refused: not a folder")
@@ -79,7 +85,7 @@ def verify(folder: str | Path, trust: str | Path | None = None) -> VerifiedBundl
     except KeyFileError as exc:
         raise ReleaseError(f"refused bundle {folder}: no signature can be checked: {exc}") from None
     try:
-        return check_bundle(folder, store)
+        return check_bundle(folder, store, release)
     except BundleError as exc:
         message = str(exc)
         if str(folder) not in message:
@@ -220,11 +226,13 @@ def _fast_sqlite(dbapi_connection, _record) -> None:
 
 
 def load_release(folder: str | Path, db_url: str | None = None, state_dir: str | Path = ".",
-                 trust: str | Path | None = None) -> LoadedRelease:
-    """Verify the bundle against the trust store `trust` (default: the site's, see `trust_for`), import it unless
-    the database already holds it, and return a read-only engine."""
+                 trust: str | Path | None = None, release: str | None = None) -> LoadedRelease:
+    """Verify the bundle against the trust store `trust` (default: the site's, see `trust_for`) as the release
+    `release` (DATASET/ID; default where the folder lies), import it unless the database already holds it, and
+    return a read-only engine."""
     folder = Path(folder)
-    verified = verify(folder, trust)
+    trust = trust_for(folder, trust)
+    verified = verify(folder, trust, release)
     manifest = verified.manifest
     started = time.perf_counter()
     # The import parses the very bytes it hashes (_verified_parquets), not the files verify() read.
@@ -287,7 +295,7 @@ def load_release(folder: str | Path, db_url: str | None = None, state_dir: str |
     columns = [str(c["name"]) for c in sa.inspect(engine).get_columns(DATA_TABLE) if c["name"] != ROW_ID]
     return LoadedRelease(folder=folder, manifest=manifest, engine=engine, db_url=url_for_display,
                          imported=imported, import_seconds=time.perf_counter() - started, columns=columns,
-                         seal=verified.seal, trust_file=str(trust_for(folder, trust)))
+                         seal=verified.seal, trust_file=str(trust))
 
 
 def _packed_groups(names: list[str], sizes: dict[str, int]) -> list[list[str]]:

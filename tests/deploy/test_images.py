@@ -206,7 +206,10 @@ def test_app_and_gateway_run_read_only_without_capabilities(offline_images: Buil
     try:
         docker("run", "-d", "--name", app, "--network", "none", *docker_run_args("app"),
                "-v", f"{bundle}:/release:ro", "-v", f"{tmp_path / 'trust.json'}:/trust.json:ro",
-               "-e", "SAFESHARE_TRUST=/trust.json", offline_images.images["app"].tag)
+               "-e", "SAFESHARE_TRUST=/trust.json", offline_images.images["app"].tag,
+               # the image's default arguments, and which release /release holds (the mount names none)
+               "--bundle", "/release", "--state", "/state", "--host", "0.0.0.0", "--port", "8050",
+               "--release", f"{bundle.parent.name}/{bundle.name}")
         docker("run", "-d", "--name", gateway, "--network", "none", *docker_run_args("gateway"),
                "--tmpfs", "/data:uid=10002,gid=10002", "--tmpfs", "/sessions:uid=10002,gid=10002",
                offline_images.images["gateway"].tag)

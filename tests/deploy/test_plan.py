@@ -91,6 +91,8 @@ def test_hardening_and_commands(site: Site) -> None:
     assert dict(plan.app.hardening.tmpfs) == HARDENING["app"]["tmpfs"]
     app = list(plan.app.command)
     assert app[app.index("--trust") + 1] == APP_TRUST and app[app.index("--bundle") + 1] == "/release"
+    # /release names no release: the app is told which one the mount holds, and refuses a bundle sealed as another
+    assert app[app.index("--release") + 1] == f"{bundle(site).parent.name}/{bundle(site).name}" == plan.release
     kiosk = list(plan.kiosk.command)
     assert kiosk[kiosk.index("--size") + 1] == "1024x768"
     assert kiosk[kiosk.index("--vnc-listen") + 1] == plan.kiosk.networks[1].address
@@ -155,7 +157,8 @@ def test_safeshare_up_uses_the_same_command_lines(tmp_path: Path, site: Site) ->
     for name, argv in commands.items():
         assert argv[:4] == [*prefix, name], argv
     assert commands["app"][4:] == list(app_argv(bundle=str(release), trust=str(config.home / "trust.json"),
-                                                state=str(config.home / "app"), host="127.0.0.1", port=8123))
+                                                state=str(config.home / "app"), host="127.0.0.1", port=8123,
+                                                release="adult/00aa"))
     plan = plan_enclave(site, policy(), bundle(site), IMAGES, SUBNETS)
     assert options(commands["app"]) == options(plan.app.command)
     kiosk = commands["kiosk"][4:]

@@ -199,8 +199,13 @@ def test_app_checks_the_release_signature_with_the_sites_trust_store(site: dict)
     assert mounts["/trust.json"]["Source"] == str(s.trust_file) and mounts["/trust.json"]["RW"] is False
     assert not [m for m in app.attrs["Mounts"] if "keys" in m["Source"] or "secrets" in m["Source"]]
     assert app.attrs["Args"][app.attrs["Args"].index("--trust") + 1] == "/trust.json"
-    result = app.exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json"])
+    # /release names no release: provisioning tells the app which one it mounted, and the seal must say the same
+    release = site["results"]["alice"]["release"]
+    assert app.attrs["Args"][app.attrs["Args"].index("--release") + 1] == release
+    result = app.exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json", "--release", release])
     assert result.exit_code == 0 and b"signed by release key" in result.output, result.output.decode()[-2000:]
+    unnamed = app.exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json"])
+    assert unnamed.exit_code == 1 and b"name the release it must be" in unnamed.output, unnamed.output.decode()
 
 
 def test_researcher_sees_the_app_through_novnc(site: dict, tmp_path: Path) -> None:

@@ -131,7 +131,8 @@ def test_each_enclave_runs_on_its_node_and_sees_only_its_release(site: dict) -> 
         assert release == results[recipient]["release"]
         denied = found["app"].exec_run(["sh", "-c", "touch /release/x 2>&1; touch /opt/x 2>&1"]).output.decode()
         assert denied.count("Read-only file system") == 2, denied
-        checked = found["app"].exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json"])
+        checked = found["app"].exec_run(["safeshare", "verify-release", "/release", "--trust", "/trust.json",
+                                         "--release", release])
         assert checked.exit_code == 0, checked.output.decode()[-2000:]
         status = found["kiosk"].exec_run(["sh", "-c", "grep NoNewPrivs /proc/1/status"]).output.decode()
         assert status.split() == ["NoNewPrivs:", "1"], status

@@ -45,7 +45,7 @@ def state(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def app(bundle, state):
-    return create_app(bundle, state_dir=state)
+    return create_app(bundle, state_dir=state, trust=bundle.parents[2] / "trust.json")  # the site's (RELEASES/..)
 
 
 @pytest.fixture(scope="module")

@@ -119,7 +119,7 @@ async def drive(devtools_port: int, app_url: str) -> dict:
 def test_live_cohort_count_in_chromium_without_csp_violations(tmp_path) -> None:
     bundle = synthetic_bundle(tmp_path, small_frame())
     app = subprocess.Popen([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(tmp_path / "state"),
-                            "--port", str(free_port())], cwd=REPO, text=True,
+                            "--port", str(free_port()), "--site", str(tmp_path)], cwd=REPO, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     browser = None
     try:

@@ -123,15 +123,25 @@ def test_raw_data_with_recomputed_hashes_is_refused(sealed, tmp_path, capsys) ->
 
 
 def test_trust_store_given_or_found(sealed, tmp_path, monkeypatch, capsys) -> None:
-    """Without --trust the app checks against the site the bundle lives in; a copy elsewhere needs --trust or
-    $SAFESHARE_TRUST, and a missing trust store is a refusal naming it (fail closed)."""
-    app = create_app(sealed, state_dir=tmp_path / "state0")  # RELEASES/../trust.json
+    """Without --trust the app checks against the site's trust store ($SAFESHARE_SITE, else the default site),
+    never one near the bundle; --trust or $SAFESHARE_TRUST name one, and a missing trust store is a refusal naming
+    it (fail closed)."""
+    import safeshare.sitefolder
+
+    monkeypatch.setattr(safeshare.sitefolder, "DEFAULT_SITE", tmp_path / "no-default-site")
+    monkeypatch.delenv("SAFESHARE_SITE", raising=False)
+    with pytest.raises(ReleaseError, match="no trust store"):
+        create_app(sealed, state_dir=tmp_path / "state0")  # RELEASES/../trust.json is not asked
+    monkeypatch.setenv("SAFESHARE_SITE", str(tmp_path))
+    app = create_app(sealed, state_dir=tmp_path / "state0")
     assert app.state.ctx.seal["signature"]["key_id"] == SigningKey.load(tmp_path / "keys" /
                                                                         "release-signing.key").key_id
+    assert app.state.ctx.release.trust_file == str(tmp_path / "trust.json")
     app.state.ctx.release.engine.dispose()
-    copy = tmp_path / "elsewhere" / "copy"
+    copy = tmp_path / "elsewhere" / sealed.parent.name / sealed.name  # a copy that still names its release
     shutil.copytree(sealed, copy)
     refused(copy, tmp_path, capsys, "trust store missing", trust=tmp_path / "missing.json")
+    monkeypatch.setenv("SAFESHARE_SITE", str(tmp_path / "elsewhere"))
     with pytest.raises(ReleaseError, match="trust store missing"):
         create_app(copy, state_dir=tmp_path / "state")
     monkeypatch.setenv("SAFESHARE_TRUST", str(tmp_path / "trust.json"))
@@ -144,7 +154,7 @@ def test_trust_store_given_or_found(sealed, tmp_path, monkeypatch, capsys) -> No
 
 
 def test_synthetic_bundle_serves_naturally_ordered_labels(sealed, tmp_path) -> None:
-    app = create_app(sealed, state_dir=tmp_path / "state")
+    app = create_app(sealed, state_dir=tmp_path / "state", trust=tmp_path / "trust.json")
     with TestClient(app) as client:
         info = client.get("/api/release").json()
         ages = [v["label"] for v in info["attributes"][1]["values"]]
@@ -173,16 +183,16 @@ def test_database_is_reimported_only_for_another_bundle(tmp_path) -> None:
         with release.engine.connect() as conn:
             return dict(conn.execute(sa.text(f"SELECT key, value FROM {META_TABLE}")).all())["data_sha256"]
 
-    a = load_release(first, state_dir=state)
+    a = load_release(first, state_dir=state, trust=tmp_path / "one" / "trust.json")
     assert a.imported and held(a) == a.manifest.data_sha256
     a.engine.dispose()
-    again = load_release(first, state_dir=state)
+    again = load_release(first, state_dir=state, trust=tmp_path / "one" / "trust.json")
     assert not again.imported
     again.engine.dispose()
-    b = load_release(second, state_dir=state)
+    b = load_release(second, state_dir=state, trust=tmp_path / "two" / "trust.json")
     assert b.imported and held(b) == b.manifest.data_sha256 != a.manifest.data_sha256
     b.engine.dispose()
-    app = create_app(second, state_dir=state)
+    app = create_app(second, state_dir=state, trust=tmp_path / "two" / "trust.json")
     assert "west" in app.state.ctx.table.column("site").labels
     app.state.ctx.release.engine.dispose()
 
@@ -229,12 +239,12 @@ def test_data_changed_between_verification_and_import_is_refused(sealed, tmp_pat
     """The import reads the bytes it hashes itself: a swap right after verify_bundle does not get in."""
     import enclave.app.release as release_module
 
-    copy = tmp_path / "copy"
+    copy = tmp_path / "copy" / sealed.parent.name / sealed.name
     shutil.copytree(sealed, copy)
     real_verify = release_module.verify
 
-    def verify_then_swap(folder, trust=None):
-        verified = real_verify(folder, trust)
+    def verify_then_swap(folder, *args):
+        verified = real_verify(folder, *args)
         write_output(tmp_path / "other", small_frame().iloc[:10])
         shutil.copy(tmp_path / "other" / "data.parquet", copy / "data.parquet")
         return verified

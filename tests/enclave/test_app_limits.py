@@ -32,7 +32,8 @@ def server(tmp_path_factory) -> Iterator[int]:
     bundle = synthetic_bundle(root, small_frame())
     port = free_port()
     proc = subprocess.Popen([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(root / "state"),
-                             "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, text=True,
+                             "--host", "127.0.0.1", "--port", str(port), "--site", str(root)],
+                            cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         read_ready(proc, 60)
@@ -134,7 +135,7 @@ def test_a_content_length_over_the_cap_is_refused_and_the_connection_closed(serv
 @pytest.fixture(scope="module")
 def client(tmp_path_factory) -> Iterator[TestClient]:
     root = tmp_path_factory.mktemp("app")
-    app = create_app(synthetic_bundle(root, small_frame()), state_dir=root / "state")
+    app = create_app(synthetic_bundle(root, small_frame()), state_dir=root / "state", trust=root / "trust.json")
     with TestClient(app) as test_client:
         test_client.state_dir = root / "state"  # type: ignore[attr-defined]
         yield test_client

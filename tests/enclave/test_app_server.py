@@ -22,7 +22,8 @@ def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:
     bundle = synthetic_bundle(tmp_path, small_frame())
     port = free_port()
     proc = subprocess.Popen([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(tmp_path / "state"),
-                             "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, text=True,
+                             "--host", "127.0.0.1", "--port", str(port), "--site", str(tmp_path)],
+                            cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = read_ready(proc, 60)
@@ -42,7 +43,8 @@ def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:
             assert client.delete("/api/count").status_code == 405
         # A second app on the same port cannot listen: a clean exit 2.
         busy = subprocess.run([*SAFESHARE, "app", "--bundle", str(bundle), "--state", str(tmp_path / "state2"),
-                               "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=60)
+                               "--port", str(port), "--site", str(tmp_path)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
         assert busy.returncode == 2 and "cannot listen" in busy.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -58,7 +60,7 @@ def test_server_process_serves_pages_with_headers_and_stops(tmp_path) -> None:
 
 def test_release_in_postgresql_is_read_only(postgres_url, tmp_path) -> None:
     bundle = synthetic_bundle(tmp_path, small_frame())
-    app = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state")
+    app = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state", trust=tmp_path / "trust.json")
     release = app.state.ctx.release
     try:
         assert release.engine.dialect.name == "postgresql" and release.imported
@@ -72,7 +74,7 @@ def test_release_in_postgresql_is_read_only(postgres_url, tmp_path) -> None:
             assert conn.execute(sa.text(f"SELECT COUNT(*) FROM {DATA_TABLE}")).scalar_one() == 40
     finally:
         release.engine.dispose()
-    again = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state")
+    again = create_app(bundle, db_url=postgres_url, state_dir=tmp_path / "state", trust=tmp_path / "trust.json")
     assert again.state.ctx.release.imported is False  # the database already holds this bundle
     again.state.ctx.release.engine.dispose()
     again.state.ctx.workspace.close()

@@ -33,7 +33,7 @@ def test_k_anonymous_release_passes_gate_and_seals(adult_release, tmp_path, caps
     sealed = Path(capsys.readouterr().out.strip())
     assert sealed.parent.name == "adult" and (sealed / "seal.json").is_file()
     assert verify_bundle(sealed, tmp_path / "trust.json")["data_sha256"] == manifest["data_sha256"]
-    assert main(["verify-release", str(sealed)]) == 0  # default: the trust store of the site the bundle is in
+    assert main(["verify-release", str(sealed), "--site", str(tmp_path)]) == 0  # the site's trust store
     assert "signed by release key" in capsys.readouterr().out
     # the site's key was made on first use: private and out of the releases folder, its public half trusted
     key = tmp_path / "keys" / "release-signing.key"
@@ -46,7 +46,7 @@ def test_k_anonymous_release_passes_gate_and_seals(adult_release, tmp_path, caps
 @pytest.mark.parametrize("tamper", ["data", "manifest", "seal", "missing"])
 def test_tampered_bundle_is_refused(adult_release, tmp_path, tamper, capsys):
     sealed = seal_release(adult_release, tmp_path / "releases")
-    copy = tmp_path / "copy"
+    copy = tmp_path / "copy" / sealed.parent.name / sealed.name  # where it still names its release
     shutil.copytree(sealed, copy)
     if tamper == "data":
         raw = bytearray((copy / "data.parquet").read_bytes())
@@ -175,14 +175,14 @@ def test_raw_data_with_recomputed_hashes_is_refused(adult_release, data_dir, tmp
     raw = tmp_path / "raw.parquet"
     pd.read_csv(data_dir / "adult" / "adult.csv", sep=";").to_parquet(raw)
     _rehash(sealed, raw.read_bytes(), records=len(pd.read_parquet(raw)))
-    assert main(["verify-release", str(sealed)]) == 1
+    assert main(["verify-release", str(sealed), "--site", str(tmp_path)]) == 1
     assert "signature by key" in capsys.readouterr().err and "does not match" in \
         str(pytest.raises(BundleError, verify_bundle, sealed, tmp_path / "trust.json").value)
     # removing the signature does not help either
     seal = json.loads((sealed / "seal.json").read_text())
     del seal["signature"]
     (sealed / "seal.json").write_text(json.dumps(seal))
-    assert main(["verify-release", str(sealed)]) == 1
+    assert main(["verify-release", str(sealed), "--site", str(tmp_path)]) == 1
     assert "unsigned" in capsys.readouterr().err
 
 
@@ -221,12 +221,12 @@ def test_failed_gate_with_hand_written_seal_is_refused(adult_release, tmp_path, 
     if signer == "own key":
         seal["signature"] = SigningKey.generate(tmp_path / "forger.key").sign(canonical(seal))
     (forged / "seal.json").write_text(json.dumps(seal))
-    assert main(["verify-release", str(forged)]) == 1
+    assert main(["verify-release", str(forged), "--site", str(tmp_path / "site")]) == 1
     assert ("unsigned" if signer == "none" else "does not trust") in capsys.readouterr().err
     from engine.bundle import resolve_release
 
     with pytest.raises(BundleError, match="signature refused"):
-        resolve_release(releases, "risky")
+        resolve_release(releases, "risky", trust=tmp_path / "site" / "trust.json")
 
 
 def test_wrong_key_is_refused_at_sealing_and_at_verification(adult_release, tmp_path, capsys):
@@ -271,19 +271,22 @@ def test_signed_seal_must_match_the_manifest(adult_release, tmp_path, capsys):
         verify_bundle(sealed, tmp_path / "trust.json")
     # sealing the same output again replaces a bundle that no longer verifies with a good one
     assert seal_release(adult_release, tmp_path / "releases") == sealed
-    assert main(["verify-release", str(sealed)]) == 0
+    assert main(["verify-release", str(sealed), "--site", str(tmp_path)]) == 0
 
 
 def test_rotation_keeps_old_releases_valid(adult_release, tmp_path, capsys):
-    """After `rotate_key` the retired key still verifies what it signed before its retirement (old releases stay
-    usable) and nothing it signs afterwards; new releases are signed by the new key."""
+    """After `rotate_key` (given the site's seals, as `custodian key rotate` does) the retired key still verifies
+    what it had signed (old releases stay usable) and nothing it signs afterwards; new releases are signed by the
+    new key."""
+    from engine.bundle import release_signatures
+
     releases = tmp_path / "releases"
     old_bundle = seal_release(adult_release, releases)
     key_path, trust = tmp_path / "keys" / "release-signing.key", tmp_path / "trust.json"
     old_key = SigningKey.load(key_path)
-    new_key, retired = rotate_key(key_path, trust, "release")
+    new_key, retired = rotate_key(key_path, trust, "release", signed=release_signatures(releases))
     assert retired == [old_key.key_id]
-    assert main(["verify-release", str(old_bundle)]) == 0
+    assert main(["verify-release", str(old_bundle), "--site", str(tmp_path)]) == 0
     # a new release is signed by the new key
     copy = tmp_path / "out2"
     shutil.copytree(adult_release, copy)
@@ -292,12 +295,12 @@ def test_rotation_keeps_old_releases_valid(adult_release, tmp_path, capsys):
     (copy / "manifest.json").write_text(json.dumps(manifest))
     new_bundle = seal_release(copy, releases)
     assert json.loads((new_bundle / "seal.json").read_text())["signature"]["key_id"] == new_key.key_id
-    assert main(["verify-release", str(new_bundle)]) == 0
+    assert main(["verify-release", str(new_bundle), "--site", str(tmp_path)]) == 0
     # whoever kept the old key cannot sign with it now: the signing time is covered by the signature
     seal = {k: v for k, v in json.loads((new_bundle / "seal.json").read_text()).items() if k != "signature"}
     seal["signature"] = old_key.sign(canonical(seal), signed_at="2999-01-01T00:00:00+00:00")
     (new_bundle / "seal.json").write_text(json.dumps(seal))
-    assert main(["verify-release", str(new_bundle)]) == 1
+    assert main(["verify-release", str(new_bundle), "--site", str(tmp_path)]) == 1
     assert "after it was retired" in capsys.readouterr().err
 
 
