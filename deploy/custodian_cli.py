@@ -207,7 +207,9 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     from now on."""
     import os
 
-    from deploy.key_rotation import site_signatures
+    from itertools import chain
+
+    from deploy.key_rotation import file_signatures, site_signatures
     from deploy.provision import cli_actor
     from deploy.records import Records
     from deploy.site import GATEWAY_UID, give_to_gateway
@@ -217,11 +219,15 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     gateway = args.purpose == "gateway"
     path = site.gateway_signing_key if gateway else site.release_signing_key
     try:
+        kept_elsewhere = [record for name in args.also_signed for record in file_signatures(name)]
+    except ValueError as exc:
+        return _fail("custodian key rotate", ValueError(f"--also-signed {exc}"))
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(path.parent, 0o700)
         key, retired = rotate_key(path, site.trust_file, args.purpose, GATEWAY_UID if gateway else None,
                                   comment=f"{args.purpose} key of the site",
-                                  signed=site_signatures(site, args.purpose))
+                                  signed=chain(site_signatures(site, args.purpose), kept_elsewhere))
         recorded = {k.key_id: k.signed_count for k in TrustStore.load(site.trust_file).trusted(args.purpose)
                     if k.key_id in retired}
     except (OSError, KeyFileError) as exc:
@@ -377,10 +383,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "key is retired now, with a record in trust.json of the signatures it had made: the seals of "
                     "the bundles in SITE/releases (release), the signed lines (seals, checkpoints) of the session "
                     "logs in SITE/sessions (gateway). It verifies those and nothing else: a copy of the old key "
-                    "cannot sign anything new, whatever time it writes into the signature. Signatures kept outside "
-                    "the site are not recorded. The running gateway signs its next line with the new key (it "
-                    "re-reads the file).")
+                    "cannot sign anything new, whatever time it writes into the signature. Signatures kept only "
+                    "outside the site are recorded only from the files named with --also-signed. The running "
+                    "gateway signs its next line with the new key (it re-reads the file).")
     kt.add_argument("--purpose", choices=("release", "gateway"), default="gateway")
+    kt.add_argument("--also-signed", action="append", default=[], metavar="FILE",
+                    help="a file (JSON or JSON lines) whose signatures by the retiring key are recorded too: an "
+                         "auditor's `safeshare audit checkpoint` export holds the seals of sessions that retention "
+                         "has deleted from SITE/sessions since, which would otherwise no longer verify; name only "
+                         "files kept out of reach of whoever may hold a copy of the old key (repeatable)")
     kt.add_argument("--json", action="store_true")
     _site_args(kt)
     kt.set_defaults(func=_guarded('key rotate', cmd_key_rotate))

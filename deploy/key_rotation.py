@@ -10,7 +10,9 @@ rotation. What the site keeps signed, per purpose:
 
 Collected after the new key is in place (`rotate_key` reads the generator then): a running gateway re-reads its key
 file and signs with the new key from its next line, so what the old key signs is on disk before the scan. Signatures
-kept outside the site folder (copies handed to auditors) are not found, and a retired key no longer verifies them.
+kept only outside the site folder are not found, and a retired key no longer verifies them: the seals in an
+auditor's `audit checkpoint` file of sessions that retention has deleted since are the case that matters, so the
+custodian can name such files (`--also-signed FILE`, `file_signatures`), which are read for signature records too.
 """
 from __future__ import annotations
 
@@ -49,6 +51,42 @@ def session_signatures(sessions: str | Path) -> Iterator[dict[str, Any]]:
                     yield from _signature_records(line)
         except OSError:
             continue
+
+
+def _records_in(value: Any) -> Iterator[dict[str, Any]]:
+    """Signature records anywhere in a JSON value, also inside text that is itself a JSON object (a checkpoint
+    file keeps each seal as the very line the log holds)."""
+    if isinstance(value, dict):
+        if "key_id" in value and "signature" in value and isinstance(value.get("signature"), str):
+            yield value
+        for item in value.values():
+            yield from _records_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _records_in(item)
+    elif isinstance(value, str) and value.startswith("{") and '"key_id"' in value:
+        try:
+            yield from _records_in(json.loads(value))
+        except ValueError:
+            return
+
+
+def file_signatures(path: str | Path) -> list[dict[str, Any]]:
+    """Every signature record in a JSON file or a file of JSON lines (an `audit checkpoint` export, a session log
+    kept elsewhere). Raises ValueError naming the file when it is neither."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not readable: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        documents = [json.loads(text)]
+    except ValueError:
+        try:
+            documents = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError:
+            raise ValueError(f"{path}: neither JSON nor JSON lines") from None
+    return [record for document in documents for record in _records_in(document)]
 
 
 def site_signatures(site: Site, purpose: str) -> Iterator[dict[str, Any]]:

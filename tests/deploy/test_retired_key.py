@@ -12,19 +12,21 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from engine.bundle import SEAL_FORMAT
 from proxy.eventlog import seal_message
 from safeshare.cli import main
-from safeshare.signing import SigningKey, TrustStore, canonical
+from safeshare.signing import SignatureError, SigningKey, TrustStore, canonical
 # no_ambient_site: an autouse fixture (no $SAFESHARE_SITE or default site of the machine running the tests)
 from tests.engine.test_trust_from_site import app_outcome, no_ambient_site, raw_frame, sealed  # noqa: F401
 from tests.enclave.test_app_support import write_output
 from tests.proxy.test_seals import SiteFiles, lines_of, record_sessions
 
 
-def rotate(site: Path, purpose: str, capsys) -> dict:
+def rotate(site: Path, purpose: str, capsys, *extra: str) -> dict:
     capsys.readouterr()
-    assert main(["custodian", "key", "rotate", "--purpose", purpose, "--site", str(site), "--json"]) == 0
+    assert main(["custodian", "key", "rotate", "--purpose", purpose, "--site", str(site), "--json", *extra]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -128,3 +130,29 @@ def _checkpoint_message():
     from proxy import eventlog
 
     return getattr(eventlog, "checkpoint_message", seal_message)
+
+
+def test_seals_kept_only_in_an_auditors_checkpoint_are_recorded_when_named(tmp_path: Path, capsys) -> None:
+    """Retention deleted a session after the auditor exported a checkpoint (which keeps its signed seal line): the
+    rotation does not find that seal under SITE/sessions, so it is recorded only from the file the custodian names
+    with --also-signed; otherwise the retired key no longer verifies it."""
+    site = SiteFiles.create(tmp_path / "site")
+    (folder,) = record_sessions(site, 1)
+    checkpoint = tmp_path / "auditor" / "checkpoint.json"
+    checkpoint.parent.mkdir()
+    assert main(["audit", "checkpoint", str(site.sessions), "--site", str(site.root), "--db", site.db,
+                 "--out", str(checkpoint)]) == 0
+    seal = json.loads(lines_of(folder)[-1])
+    shutil.copytree(site.root, tmp_path / "unnamed")
+    for root in (site.root, tmp_path / "unnamed"):
+        shutil.rmtree(root / "sessions" / folder.name)  # what retention deletes
+    assert main(["custodian", "key", "rotate", "--purpose", "gateway", "--site", str(tmp_path / "unnamed")]) == 0
+    with pytest.raises(SignatureError, match="not among the 0 signature"):
+        TrustStore.load(tmp_path / "unnamed" / "trust.json").verify("gateway", seal_message(seal), seal["signature"])
+
+    report = rotate(site.root, "gateway", capsys, "--also-signed", str(checkpoint))
+    assert list(report["recorded"].values()) == [1]
+    assert site.trust().verify("gateway", seal_message(seal), seal["signature"]).key_id == seal["signature"]["key_id"]
+    capsys.readouterr()
+    assert main(["custodian", "key", "rotate", "--site", str(site.root), "--also-signed", str(tmp_path)]) == 2
+    assert "--also-signed" in capsys.readouterr().err
