@@ -9,7 +9,8 @@ rotation. What the site keeps signed, per purpose:
   checkpoints signed while a session runs), whatever its event, so that a format adding signed lines is covered.
 
 Collected after the new key is in place (`rotate_key` reads the generator then): a running gateway re-reads its key
-file and signs with the new key from its next line, so what the old key signs is on disk before the scan. Signatures
+file and signs with the new key from its next line, so what the old key signs is on disk before the scan (which
+waits a second for a line signed an instant before the rotation). Signatures
 kept only outside the site folder are not found, and a retired key no longer verifies them: the seals in an
 auditor's `audit checkpoint` file of sessions that retention has deleted since are the case that matters, so the
 custodian can name such files (`--also-signed FILE`, `file_signatures`), which are read for signature records too.
@@ -17,6 +18,7 @@ custodian can name such files (`--also-signed FILE`, `file_signatures`), which a
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,8 +91,15 @@ def file_signatures(path: str | Path) -> list[dict[str, Any]]:
     return [record for document in documents for record in _records_in(document)]
 
 
-def site_signatures(site: Site, purpose: str) -> Iterator[dict[str, Any]]:
-    """What the site keeps signed by its key for `purpose` (release or gateway)."""
+GATEWAY_SETTLE = 1.0  # seconds for a line signed with the old key just before the new key appeared to be written
+
+
+def site_signatures(site: Site, purpose: str, settle: float = GATEWAY_SETTLE) -> Iterator[dict[str, Any]]:
+    """What the site keeps signed by its key for `purpose` (release or gateway). For the gateway, the scan waits
+    `settle` seconds first: a running gateway that read the old key an instant before the rotation replaced it may
+    still be writing the line it signed, which must be on disk to be recorded."""
     if purpose == "release":
-        return release_signatures(site.releases)
-    return session_signatures(site.sessions)
+        yield from release_signatures(site.releases)
+        return
+    time.sleep(settle)
+    yield from session_signatures(site.sessions)
