@@ -26,9 +26,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from collections.abc import Iterator
 from pathlib import Path
 
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
