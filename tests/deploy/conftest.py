@@ -29,15 +29,19 @@ HOST_PIDFILE = Path("/var/run/docker.pid")  # dockerd's default, as deploy/docke
 
 @pytest.fixture(scope="session", autouse=True)
 def no_swarm_worker_left_behind():
-    """After every deploy test: no process of a Swarm test worker may remain (killed, then the session fails)."""
+    """After every deploy test: no process of a Swarm test worker this session started may remain (they are killed,
+    then the session fails). Another session's worker running meanwhile is left alone."""
     yield
-    from tests.deploy.swarm_helpers import kill_all, run, stray_processes
+    from tests.deploy.swarm_helpers import STARTED, kill_all, run
 
-    left = stray_processes()
-    if left:
-        listing = run("ps", "-o", "pid,ppid,stat,args", "-p", ",".join(map(str, left)), check=False).stdout
-        kill_all(stray_processes, "Swarm test worker processes left behind")
-        pytest.fail(f"{len(left)} process(es) of a Swarm test worker were left behind (now killed):\n{listing}")
+    def left() -> list[int]:
+        return sorted({pid for node in STARTED for pid in node.node_processes()})
+
+    found = left()
+    if found:
+        listing = run("ps", "-o", "pid,ppid,stat,args", "-p", ",".join(map(str, found)), check=False).stdout
+        kill_all(left, "Swarm test worker processes left behind")
+        pytest.fail(f"{len(found)} process(es) of a Swarm test worker were left behind (now killed):\n{listing}")
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,8 @@ killed dockerd's descendants left the enclave's app and kiosk (Chromium) running
 So the worker's processes are found by what they share, not by parentage (`node_processes`): the network namespace
 (dockerd, containerd, the shims), the cgroup parent `/<name>` (every container process) and a command line naming
 the worker's own folders, plus their descendants; `stop()` kills them until none is left and fails if one is.
-`stray_processes()` finds those of any worker, whatever its state: the deploy tests' session-end check uses it.
+`STARTED` lists the nodes this test session started: the deploy tests' session-end check looks for what is left of
+those only (another session's worker on this machine is not this session's to judge or kill).
 """
 from __future__ import annotations
 
@@ -144,15 +145,19 @@ def kill_all(find, what: str, timeout: float = GONE_WITHIN) -> list[int]:
 
 
 def stray_processes() -> list[int]:
-    """Processes of any swarm test worker, running or left behind (the session-end check): in a cgroup named like a
-    worker's (`/ssw1/...`: container processes), or naming the workers' folders on their command line (dockerd,
-    containerd and each shim's socket address), and their descendants. Nothing of the host's own engine matches."""
+    """Processes of any swarm test worker on this machine, of whichever session, running or left behind: in a cgroup
+    named like a worker's (`/ssw1/...`: container processes), or naming the workers' folders on their command line
+    (dockerd, containerd and each shim's socket address), and their descendants. Nothing of the host's own engine
+    matches. For checks after a node's teardown (a running worker of another session would match too)."""
     cgroups = {c.split("/")[1] for entry in os.listdir("/proc") if entry.isdigit() for c in _cgroups(entry)
                if c.count("/") >= 1 and WORKER_NAME.fullmatch(c.split("/")[1])}
     found: set[int] = set(find_processes(paths=(str(RUN_ROOT), str(STATE_ROOT))))
     for name in cgroups:
         found.update(find_processes(cgroup_parent=f"/{name}"))
     return sorted(found)
+
+
+STARTED: list["WorkerNode"] = []  # the nodes this process started (session-end check)
 
 
 @dataclass
@@ -164,6 +169,7 @@ class WorkerNode:
     proc: subprocess.Popen | None = None
     log_path: Path = field(init=False)
     netns_inode: int | None = None  # the namespace's identity, known even after `ip netns del`
+    started: bool = False
 
     def __post_init__(self) -> None:
         self.netns = self.name
@@ -207,6 +213,9 @@ class WorkerNode:
     # --- the daemon ------------------------------------------------------------------------------------------------
 
     def start(self, storage_driver: str | None = None, timeout: float = 60) -> None:
+        if not self.started:
+            STARTED.append(self)
+            self.started = True
         for folder in (self.data_root, self.exec_root):
             folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.data_root / "swarm", ignore_errors=True)  # a killed node's swarm state: join anew
@@ -279,7 +288,8 @@ class WorkerNode:
         self.remove_link()
         shutil.rmtree(self.exec_root.parent, ignore_errors=True)
         if survivors is not None:
-            raise survivors
+            raise survivors  # its namespace stays known: the survivors keep it alive
+        self.netns_inode = None  # gone with its last process: the kernel may give the number to another namespace
 
     @staticmethod
     def _mounts_below(root: Path) -> list[str]:
