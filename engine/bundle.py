@@ -276,7 +276,11 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     `signing_key` defaults to the site's release key (RELEASES/../keys/release-signing.key, created and trusted on
     first use) and `trust` to RELEASES/../trust.json. The sealed bundle is verified against `trust` before it is
     renamed into place, so a key the site does not trust is refused here rather than by every consumer. Raises
-    KeyFileError (bad input) for an unusable key or trust file."""
+    KeyFileError (bad input) for an unusable key or trust file.
+
+    The gate is that of the site that releases (RELEASES/../gate.yaml, else the built-in floor; an unusable one is
+    InputError): the manifest's record must meet it, and the gate evaluated again on the released data files must
+    pass and reproduce every risk figure the manifest records (engine.release_gate), before anything is written."""
     output, releases = Path(output), Path(releases)
     if releases.exists() and not releases.is_dir():
         raise BundleError(f"{releases}: not a folder (--to names the releases store)")
@@ -284,9 +288,17 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     dataset = manifest.dataset
     if not dataset or Path(dataset).name != dataset or dataset.startswith("."):
         raise BundleError(f"{output / MANIFEST}: field 'dataset' is not a usable name: {dataset!r}")
-    from .sitegate import site_gate_violations  # the site's gate (RELEASES/../gate.yaml), re-checked on the record
-    if below := site_gate_violations(manifest.document(), releases.resolve().parent):
+    # The gate of the site that releases (RELEASES/../gate.yaml; InputError, bad input, when it is unusable): first on
+    # the manifest's record, then evaluated again on the released data itself (engine.release_gate), so a verdict or
+    # a risk figure edited by hand cannot be sealed.
+    from .release_gate import recheck_release
+    from .sitegate import load_site_gate, manifest_violations
+    site_gate = load_site_gate(releases.resolve().parent)
+    if below := manifest_violations(manifest.document(), site_gate):
         raise BundleError(f"{output / MANIFEST}: does not meet the site gate: {'; '.join(below)}")
+    if refused := recheck_release(output, manifest, site_gate, data_files(manifest)):
+        raise BundleError(f"{output}: the release gate evaluated on the released data refuses it: "
+                          f"{'; '.join(refused)}")
     key = _signing_key(releases, signing_key, trust)
     store = trust if isinstance(trust, TrustStore) else TrustStore.load(trust or default_trust(releases))
     release_id = manifest.data_sha256[:16]

@@ -153,7 +153,7 @@ def run_release(args: argparse.Namespace) -> int:
         target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust)
         if args.name:
             name_release(args.to, args.name, target, trust=args.trust)
-    except KeyFileError as exc:
+    except (KeyFileError, InputError) as exc:   # InputError: the releasing site's gate.yaml is unusable
         print(f"safeshare release: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BundleError as exc:
@@ -207,7 +207,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deid.add_argument("--site", metavar="SITE", default=None,
                       help="site folder whose gate.yaml is the floor of the release gate (default: $SAFESHARE_SITE, "
                            "else /var/lib/safeshare if it exists; without a gate.yaml the built-in floor applies: "
-                           "|PU|/|SU| <= 0.25 in USA, California and Los Angeles)")
+                           "|PU|/|SU| <= 0.25 in USA, California and Los Angeles under Dankar's rule). The site's "
+                           "estimator(s) always decide; estimators the policy's gate names are added, and the gate "
+                           "holds for the strictest")
     deid.add_argument("--partitions", type=_positive(int), default=None, metavar="P",
                       help="P4 partitioned anonymization with P partitions (overrides the policy's "
                            "search.parallel.partitions): each anonymized in parallel, harmonized, checked when merged")
@@ -247,12 +249,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "release", help="seal and sign a deid output folder into the releases store, only if its gate passed",
         description="Verify a `safeshare deid` output (file hashes, data sha256, gate verdict), copy it into "
                     "RELEASES/<dataset>/<id>/ and write seal.json: the manifest's SHA-256 signed with the site's "
-                    "release key (Ed25519). Default key and trust store: those of the site whose releases folder "
+                    "release key (Ed25519). The gate verdict in the manifest is not trusted: the release gate is "
+                    "evaluated again on the released data file(s) (classes over the quasi-identifiers, sample "
+                    "uniques, population uniqueness per population under every estimator that decides), with the "
+                    "manifest's policy gate tightened to the gate of the site that releases (RELEASES/../gate.yaml, "
+                    "else the built-in floor), and every risk figure the manifest records must match that "
+                    "recomputation. Default key and trust store: those of the site whose releases folder "
                     "RELEASES is, i.e. RELEASES/../keys/release-signing.key (created 0600 in a 0700 folder on first "
                     "use, like `safeshare site init`) and RELEASES/../trust.json (the key's public half is added "
-                    "there on creation). The sealed copy must verify against the trust store before it is renamed "
-                    "into place. Exit 1 with the reasons when the gate did not pass or anything does not verify, 2 "
-                    "for an unusable key or trust file.",
+                    "there on creation; RELEASES as given with --to, links not followed). The sealed copy must "
+                    "verify against the trust store before it is renamed into place. Its seal names the dataset and "
+                    "id it is sealed as, and consumers refuse it anywhere but RELEASES/<dataset>/<id>; they take the "
+                    "trust store from the site (--site, $SAFESHARE_SITE, /var/lib/safeshare) or --trust, never from "
+                    "the releases folder."
+                    " Exit 1 with the reasons when the gate does not pass on the data, the manifest's "
+                    "figures differ from the data's, or anything does not verify (nothing is written); 2 for an "
+                    "unusable key, trust file or site gate.",
     )
     release.add_argument("folder", help="output folder of safeshare deid")
     release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases "

@@ -6,9 +6,14 @@ unique is also unique in the population, which the paper recommends to keep at o
 unique in the population if it is unique in the sample, so a release without sample uniques passes with ratio 0.
 
 The limits are those of the effective gate (engine.sitegate): the dataset policy's gate tightened to the site's gate,
-so a policy can add populations and lower limits but never relax the custodian's floor; a refusal names which of the
-two set the limit that was exceeded. Anything the gate cannot establish (a risk model without a solution, an error)
-refuses the release: fail closed.
+so a policy can add populations, estimators and lower limits but never relax the custodian's floor; a refusal names
+which of the two set the limit that was exceeded. With several estimators (the site's `estimator:` plus any the
+policy adds) each population is estimated under every one of them and the gate holds for the strictest: the entry's
+figures are those of the largest estimate, and every estimate is listed under `estimates`. Anything the gate cannot
+establish (an estimator without a solution, an error) refuses the release: fail closed.
+
+`safeshare release` calls `evaluate_gate` again on the classes of the released data file(s) themselves
+(engine.release_gate), so what is sealed is what the gate passed, whatever the manifest says.
 """
 from __future__ import annotations
 
@@ -61,6 +66,33 @@ def check_required(models: list, view, kept: np.ndarray, visible: np.ndarray | N
     return entries, reasons
 
 
+def population_estimates(kept_sizes: np.ndarray, size: float, estimators: tuple[str, ...]) -> list[dict]:
+    """One population's estimate under each estimator, as the manifest records them: estimator, the model it used,
+    whether it solved, and population uniques, uniqueness and |PU|/|SU| (None when unsolved)."""
+    from .risk import population_uniqueness
+
+    n = int(kept_sizes.sum())
+    sample_uniqueness = int((kept_sizes == 1).sum()) / n
+    estimates = []
+    for estimator in estimators:
+        estimate = population_uniqueness(kept_sizes, size, estimator=estimator)
+        pu = estimate.population_uniqueness
+        solved = bool(estimate.solved) and pu is not None and bool(np.isfinite(pu))
+        estimates.append({"estimator": estimator, "model": estimate.model_used, "solved": solved,
+                          "population_uniques": float(estimate.population_uniques) if solved else None,
+                          "population_uniqueness": float(pu) if solved else None,
+                          "pu_su_ratio": float(pu) / sample_uniqueness if solved else None})
+    return estimates
+
+
+def strictest(estimates: list[dict]) -> dict | None:
+    """The estimate the gate holds for: the largest population uniqueness (None when any estimator is unsolved:
+    the risk is then unknown, and an unknown risk refuses)."""
+    if not estimates or any(not e["solved"] for e in estimates):
+        return None
+    return max(estimates, key=lambda e: e["population_uniqueness"])
+
+
 def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                   site: SiteGateSource | None = None, required: tuple | None = None) -> tuple[dict, dict]:
     """Return (risk, gate) sections of the manifest for the released class sizes.
@@ -84,25 +116,30 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                               "population_uniqueness": 0.0, "pu_su_ratio": 0.0,
                               "note": "no sample uniques: no released record can be unique in the population"})
             else:
-                from .risk import population_uniqueness
-
-                estimate = population_uniqueness(kept_sizes, size, estimator=effective.estimator)
-                entry.update({"model": estimate.model_used, "solved": bool(estimate.solved)})
-                pu = estimate.population_uniqueness
-                if not estimate.solved or pu is None or not np.isfinite(pu):
-                    entry.update({"population_uniques": None, "population_uniqueness": None, "pu_su_ratio": None})
-                    reasons.append(f"{name}: no risk model found a solution ({estimate.model_used}); risk unknown")
+                estimates = population_estimates(kept_sizes, size, effective.estimators)
+                chosen = strictest(estimates)
+                several = len(estimates) > 1
+                if chosen is None:
+                    unsolved = [e for e in estimates if not e["solved"]]
+                    entry.update({"model": unsolved[0]["model"], "solved": False, "population_uniques": None,
+                                  "population_uniqueness": None, "pu_su_ratio": None})
+                    names = ", ".join(f"{e['estimator']}" + (f" ({e['model']})" if e["model"] not in
+                                                               (None, e["estimator"]) else "") for e in unsolved)
+                    reasons.append(f"{name}: no risk model found a solution ({names}); risk unknown")
                 else:
-                    pu = float(pu)
-                    ratio = pu / sample_uniqueness
-                    entry.update({"population_uniques": float(estimate.population_uniques),
+                    pu, ratio = chosen["population_uniqueness"], chosen["pu_su_ratio"]
+                    entry.update({"model": chosen["model"], "solved": True,
+                                  "population_uniques": chosen["population_uniques"],
                                   "population_uniqueness": pu, "pu_su_ratio": ratio})
+                    under = f"; the strictest estimator: {chosen['estimator']}" if several else ""
                     if not ratio <= max_ratio:
                         reasons.append(f"{name}: |PU|/|SU| = {ratio:.4f} above the allowed {max_ratio:g} "
-                                       f"(set by the {effective.where('max_pu_su_ratio')})")
+                                       f"(set by the {effective.where('max_pu_su_ratio')}{under})")
                     if not pu <= max_pu:
                         reasons.append(f"{name}: population uniqueness {pu:.6f} above the allowed {max_pu:g} "
-                                       f"(set by the {effective.where('max_population_uniqueness')})")
+                                       f"(set by the {effective.where('max_population_uniqueness')}{under})")
+                if several:
+                    entry["estimates"] = estimates
             populations.append(entry)
         smallest = int(kept_sizes.min()) if kept_sizes.size else 0
         if n and smallest < effective.min_k:

@@ -76,6 +76,8 @@ class PopulationRisk(_Block):
     population_uniqueness: Number | None = None
     pu_su_ratio: Number | None = None
     note: StrictStr | None = None
+    # with several estimators: each one's estimate (the fields above are the strictest one's, engine.gate)
+    estimates: list[dict[str, Any]] | None = None
 
 
 class Risk(_Block):
@@ -84,7 +86,7 @@ class Risk(_Block):
     released_records: StrictInt
     sample_uniques: StrictInt
     sample_uniqueness: Number
-    estimator: StrictStr | None = None
+    estimator: StrictStr | list[StrictStr] | None = None   # one name, or the list when several decide
     populations: list[PopulationRisk] = []
     # the estimate the search's population-uniqueness model decided on (engine.risk.RiskEstimate.to_dict)
     privacy_model_estimate: dict[str, Any] | None = None
@@ -107,7 +109,7 @@ class Gate(_Block):
     max_population_uniqueness: Number | None = None
     min_k: StrictInt | None = None
     populations: list[StrictStr] | None = None
-    estimator: StrictStr | None = None
+    estimator: StrictStr | list[StrictStr] | None = None
     limits_from: dict[str, StrictStr] | None = None
     site_gate: dict[str, Any] | None = None
     policy_gate: dict[str, Any] | None = None

@@ -47,6 +47,40 @@ def _one_character_separator(value: str) -> str:
 Separator = Annotated[str, Field(min_length=1, max_length=1), AfterValidator(_one_character_separator)]
 
 
+# Population-uniqueness estimators (engine.risk): Pitman, Zayatz, SNB, or Dankar's rule choosing among them.
+ESTIMATOR_NAMES = ("pitman", "zayatz", "snb", "dankar")
+Estimator = Literal["pitman", "zayatz", "snb", "dankar"]
+
+
+def _estimator_choice(value: object) -> object:
+    """One estimator name or a non-empty list of them, checked here so that a typo is named as such (the gate holds
+    for the strictest of the estimators named, so an unknown name must never be skipped)."""
+    known = ", ".join(ESTIMATOR_NAMES)
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and not value:
+        raise ValueError(f"name at least one estimator ({known})")
+    for index, item in enumerate(items):
+        where = f"item {index}: " if isinstance(value, list) else ""
+        if not isinstance(item, str):
+            raise ValueError(f"{where}an estimator is a name ({known}), got {type(item).__name__} {item!r}")
+        if item not in ESTIMATOR_NAMES:
+            raise ValueError(f"{where}unknown estimator {item!r}; use one of {known}")
+    return value
+
+
+# `estimator: snb` or `estimator: [dankar, snb]`: a gate naming several holds for the strictest of them.
+EstimatorChoice = Annotated[Union[Estimator, Annotated[list[Estimator], Field(min_length=1)]],
+                            BeforeValidator(_estimator_choice)]
+
+
+def estimator_names(choice: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The estimators of an `EstimatorChoice` in order, each once; () for None."""
+    if choice is None:
+        return ()
+    items = [choice] if isinstance(choice, str) else list(choice)
+    return tuple(dict.fromkeys(items))
+
+
 def _finite_population_name(value: str) -> str:
     """A population given as text is a preset name or a number; a number written as text must be finite too."""
     try:
@@ -416,7 +450,7 @@ class GateSpec(_Strict):
     """Release gate (engine.gate): which populations to check and the largest residual risk allowed.
 
     A policy's gate can only tighten the site's gate (engine.sitegate): the populations are added to the site's
-    required ones, and each limit in effect is the stricter of the two."""
+    required ones, the estimators to the site's, and each limit in effect is the stricter of the two."""
 
     populations: list[Population] = Field(
         default_factory=lambda: ["USA", "California", "Los Angeles"], min_length=1
@@ -425,7 +459,9 @@ class GateSpec(_Strict):
     max_population_uniqueness: Annotated[float, Field(ge=0, le=1)] = 1.0
     # Smallest class a release may hold (k-anonymity checked on the released classes); 1: no minimum.
     min_k: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1
-    estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
+    # Estimators the policy adds to the site gate's (SITE/gate.yaml `estimator:`, default Dankar's rule): the gate
+    # holds for the strictest of all of them, so naming a laxer one than the site's changes nothing. None: the site's.
+    estimator: EstimatorChoice | None = None
     # Privacy models the released table must satisfy, checked again on the release (engine.gate): e.g. an
     # l-diversity the search did not optimize for, or the search's own models re-verified.
     require: list[PrivacySpec] = Field(default_factory=list)

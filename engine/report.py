@@ -74,6 +74,13 @@ def estimate_text(value: object, kind: str) -> str:
     return f"{value:.4f}"
 
 
+def _estimators_text(estimator: str | list[str] | None) -> str:
+    """The gate's estimator(s) as the notes name them; with several, the gate held for the strictest."""
+    if isinstance(estimator, list):
+        return f"the strictest of {', '.join(estimator)}"
+    return estimator or "?"
+
+
 def model_text(entry: PopulationRisk) -> str:
     if entry.model is None:
         return "none needed" if entry.solved else "none"
@@ -175,7 +182,7 @@ def populations(manifest: Manifest, data: ReportData) -> dict | None:
     if gate is not None and gate.max_pu_su_ratio is not None:
         most = gate.max_population_uniqueness if gate.max_population_uniqueness is not None else 1.0
         notes.append(f"The gate allows |PU|/|SU| up to {gate.max_pu_su_ratio:g} and population uniqueness up to "
-                     f"{most:g} (estimator: {risk.estimator or '?'}).")
+                     f"{most:g} (estimator: {_estimators_text(risk.estimator)}).")
     if data.input_gate is not None and data.input_gate.gate.reasons:
         notes.append("The input itself would be refused: " + "; ".join(data.input_gate.gate.reasons) + ".")
     estimate = risk.privacy_model_estimate

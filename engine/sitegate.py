@@ -9,6 +9,7 @@ whose records are nearly all unique). The custodian states that requirement once
     max_population_uniqueness: 1.0   # largest estimated population uniqueness in every checked population
     min_k: 1                         # smallest class a release may hold (1: no minimum)
     required_populations: [USA, California, Los Angeles]   # always checked, whatever the policy lists
+    estimator: dankar                # the estimator(s) that decide: one of pitman, zayatz, snb, dankar, or a list
 
 Every key is optional; a key left out keeps the built-in value below, so a custodian relaxes the built-in floor only
 by writing a number down. The file is validated as strictly as a dataset policy (unknown keys, numbers as text or
@@ -21,13 +22,18 @@ or class size. Every example policy passes it unchanged; `k: 1` on ADULT (99 % s
 own gate says.
 
 The effective gate of a release is the stricter of each: the smaller ratio and population-uniqueness limits, the
-larger minimum k, and the union of the populations (the site's required ones plus the policy's). The manifest records
-the effective gate, the site gate and where it came from (`gate.site_gate.source`: the file, or `built-in`).
+larger minimum k, the union of the populations (the site's required ones plus the policy's) and the union of the
+estimators (the site's, default Dankar's rule, plus any the policy's `gate.estimator` names). With several estimators
+the gate holds for the strictest: each population's risk is the largest of their estimates, so a policy that names a
+laxer estimator than the site's (SNB where Dankar's rule picks Pitman) adds an estimate and relaxes nothing. The
+manifest records the effective gate, the site gate and where it came from (`gate.site_gate.source`: the file, or
+`built-in`).
 
 Where the site is: `safeshare deid --site SITE`, else `$SAFESHARE_SITE`, else `/var/lib/safeshare` when that folder
 exists (the same default as `deploy.site`, which the engine does not import); `seal_release` uses the folder above
 the releases store (`SITE/releases/..`) and re-checks the manifest's recorded risk against that site's gate, so an
-output produced under another (or no) site gate cannot be sealed here.
+output produced under another (or no) site gate cannot be sealed here; it then evaluates the gate itself on the
+released data (engine.release_gate), so a hand-edited verdict or risk figure cannot be sealed either.
 """
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ from typing import Annotated
 from pydantic import Field, ValidationError
 
 from .errors import InputError
-from .policy import GateSpec, Population, _field_path, _Strict, load_yaml
+from .policy import EstimatorChoice, GateSpec, Population, _field_path, _Strict, estimator_names, load_yaml
 
 SITE_ENV = "SAFESHARE_SITE"
 DEFAULT_SITE = Path("/var/lib/safeshare")
@@ -57,6 +63,8 @@ class SiteGate(_Strict):
     min_k: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1
     required_populations: list[Population] = Field(
         default_factory=lambda: ["USA", "California", "Los Angeles"])
+    # The estimator(s) whose estimates decide; a policy can add estimators, never replace these.
+    estimator: EstimatorChoice = "dankar"
 
 
 @dataclass(frozen=True)
@@ -146,16 +154,22 @@ class EffectiveGate:
     """The gate a release is checked against: the stricter of the site gate and the policy's gate, per limit.
 
     `origin` says for each limit whether the site or the policy set the value in force ("site" on a tie: the site's
-    floor is what binds), so a refusal can name the site gate."""
+    floor is what binds), so a refusal can name the site gate. `estimators` are the site's followed by those the
+    policy adds; the gate holds for the strictest of them."""
 
     populations: tuple[GatePopulation, ...]
     max_pu_su_ratio: float
     max_population_uniqueness: float
     min_k: int
-    estimator: str
+    estimators: tuple[str, ...]
     site: SiteGateSource
     origin: dict[str, str] = field(default_factory=dict)
     policy: GateSpec | None = None   # the dataset policy's own gate, as written (None: it has none)
+
+    @property
+    def estimator(self) -> str | list[str]:
+        """The estimators as the manifest records them: one name, or the list when there are several."""
+        return self.estimators[0] if len(self.estimators) == 1 else list(self.estimators)
 
     def where(self, limit: str) -> str:
         return self.site.describe() if self.origin.get(limit) == "site" else "dataset policy"
@@ -195,9 +209,11 @@ def combine(policy_gate: GateSpec | None, site: SiteGateSource = BUILT_IN_GATE, 
         if key not in seen:
             seen.add(key)
             populations.append(GatePopulation(value, file, field_name))
+    estimators = estimator_names([*estimator_names(floor.estimator), *estimator_names(spec.estimator)])
+    origin["estimator"] = "site" if set(estimators) == set(estimator_names(floor.estimator)) else "site+policy"
     return EffectiveGate(tuple(populations), min(floor.max_pu_su_ratio, spec.max_pu_su_ratio),
                          min(floor.max_population_uniqueness, spec.max_population_uniqueness),
-                         max(floor.min_k, spec.min_k), spec.estimator, site, origin, policy_gate)
+                         max(floor.min_k, spec.min_k), estimators, site, origin, policy_gate)
 
 
 def population_size(population: GatePopulation, records: int) -> float:
@@ -231,11 +247,12 @@ def _number(value: object) -> float | None:
 def manifest_violations(manifest: dict, site: SiteGateSource) -> list[str]:
     """Why a deid manifest does not meet a site gate, from the risk it records; [] when it does.
 
-    This is the check `seal_release` makes, so an output produced without this site's gate (another site, an older
-    engine, a hand-edited verdict) cannot be sealed: every population the site requires must appear with a solved
-    estimate (unless the release has no sample uniques, which makes every population's risk 0), every recorded
-    estimate must be within the site's limits, and the smallest class must reach min_k. It checks the recorded
-    risk, not the data: the manifest's integrity is what the seal's signature protects."""
+    This is the first check `seal_release` makes, so an output produced without this site's gate (another site, an
+    older engine) cannot be sealed: every population the site requires must appear with a solved estimate, made
+    with every estimator the site requires (unless the release has no sample uniques, which makes every
+    population's risk 0), every recorded estimate must be within the site's limits, and the smallest class must
+    reach min_k. It checks the recorded risk, not the data; that the record is the data's own is the second check,
+    engine.release_gate, which evaluates the gate again on the released data."""
     floor = site.gate
     where = site.describe()
     risk = manifest.get("risk")
@@ -259,6 +276,13 @@ def manifest_violations(manifest: dict, site: SiteGateSource) -> list[str]:
             continue
         if str(required) not in recorded_names and size not in recorded_sizes and not no_uniques:
             problems.append(f"population {required} required by the {where} was not checked")
+    # Not recorded: Dankar's rule, the default ever since estimators existed (engine.release_gate then checks the
+    # recorded figures against it on the data).
+    recorded = risk.get("estimator", "dankar")
+    recorded = {recorded} if isinstance(recorded, str) else set(recorded) if isinstance(recorded, list) else set()
+    for estimator in estimator_names(floor.estimator):
+        if estimator not in recorded and not no_uniques:
+            problems.append(f"estimator {estimator} required by the {where} was not used")
     for entry in entries:
         name = entry.get("population")
         ratio = _number(entry.get("pu_su_ratio"))

@@ -42,21 +42,29 @@ def adult_bundle(root: Path) -> Path:
 
 def write_output(folder: Path, frame: pd.DataFrame, dataset: str = "synth", gate_passed: bool = True,
                  quasi_identifiers: list[str] | None = None) -> dict:
-    """A deid-style output folder for a synthetic table: data.parquet plus a manifest with correct hashes."""
+    """A deid-style output folder for a synthetic table: data.parquet plus a manifest with correct hashes and the
+    risk figures the gate computes on the table (`safeshare release` evaluates the gate again on the data and
+    refuses figures that differ): the built-in floor's populations, and a population of 10^6 named Testland."""
+    from engine.gate import evaluate_gate
+    from engine.policy import GateSpec
+
     folder.mkdir(parents=True, exist_ok=True)
     data = parquet_bytes(frame)
     (folder / "data.parquet").write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
     qis = list(frame.columns) if quasi_identifiers is None else quasi_identifiers
-    suppressed = int((frame[qis] == "*").all(axis=1).sum()) if qis else 0
+    starred = (frame[qis] == "*").all(axis=1) if qis else pd.Series(False, index=frame.index)
+    suppressed = int(starred.sum())
+    sizes = frame[~starred].groupby(qis).size().to_numpy() if qis else pd.Series([len(frame)]).to_numpy()
+    risk, _ = evaluate_gate(GateSpec(populations=[1e6]), sizes)
+    risk["populations"][-1]["population"] = "Testland"
     manifest = {
         "format": "safeshare-release/1", "dataset": dataset, "policy_sha256": "0" * 64,
         "privacy": [{"model": "k_anonymity", "k": 2}], "transformation": {name: 1 for name in qis},
         "quality": {"loss": 0.8, "non_uniform_entropy": 0.7}, "records": len(frame),
-        "suppressed_records": suppressed, "equivalence_classes": 3, "smallest_class": 2,
-        "risk": {"released_records": len(frame) - suppressed, "sample_uniques": 0, "sample_uniqueness": 0.0,
-                 "estimator": "dankar", "populations": [{"population": "Testland", "size": 1e6, "model": "pitman",
-                                                          "population_uniqueness": 0.0, "pu_su_ratio": 0.0}]},
+        "suppressed_records": suppressed, "equivalence_classes": int(sizes.size),
+        "smallest_class": int(sizes.min()) if sizes.size else 0,
+        "risk": risk,
         "gate": {"passed": gate_passed, "reasons": [] if gate_passed else ["|PU|/|SU| 0.9 above 0.25"],
                  "max_pu_su_ratio": 0.25},
         "data_sha256": sha, "files": {"data.parquet": sha},
