@@ -255,14 +255,19 @@ class Site:
             raise SiteError(str(exc)) from None
 
     def _ensure_keys(self) -> tuple[SigningKey, SigningKey]:
+        # A key file that is gone (or replaced) is a new key: the one it replaces is retired with a record of what
+        # it signed here, as `custodian key rotate` does (the scans run only then).
+        from deploy.key_rotation import site_signatures
+
         self.keys.mkdir(parents=True, exist_ok=True)
         os.chmod(self.keys, 0o700)
-        release = ensure_key(self.release_signing_key, self.trust_file, "release", comment="release key of the site")
+        release = ensure_key(self.release_signing_key, self.trust_file, "release", comment="release key of the site",
+                             signed=site_signatures(self, "release"))
         gateway_dir = self.gateway_signing_key.parent
         gateway_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(gateway_dir, 0o700)
         gateway = ensure_key(self.gateway_signing_key, self.trust_file, "gateway", uid=GATEWAY_UID,
-                             comment="gateway key of the site")
+                             comment="gateway key of the site", signed=site_signatures(self, "gateway"))
         for path in (gateway_dir, self.gateway_signing_key):
             give_to_gateway(path)
         return release, gateway

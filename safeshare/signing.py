@@ -371,8 +371,10 @@ class TrustStore:
 
 
 def ensure_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: int | None = None,
-               comment: str = "") -> SigningKey:
-    """The key at `key_path`, created (and trusted in `trust_path`) on first use."""
+               comment: str = "", signed: Iterable[Any] = ()) -> SigningKey:
+    """The key at `key_path`, created (and trusted in `trust_path`) on first use. A key made or found there that the
+    trust store does not know yet retires the purpose's live key, keeping a record of its signatures among `signed`
+    (read only then), as a rotation does."""
     key_path = Path(key_path)
     if key_path.exists():
         key = SigningKey.load(key_path)
@@ -380,7 +382,7 @@ def ensure_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: 
         key = SigningKey.generate(key_path, uid)
     trust = TrustStore.load_or_empty(trust_path)
     if not any(k.key_id == key.key_id for k in trust.trusted(purpose)):
-        trust.add(purpose, key, comment)
+        trust.add(purpose, key, comment, signed=signed)
         trust.save(trust_path)
     return key
 

@@ -22,6 +22,7 @@ import numpy as np
 from enclave.kiosk.xlib import Window, XConnection, XError, XImage, XWindowAttributes, Z_PIXMAP, _x11
 
 FONT = b"fixed"
+OVERLAY_NAME = "safeshare watermark"  # the overlay window's WM_NAME (tests tell it from a menu by it)
 SHAPE_BOUNDING, SHAPE_INPUT = 0, 2
 SHAPE_SET = 0
 UNSORTED = 0
@@ -175,7 +176,7 @@ def true_colour_pixel(conn: XConnection, rgb: tuple[int, int, int]) -> int:
 class Overlay:
     """The shaped, click-through window. Every method runs on the owning connection's thread."""
 
-    def __init__(self, conn: XConnection, rgb: tuple[int, int, int], name: str = "safeshare watermark") -> None:
+    def __init__(self, conn: XConnection, rgb: tuple[int, int, int], name: str = OVERLAY_NAME) -> None:
         if _xext is None:
             raise XError("libXext (the SHAPE extension's client library) is not installed")
         dpy = _dpy(conn)
@@ -232,4 +233,4 @@ class Overlay:
             self.conn.sync()
 
 
-__all__ = ["Overlay", "render_text", "true_colour_pixel", "x_bitmap"]
+__all__ = ["OVERLAY_NAME", "Overlay", "render_text", "true_colour_pixel", "x_bitmap"]

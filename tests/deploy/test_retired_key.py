@@ -156,3 +156,24 @@ def test_seals_kept_only_in_an_auditors_checkpoint_are_recorded_when_named(tmp_p
     capsys.readouterr()
     assert main(["custodian", "key", "rotate", "--site", str(site.root), "--also-signed", str(tmp_path)]) == 2
     assert "--also-signed" in capsys.readouterr().err
+
+
+def test_a_key_file_made_again_by_site_init_keeps_what_the_lost_key_signed(tmp_path: Path, capsys) -> None:
+    """A release key file that is gone is made again by `safeshare site init`: the lost key is retired like a
+    rotated one, with the seals it had signed recorded, so the site's releases stay valid and nothing new it would
+    sign is."""
+    site = tmp_path / "site"
+    assert main(["site", "init", "--site", str(site)]) == 0
+    genuine = sealed(tmp_path, site / "releases")
+    lost = SigningKey.load(site / "keys" / "release-signing.key")
+    (site / "keys" / "release-signing.key").unlink()
+    assert main(["site", "init", "--site", str(site)]) == 0
+    keys = TrustStore.load(site / "trust.json").trusted("release")
+    assert [(k.key_id == lost.key_id, k.retired is None, k.signed_count) for k in keys] == [(True, False, 1),
+                                                                                            (False, True, 0)]
+    assert main(["verify-release", str(genuine), "--site", str(site)]) == 0
+    seal = json.loads((genuine / "seal.json").read_text())
+    content = {k: v for k, v in seal.items() if k != "signature"}
+    resigned = lost.sign(canonical(content), signed_at="2001-01-01T00:00:00+00:00")  # a new signature, back-dated
+    (genuine / "seal.json").write_text(json.dumps({**content, "signature": resigned}))
+    assert main(["verify-release", str(genuine), "--site", str(site)]) == 1

@@ -230,8 +230,10 @@ class Enclave:
         return await GatewayConnection.open(http, self.url)
 
     def menu_shown(self) -> bool:
-        """Whether a menu (a mapped override-redirect window of some size) is open on the display."""
-        return any(w.viewable and w.override_redirect and w.width > 40 and w.height > 40
+        """Whether a menu (a mapped override-redirect window of some size, not the screen watermark) is open."""
+        from enclave.kiosk.overlay import OVERLAY_NAME
+
+        return any(w.viewable and w.override_redirect and w.width > 40 and w.height > 40 and w.title != OVERLAY_NAME
                    for w in self.kiosk.windows())
 
     def xconn(self):
