@@ -66,6 +66,8 @@ class DeidResult:
     parallel: ParallelRun | None = None
     local: LocalRecoding | None = None
     research_subset: ResearchSubset | None = None
+    # what was read (engine.sources): the manifest's `input` block; None where the workers read it (--dataset)
+    source: dict[str, Any] | None = None
 
     @property
     def transformation(self) -> dict[str, int]:
@@ -176,21 +178,30 @@ def parallel_spec(policy: DatasetPolicy, partitions: int | None = None, schedule
     return parallel
 
 
-def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False,
+def deidentify(policy: DatasetPolicy | str | Path | dict, progress: bool | None = False,
                time_limit: float | None = None, site: SiteGateSource | str | os.PathLike | None = None,
-               memory_mb: int | None = None, partitions: int | None = None, scheduler: str | None = None
-               ) -> DeidResult:
+               memory_mb: int | None = None, partitions: int | None = None, scheduler: str | None = None,
+               data: pd.DataFrame | None = None) -> DeidResult:
     """Find the optimal transformation under the policy and apply it. Raises InputError or NoSolutionError.
+
+    `policy` is a loaded policy, a policy file, or the policy as a dict (its relative paths then relative to the
+    working folder). `data` is a pandas DataFrame de-identified in place of the policy's input (which it may then
+    omit); the result's `released` is the released table as a DataFrame, as `write_release` writes it.
 
     `site` is the site gate (a loaded one, or a site folder); None looks for the site as `safeshare deid` does
     ($SAFESHARE_SITE, /var/lib/safeshare) and falls back to the built-in floor. `time_limit` and `memory_mb`
     override the policy's `search:` limits; `partitions` and `scheduler` its `search.parallel` (P4)."""
     started = time.perf_counter()
-    if not isinstance(policy, DatasetPolicy):
+    if isinstance(policy, dict):
+        from .policy import parse_policy
+
+        policy = parse_policy(policy)
+    elif not isinstance(policy, DatasetPolicy):
         policy = load_policy(policy)
     site_gate = site if isinstance(site, SiteGateSource) else load_site_gate(site_folder(site))
     effective_gate = combine(policy.gate, site_gate, policy.source)
-    loaded = load_input(policy)
+    loaded = load_input(policy, data)
+    source = loaded.source
     table, loaded, subset = encode_policy_table(policy, loaded)
     check_populations(policy, effective_gate, int(loaded.frame.shape[0]))
     configuration = privacy_configuration(policy, table.n)
@@ -218,10 +229,11 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
         if policy.search.recoding == "local" and parallel.transformation != "local":
             raise InputError(policy.source, "search.parallel.transformation",
                              "search.recoding is local: P4 recodes locally with transformation: local")
-        return _deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate, started,
-                              progress)
+        return _with_source(_deidentify_p4(policy, loaded, table, configuration, parallel, limit, effective_gate,
+                                           started, progress), source)
     if policy.search.recoding == "local":
-        return _deidentify_local(policy, loaded, table, configuration, run_search, limit, effective_gate, started)
+        return _with_source(_deidentify_local(policy, loaded, table, configuration, run_search, limit,
+                                              effective_gate, started), source)
     result = run_search(table, quality_model, limit)
     if result.best is None:
         stopped = f"; the search stopped early: {result.stopped}" if result.stopped else ""
@@ -239,7 +251,12 @@ def deidentify(policy: DatasetPolicy | str | Path, progress: bool | None = False
                              required=required_models(policy, table, best))
     return DeidResult(policy, table, result, best, released, record_suppressed, quality, per_attribute,
                       time.perf_counter() - started, loaded.frame, risk, gate, described_models(configuration),
-                      research_subset=subset)
+                      research_subset=subset, source=source)
+
+
+def _with_source(result: DeidResult, source: dict[str, Any]) -> DeidResult:
+    result.source = source
+    return result
 
 
 def described_models(configuration: PrivacyConfiguration) -> list[dict[str, Any]]:
@@ -405,6 +422,8 @@ def build_manifest(result: DeidResult, data_sha256: str, files: dict[str, str], 
     fields["recoding"] = "global" if result.local is None else "local"
     if result.local is not None:
         fields["local_recoding"] = result.local.document()
+    if result.source:   # what was read: kind, file or table or query hash, records (never a URL or password)
+        fields["input"] = dict(result.source)
     if layout is not None:
         fields["layout"] = layout
     return Manifest.model_validate(finite_json(fields))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import re
 
@@ -21,26 +22,60 @@ from .errors import InputError
 from .hierarchy import Hierarchy
 from .policy import DatasetPolicy, HierarchyFile
 
+if TYPE_CHECKING:
+    from .sources import SourceTable
+
 
 @dataclass(frozen=True)
 class LoadedInput:
     frame: pd.DataFrame
     hierarchies: dict[str, Hierarchy]
-    path: Path
+    path: Path | None   # the input file; None for a database or a DataFrame
     # Sensitive attributes the privacy models name, with their hierarchy (hierarchical t-closeness) or None.
     sensitive: dict[str, Hierarchy | None] = field(default_factory=dict)
+    # What was read, for the manifest's `input` block (engine.sources): kind, file or table or query hash, records.
+    source: dict = field(default_factory=dict)
 
 
 def input_file(policy: DatasetPolicy) -> tuple[Path, str]:
     """The policy's input file and its format (`input.format`, else by suffix); a missing file is bad input."""
+    from .sources.spec import file_format
+
+    if policy.input is None:
+        raise InputError(policy.source, "input", "the policy names no input (path or url); or give the table as "
+                                                 "engine.deidentify(policy, data=frame)")
+    if policy.input.path is None:
+        raise InputError(policy.source, "input.url", "this reads a file; the policy's input is a database")
     path = policy.resolve(policy.input.path)
     if not path.is_file():
         raise InputError(policy.source, "input.path", f"input file {str(path)!r} does not exist")
-    return path, policy.input.format or ("parquet" if path.suffix.lower() in {".parquet", ".pq"} else "csv")
+    return path, file_format(policy.input.path, policy.input.format)
+
+
+def read_source(policy: DatasetPolicy, data: pd.DataFrame | None = None) -> "SourceTable":
+    """The table as text with the record of what was read: `data` when given (a DataFrame in place of the policy's
+    input), else the policy's file or database (engine.sources)."""
+    from .sources import SourceTable, file_record, frame_source, sql_source, typed_file_source
+
+    if data is not None:
+        return frame_source(data)
+    if policy.input is not None and policy.input.url is not None:
+        return sql_source(policy)
+    path, fmt = input_file(policy)
+    if fmt not in ("csv", "parquet"):
+        return typed_file_source(policy, path, fmt)
+    frame, path = read_table(policy)
+    return SourceTable(frame, path.name, file_record(fmt, path, int(frame.shape[0])), path)
 
 
 def read_table(policy: DatasetPolicy) -> tuple[pd.DataFrame, Path]:
+    """The policy's table as text and the path that names it (a database's table or query: a label)."""
+    if policy.input is not None and policy.input.url is not None:
+        source = read_source(policy)
+        return source.frame, Path(source.where)
     path, fmt = input_file(policy)
+    if fmt not in ("csv", "parquet"):
+        return typed_file_source(policy, path, fmt).frame, path
     try:
         if fmt == "parquet":
             frame = pd.read_parquet(path).astype(str)
@@ -72,21 +107,23 @@ def _read_problem(exc: BaseException, policy: DatasetPolicy) -> str:
     return f"not a readable table ({type(exc).__name__})"
 
 
-def check_columns(policy: DatasetPolicy, frame: pd.DataFrame, path: Path) -> None:
+def check_columns(policy: DatasetPolicy, frame: pd.DataFrame, path: Path | str) -> None:
+    """Every declared attribute is a column and every column is declared; `path` names the table in errors."""
+    name = path.name if isinstance(path, Path) else path
     declared = list(policy.attributes)
     missing = [name for name in declared if name not in frame.columns]
     if missing:
         found = len(declared) - len(missing)
         # Only the policy's own names are shown: a header without the declared attributes may not be a table at all.
         raise InputError(policy.source, f"attributes.{missing[0]}",
-                         f"no such column in {path.name} ({len(missing)} of the {len(declared)} declared attributes "
+                         f"no such column in {name} ({len(missing)} of the {len(declared)} declared attributes "
                          f"missing: {', '.join(missing[:10])}"
                          + (")" if found else "; the file's header is not shown, as it holds none of them)"))
     undeclared = [str(c) for c in frame.columns if c not in policy.attributes]
     if undeclared:
         # Fail closed: an unclassified column might be identifying.
         raise InputError(policy.source, "attributes",
-                         f"columns of {path.name} without a declared type: {', '.join(undeclared)}")
+                         f"columns of {name} without a declared type: {', '.join(undeclared)}")
 
 
 def resolve_hierarchy(policy: DatasetPolicy, name: str, values: np.ndarray) -> Hierarchy:
@@ -106,9 +143,12 @@ def resolve_hierarchy(policy: DatasetPolicy, name: str, values: np.ndarray) -> H
     return hierarchy
 
 
-def load_input(policy: DatasetPolicy) -> LoadedInput:
-    frame, path = read_table(policy)
-    check_columns(policy, frame, path)
+def load_input(policy: DatasetPolicy, data: pd.DataFrame | None = None) -> LoadedInput:
+    """The policy's table (or `data`, a DataFrame given in its place) checked against the declared attributes, with
+    the hierarchies of its quasi-identifiers and sensitive attributes."""
+    source = read_source(policy, data)
+    frame = source.frame
+    check_columns(policy, frame, source.where)
     hierarchies = {
         name: resolve_hierarchy(policy, name, frame[name].to_numpy()) for name in policy.quasi_identifiers
     }
@@ -117,4 +157,5 @@ def load_input(policy: DatasetPolicy) -> LoadedInput:
                else resolve_hierarchy(policy, name, frame[name].to_numpy()))
         for name in policy.sensitive_attributes
     }
-    return LoadedInput(frame=frame, hierarchies=hierarchies, path=path, sensitive=sensitive)
+    return LoadedInput(frame=frame, hierarchies=hierarchies, path=source.path, sensitive=sensitive,
+                       source=source.record)

@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL server for the tests that check PostgreSQL support (token store, app release database)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,6 +17,14 @@ from tests.proxy.rfbtools import free_port, stop_process, wait_port
 @pytest.fixture
 def postgres_url():
     """A throwaway PostgreSQL server (initdb into a temporary folder, trust auth, 127.0.0.1 and a free port)."""
+    with postgres_server() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def postgres_server(password: str | None = None):
+    """Start a throwaway PostgreSQL server and yield its URL (user `safeshare`, database `postgres`, no password in
+    the URL); with `password`, connections must give it (scram-sha-256), else every local connection is trusted."""
     pytest.importorskip("psycopg")
     bindir = Path("/usr/lib/postgresql")
     candidates = sorted(bindir.glob("*/bin/initdb")) if bindir.is_dir() else []
@@ -37,7 +46,14 @@ def postgres_url():
     proc = None
     try:
         data = Path(root) / "data"
-        subprocess.run([initdb, "-D", str(data), "-A", "trust", "-U", "safeshare", "--no-sync"],
+        auth = ["-A", "trust"]
+        if password is not None:
+            pwfile = Path(root) / "pwfile"
+            pwfile.write_text(password + "\n")
+            if as_user:
+                os.chown(pwfile, as_user["user"], as_user["group"])
+            auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
+        subprocess.run([initdb, "-D", str(data), *auth, "-U", "safeshare", "--no-sync"],
                        check=True, capture_output=True, timeout=60, **as_user)
         port = free_port()
         proc = subprocess.Popen([postgres, "-D", str(data), "-k", root, "-p", str(port), "-h", "127.0.0.1", "-F",

@@ -38,6 +38,11 @@ def check_dataset_policy(policy: DatasetPolicy) -> None:
     if subset_specs(policy):
         raise InputError(policy.source, "privacy", "a research subset needs the whole table on one machine; "
                          "release without --dataset")
+    from ..table import input_file
+
+    if input_file(policy)[1] not in ("csv", "parquet"):   # the workers read CSV or Parquet chunks (.dataset)
+        raise InputError(policy.source, "input.format", "the workers of a dataset release read CSV or Parquet files "
+                         "only; convert the table, or release without --dataset")
 
 
 def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int | None = None,
