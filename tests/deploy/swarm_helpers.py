@@ -259,9 +259,12 @@ class WorkerNode:
                               paths=(str(self.exec_root), str(self.data_root)))
 
     def kill(self) -> None:
-        """The node dies: dockerd, its containerd, the shims and every container, all at once (SIGKILL)."""
+        """The node dies as a host that loses its power does: its link goes first, so nothing it sends reaches the
+        manager any more (no FIN or RST from the sockets of its dying processes), then dockerd, its containerd, the
+        shims and every container, all at once (SIGKILL)."""
         if self.proc is None or self.proc.poll() is not None:
             return
+        run("ip", "link", "set", self.host_if, "down", check=False)
         kill_all(self.node_processes, f"the worker {self.name}")
         self.proc.wait(timeout=30)
 

@@ -259,8 +259,9 @@ def _node_ready(node_id: str) -> bool:
 
 
 def test_a_lost_worker_ends_its_session_and_the_enclave_moves(site: dict) -> None:
-    """The worker dies (dockerd, containerd, shims and containers killed at once) during a session on it. The
-    gateway's connection to the lost kiosk gets no FIN or RST; its keepalive (proxy.transport) ends the session within
+    """The worker dies during a session on it, as a host losing power does: its link goes down, and its dockerd,
+    containerd, shims and containers are killed at once (WorkerNode.kill). The gateway's connection to the lost kiosk
+    gets no FIN or RST; its keepalive (proxy.transport) ends the session within
     about 8 s, with a connection error, sealed. The manager sees the node down; provisioning the recipient again moves
     the enclave to the manager's node with a new token."""
     s, swarm = site["site"], site["swarm"]
