@@ -147,6 +147,15 @@ class ResearchSubset(_Block):
     population_records: StrictInt
 
 
+class InputSource(_Block):
+    """What the release was made from (engine.sources): the kind (csv, parquet, stata, sas7bdat, xport, excel, sql,
+    dataframe), the file's name and SHA-256, or the database's dialect with the table or the query's SHA-256, and
+    the records read. Never a URL or a password. Absent in manifests written before engines recorded it."""
+
+    kind: StrictStr
+    records: StrictInt
+
+
 class Manifest(_Block):
     """A release's manifest.json (DESIGN.md, "Contracts"). Fields after `seconds` are written only by the runs that
     have them; `layout` only by a partitioned dataset release (engine.parallel.release)."""
@@ -184,6 +193,7 @@ class Manifest(_Block):
     research_subset: ResearchSubset | None = None
     recoding: Literal["global", "local"] | None = None
     local_recoding: LocalRecoding | None = None
+    input: InputSource | None = None
     layout: StrictStr | None = None
 
     @property
@@ -255,6 +265,6 @@ def _first_problem(exc: ValidationError) -> str:
 _UNION_TAGS = frozenset({"int", "float", "str", "bool", "list[dict[str,any]]", "list[str]", "constrained-int"})
 
 
-__all__ = ["Gate", "LocalRecoding", "MANIFEST", "Manifest", "ManifestError", "Number", "ParallelRun",
+__all__ = ["Gate", "InputSource", "LocalRecoding", "MANIFEST", "Manifest", "ManifestError", "Number", "ParallelRun",
            "PopulationRisk", "RELEASE_FORMAT", "RequiredModel", "ResearchSubset", "Risk", "finite_json",
            "load_manifest", "parse_manifest"]

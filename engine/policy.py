@@ -193,10 +193,21 @@ class Attribute(_Strict):
 
 # --- input ---------------------------------------------------------------------------------------------------------
 class InputSpec(_Strict):
-    path: str
-    format: Literal["csv", "parquet"] | None = None
+    """Where the table is read from (engine.sources): a file (`path`; its format by suffix unless `format` says) or
+    a SQL database (`url` with a `table` or one read-only `query`; the password from `password_env` or
+    `password_file`, never in the URL). engine.sources.spec checks which fields go together."""
+
+    path: str | None = None
+    format: Literal["csv", "parquet", "stata", "sas7bdat", "xport", "excel"] | None = None
     separator: Separator = ";"
     encoding: str = "utf-8"
+    sheet: str | Annotated[int, Field(ge=0)] | None = None   # Excel: the sheet's name or 0-based number
+    value_labels: bool = True   # Stata: values through their labels, as the file shows them
+    url: str | None = None
+    table: str | None = None
+    query: str | None = None
+    password_env: str | None = None
+    password_file: str | None = None
 
     @field_validator("encoding")
     @classmethod
@@ -470,7 +481,7 @@ class GateSpec(_Strict):
 class DatasetPolicy(_Strict):
     dataset: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     description: str = ""
-    input: InputSpec
+    input: InputSpec | None = None   # None: the table is given to engine.deidentify(data=...)
     attributes: dict[str, Attribute] = Field(min_length=1)
     privacy: list[PrivacySpec] = Field(min_length=1)
     suppression_limit: Annotated[float, Field(ge=0, le=1)]
@@ -585,6 +596,10 @@ def parse_policy(data: object, source: str | None = None, sha256: str | None = N
             kind = "a boolean" if isinstance(given, bool) else f"{type(given).__name__} {given!r}"
             problem = f"{problem}, got {kind} (numbers are never converted: write the number unquoted)"
         raise InputError(source, _field_path(tuple(first["loc"])), problem) from None
+    if policy.input is not None:
+        from .sources.spec import check_input
+
+        check_input(policy.input, source)
     check_model_references(policy)
     return policy
 
