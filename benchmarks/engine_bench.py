@@ -325,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"engine_bench: {exc}", file=sys.stderr)
         return 2
+    sys.path.insert(0, str(REPO))
+    from tests.datasets import missing_for_examples
+
+    missing = missing_for_examples([c.base.name for c in selected if c.base.parent == EXAMPLES])
+    if missing is not None:  # the benchmark tables are not in the repository; name the folder before any run
+        print(f"engine_bench: {missing}; or name only ADULT configurations (the demo table)", file=sys.stderr)
+        return 2
     try:
         arx = None if args.no_arx or args.arx is None else load_arx(args.arx)
     except (OSError, ValueError) as exc:

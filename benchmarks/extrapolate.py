@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+DATA = REPO / "data" / "demo"  # ADULT, the demo table in the repository
 CHUNK = 1_000_000
 
 
@@ -65,7 +65,7 @@ def extrapolate(frame: pd.DataFrame, hierarchies: dict[str, Path], records: int,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", choices=["adult"], help="benchmark table under ../shared/data")
+    parser.add_argument("dataset", choices=["adult"], help="table under data/demo/ (the repository's demo data)")
     parser.add_argument("records", type=int)
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,7 @@ Two experiments, each configuration in a fresh process (so one run's class cache
    mach2019-pu1 (Loss, arithmetic mean, gs 0.5, suppression limit 100 %) for each time limit (default 10 s and
    100 s). Prints the best quality reached, the second at which it was reached, the checks made, and ARX's best
    published result on the same configuration (the best of its three heuristics at 100 s on an 8-core desktop,
-   ../shared/data/README.md) with our quality as a share of it.
+   the benchmark data's README.md) with our quality as a share of it.
 2. Low-dimensional (--low): the optimal search on the ADULT, CUP and FARS example policies (its optimum and its
    time), then each heuristic on the same policy with a time limit (default 300 s, as ARX's benchmark): the time at
    which it first reached the proven optimum's quality, or "not reached".
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "policies" / "examples"
 HIGH = ("creditcard-k5", "creditcard-pu1", "mach2019-k5", "mach2019-pu1")
 LOW = ("adult-k5", "adult-pu1", "cup-k5", "cup-pu1", "fars-subset-k5", "fars-subset-pu1")
-# ARX 3.9, best of bottom-up, top-down and genetic at 100 s (../shared/data/README.md).
+# ARX 3.9, best of bottom-up, top-down and genetic at 100 s (README.md of the benchmark data, tests/datasets.py).
 ARX_BEST = {"creditcard-k5": 0.3387, "mach2019-k5": 0.4609, "creditcard-pu1": 0.5000, "mach2019-pu1": 0.6646}
 ARX_BY_ALGORITHM = {
     "creditcard-k5": {"lightning": 0.3185, "topdown": 0.3174, "genetic": 0.3387},
@@ -154,6 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             iterations = int(iterations)
         except ValueError:
             parser.error(f"--genetic-iterations: a number, 'none' or 'policy', got {iterations!r}")
+    wanted = ([] if args.low_only else [p for p in args.policies.split(",") if p]) + \
+        ([] if args.high_only else [p for p in args.low_policies.split(",") if p])
+    sys.path.insert(0, str(REPO))
+    from tests.datasets import missing_for_examples
+
+    missing = missing_for_examples(wanted)
+    if missing is not None:  # the benchmark tables are not in the repository
+        print(f"heuristics_bench: {missing}", file=sys.stderr)
+        return 2
     rows: list[dict] = []
     if not args.low_only:
         high(algorithms, [p for p in args.policies.split(",") if p],

@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DATA = REPO.parent / "shared" / "data" / "adult"
+DATA = REPO / "data" / "demo" / "adult"  # the demo table, in the repository
 EXAMPLES = REPO / "policies" / "examples"
 
 CONFIGS = {

@@ -511,7 +511,10 @@ class DatasetPolicy(_Strict):
         return Path(self.source).resolve().parent if self.source else Path.cwd()
 
     def resolve(self, path: str) -> Path:
-        candidate = Path(path).expanduser()
+        """A path of the policy as a file: `${NAME:-default}` expanded (engine.pathvars), relative to the policy."""
+        from .pathvars import expand
+
+        candidate = Path(expand(path, self.source)).expanduser()
         return candidate if candidate.is_absolute() else (self.base_dir / candidate)
 
     @property

@@ -20,6 +20,7 @@ import pandas as pd
 
 from .errors import InputError
 from .hierarchy import Hierarchy
+from .pathvars import missing_hint
 from .policy import DatasetPolicy, HierarchyFile
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ def input_file(policy: DatasetPolicy) -> tuple[Path, str]:
         raise InputError(policy.source, "input.url", "this reads a file; the policy's input is a database")
     path = policy.resolve(policy.input.path)
     if not path.is_file():
-        raise InputError(policy.source, "input.path", f"input file {str(path)!r} does not exist")
+        raise InputError(policy.source, "input.path",
+                         f"input file {str(path)!r} does not exist{missing_hint(policy.input.path)}")
     return path, file_format(policy.input.path, policy.input.format)
 
 

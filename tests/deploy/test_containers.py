@@ -23,7 +23,6 @@ import pytest
 from tests.cdp import chromium, wait_for_js
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
 
 
 def _engine() -> str | None:
@@ -40,8 +39,6 @@ def images() -> dict:
     reason = _engine()
     if reason:
         pytest.skip(reason)
-    if not (SHARED / "data" / "adult").is_dir():
-        pytest.skip(f"the demo data is not at {SHARED / 'data'}")
     result = subprocess.run([sys.executable, "-m", "safeshare.cli", "images", "build", "--json"], cwd=REPO,
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -91,7 +88,7 @@ def compose(images: dict, tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "COMPOSE_PROJECT_NAME": f"sstest{suffix}", "SAFESHARE_ENCLAVE_ID": f"t{suffix}",
            "SAFESHARE_FRONT_SUBNET": "10.215.200.0/24", "SAFESHARE_GATEWAY_IP": "10.215.200.10",
            "SAFESHARE_ENCLAVE_SUBNET": "10.215.201.0/27", "SAFESHARE_VNC_SUBNET": "10.215.201.32/27",
-           "SAFESHARE_GATEWAY_PORT": str(port), "SAFESHARE_SHARED": str(SHARED)}
+           "SAFESHARE_GATEWAY_PORT": str(port)}
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(["docker-compose", *args], cwd=REPO, env=env, capture_output=True, text=True,

@@ -25,7 +25,6 @@ from tests.proxy.test_gateway import ws_rfb_connect
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
 
 
 def _free_port() -> int:
@@ -45,8 +44,6 @@ def write_policy(folder: Path, recipient: str, release: str, expires: str = "209
 @pytest.fixture(scope="module")
 def site(isolated_engine, offline_images, tmp_path_factory: pytest.TempPathFactory):
     """A site with two sealed releases and two recipients provisioned through the CLI (torn down after)."""
-    if not (SHARED / "data" / "adult").is_dir():
-        pytest.skip(f"the benchmark data is not at {SHARED / 'data'}")
     root = tmp_path_factory.mktemp("site")
     seal_releases(root)
     policies = root.parent / "policies"

@@ -24,7 +24,7 @@ from deploy.site import Site
 from deploy.swarm_provision import SwarmProvisioner
 from tests.deploy.site_helpers import seal_releases
 from tests.deploy.swarm_helpers import WorkerNode, host_networks, init_swarm, leave_swarm, run, swarm_state
-from tests.deploy.test_provision import (FETCH, PROBE, SHARED, _free_port, _token, address, cli, exec_python,
+from tests.deploy.test_provision import (FETCH, PROBE, _free_port, _token, address, cli, exec_python,
                                          revoke_during_session, write_policy)
 from tests.proxy.test_gateway import ws_rfb_connect
 
@@ -63,8 +63,6 @@ def test_two_nodes_are_ready(swarm: dict) -> None:
 @pytest.fixture(scope="module")
 def site(swarm: dict, tmp_path_factory: pytest.TempPathFactory):
     """Two sealed releases; alice's enclave pinned to the manager, bob's to the worker (through the CLI)."""
-    if not (SHARED / "data" / "adult").is_dir():
-        pytest.skip(f"the benchmark data is not at {SHARED / 'data'}")
     root = tmp_path_factory.mktemp("swarm-site")
     seal_releases(root)
     # a pool of its own: single-engine tests on the shared engine take /27s of the default pool meanwhile

@@ -19,7 +19,7 @@ from engine.bundle import seal_release
 from engine.deid import parquet_bytes
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data"
+DATA = REPO / "data" / "demo"  # the demo table (ADULT), in the repository
 EXAMPLES = REPO / "policies" / "examples"
 
 with warnings.catch_warnings():  # starlette warns that its TestClient will move to another httpx package

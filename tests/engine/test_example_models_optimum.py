@@ -18,7 +18,7 @@ POLICIES = ["adult-distinct-l3", "adult-entropy-l3", "adult-recursive-c4-l3", "a
 
 
 @pytest.mark.parametrize("name", POLICIES)
-def test_example_optimum_equals_exhaustive_search(name, data_dir):
+def test_example_optimum_equals_exhaustive_search(name, demo_dir):
     policy = load_policy(EXAMPLES / f"{name}.yaml")
     result = deidentify(policy, site=BUILT_IN_GATE)
     table = result.table

@@ -19,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 
 
 @pytest.fixture(scope="module")
-def adult_release(tmp_path_factory, data_dir):
+def adult_release(tmp_path_factory, demo_dir):
     out = tmp_path_factory.mktemp("adult") / "out"
     assert main(["deid", str(EXAMPLES / "adult-k5.yaml"), "--out", str(out), "--quiet"]) == 0
     return out
@@ -166,14 +166,14 @@ def _rehash(bundle: Path, data: bytes | None = None, **manifest_changes) -> None
     (bundle / "seal.json").write_text(json.dumps(seal, indent=2))
 
 
-def test_raw_data_with_recomputed_hashes_is_refused(adult_release, data_dir, tmp_path, capsys):
+def test_raw_data_with_recomputed_hashes_is_refused(adult_release, demo_dir, tmp_path, capsys):
     """Forgery 1 of the issue: raw adult.csv written as data.parquet, manifest files/data_sha256 and the seal's
     manifest_sha256 recomputed. With an unkeyed seal this verified; the signature no longer matches."""
     import pandas as pd
 
     sealed = seal_release(adult_release, tmp_path / "releases")
     raw = tmp_path / "raw.parquet"
-    pd.read_csv(data_dir / "adult" / "adult.csv", sep=";").to_parquet(raw)
+    pd.read_csv(demo_dir / "adult" / "adult.csv", sep=";").to_parquet(raw)
     _rehash(sealed, raw.read_bytes(), records=len(pd.read_parquet(raw)))
     assert main(["verify-release", str(sealed), "--site", str(tmp_path)]) == 1
     assert "signature by key" in capsys.readouterr().err and "does not match" in \

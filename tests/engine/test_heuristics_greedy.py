@@ -233,7 +233,7 @@ def test_auto_picks_a_heuristic_for_creditcard(data_dir):
     assert min(result.best.sizes[~result.best.suppressed], default=5) >= 5
 
 
-def test_auto_picks_the_optimal_search_for_adult(data_dir):
+def test_auto_picks_the_optimal_search_for_adult(demo_dir):
     from engine.deid import deidentify
 
     result = deidentify(EXAMPLES / "adult-k5.yaml")

@@ -74,7 +74,7 @@ def test_every_release_reads_back_into_the_model_and_dumps_to_the_same_bytes(tmp
     assert Manifest.model_validate(json.loads(raw)).to_json().encode("utf-8") == raw
 
 
-def test_an_example_policy_release_round_trips(tmp_path, data_dir):
+def test_an_example_policy_release_round_trips(tmp_path, demo_dir):
     out = tmp_path / "out"
     assert main(["deid", str(EXAMPLES / "adult-k5.yaml"), "--out", str(out), "--quiet", "--site", str(tmp_path)]) == 0
     raw = (out / "manifest.json").read_bytes()

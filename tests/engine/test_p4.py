@@ -46,7 +46,7 @@ def test_harmonization_rounds_half_up_like_java():
 
 
 @pytest.fixture(scope="module")
-def adult_k5(data_dir):
+def adult_k5(demo_dir):
     policy = load_policy(EXAMPLES / "adult-k5.yaml")
     return policy, load_input(policy)
 
@@ -338,7 +338,7 @@ def test_auto_strategy_by_the_policys_models(tmp_path):
     assert (result.parallel.partitioning, result.parallel.statistics) == ("random", "table")
 
 
-def test_auto_strategy_keeps_t_closeness_utility_on_adult(data_dir):
+def test_auto_strategy_keeps_t_closeness_utility_on_adult(demo_dir):
     """ADULT, t = 0.2 (equal distance), suppression limit 100 % as in P4's experiments, 2 partitions: sorted partitions
     anonymized against their own distributions lose about half the optimum's quality on the merged table; random
     partitions against the table's distribution lose under 5 % (measured 1.3 %)."""

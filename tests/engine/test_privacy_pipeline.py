@@ -214,7 +214,7 @@ def test_sensitive_values_are_encoded_over_every_record(tmp_path):
     assert np.allclose(s.distribution, [0.4, 0.2, 0.4])
 
 
-def test_local_recoding_releases_only_l_diverse_classes(data_dir):
+def test_local_recoding_releases_only_l_diverse_classes(demo_dir):
     import yaml
 
     from engine.policy import parse_policy

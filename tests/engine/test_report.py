@@ -417,13 +417,13 @@ def test_nice_ceiling():
 
 # --- one real run: ADULT, population uniqueness <= 1 % ---------------------------------------------------------------
 @pytest.fixture(scope="module")
-def adult(tmp_path_factory, data_dir):
+def adult(tmp_path_factory, demo_dir):
     out = tmp_path_factory.mktemp("adult-report") / "out"
     assert main(["deid", str(EXAMPLES / "adult-pu1.yaml"), "--out", str(out), "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     qis = list(manifest["transformation"])
     return {"html": (out / "report.html").read_text(), "manifest": manifest, "qis": qis,
-            "input": read_csv(data_dir / "adult" / "adult.csv"), "released": read_csv(out / "data.csv")}
+            "input": read_csv(demo_dir / "adult" / "adult.csv"), "released": read_csv(out / "data.csv")}
 
 
 def test_adult_report_risk_profile(adult):

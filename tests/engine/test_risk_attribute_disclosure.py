@@ -325,7 +325,7 @@ def test_release_report_without_sensitive_attributes_has_no_section(tmp_path, no
 
 
 # --- ADULT ----------------------------------------------------------------------------------------------------------
-def test_adult_shares_are_consistent(data_dir, tmp_path, capsys):
+def test_adult_shares_are_consistent(demo_dir, tmp_path, capsys):
     page = tmp_path / "adult.html"
     assert main(["risk", str(EXAMPLES / "adult-distinct-l3.yaml"), "--json", "--html", str(page)]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -352,7 +352,7 @@ def test_adult_shares_are_consistent(data_dir, tmp_path, capsys):
         assert len(html.find("svg", data_attribute="occupation", data_plot=plot)) == 1
 
 
-def test_adult_p4_report_shows_the_released_classes(data_dir, tmp_path, no_site, capsys):
+def test_adult_p4_report_shows_the_released_classes(demo_dir, tmp_path, no_site, capsys):
     """P4 suppresses per partition, so a class can be released in one partition and suppressed in the other: the
     report groups the released records themselves (it used to stop with "the released classes differ from the
     search's"). Every released class satisfies the policy's distinct 3-diversity, so no released record fails it."""

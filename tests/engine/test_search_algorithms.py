@@ -370,7 +370,7 @@ def example_policy(name: str, **changes):
     return parse_policy(data, source=str(path))
 
 
-def test_deidentify_records_the_algorithm_in_the_manifest(data_dir):
+def test_deidentify_records_the_algorithm_in_the_manifest(demo_dir):
     from engine.deid import build_manifest, deidentify
 
     k3 = {"suppression_limit": 0.0, "privacy": [{"model": "k_anonymity", "k": 3}]}
@@ -388,7 +388,7 @@ def test_deidentify_records_the_algorithm_in_the_manifest(data_dir):
     assert build_manifest(named, "0" * 64, {}).algorithm == "bnb"
 
 
-def test_deidentify_rejects_an_algorithm_that_cannot_be_exact(data_dir):
+def test_deidentify_rejects_an_algorithm_that_cannot_be_exact(demo_dir):
     from engine.deid import deidentify
     from engine.errors import InputError
 

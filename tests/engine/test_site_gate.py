@@ -33,13 +33,13 @@ def site(tmp_path, monkeypatch) -> Path:
 
 def adult_policy(tmp_path: Path, extra: str, k: int = 1) -> Path:
     text = (EXAMPLES / "adult-k5.yaml").read_text().replace("k: 5}", f"k: {k}}}")
-    text = text.replace("../../../shared/", str(EXAMPLES.parents[2] / "shared") + "/")
+    text = text.replace("../../data/", str(EXAMPLES.parents[1] / "data") + "/")  # the demo table, from tmp_path
     policy = tmp_path / "adult-k1.yaml"
     policy.write_text(text + extra)
     return policy
 
 
-def test_policy_cannot_switch_the_gate_off_on_adult(tmp_path, data_dir, site, capsys):
+def test_policy_cannot_switch_the_gate_off_on_adult(tmp_path, demo_dir, site, capsys):
     """The issue's case: k = 1 with a gate the policy made toothless is refused by the site gate (exit 1)."""
     policy = adult_policy(tmp_path, "gate: {max_pu_su_ratio: 1000}\n")
     out = tmp_path / "out"
@@ -57,7 +57,7 @@ def test_policy_cannot_switch_the_gate_off_on_adult(tmp_path, data_dir, site, ca
 
 
 @pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
-def test_non_finite_gate_limit_is_bad_input(tmp_path, data_dir, site, capsys, value):
+def test_non_finite_gate_limit_is_bad_input(tmp_path, demo_dir, site, capsys, value):
     policy = adult_policy(tmp_path, f"gate: {{max_pu_su_ratio: {value}}}\n")
     assert main(["deid", str(policy), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
