@@ -3,13 +3,17 @@
     from engine import load_policy, deidentify, write_release
     result = deidentify(load_policy("policies/examples/adult-k5.yaml"))
     write_release(result, "out/adult-k5")
+
+A pandas DataFrame can stand in for the policy's input (`deidentify(policy, data=frame)`; `result.released` is the
+released DataFrame), and `risk_report(frame, quasi_identifiers=[...], population="USA")` answers `safeshare risk`'s
+questions without a policy file (engine.frames).
 """
 __version__ = "0.1.0"
 
 from .errors import InputError  # noqa: E402
 
 _LAZY = {"Hierarchy": "hierarchy", "DatasetPolicy": "policy", "load_policy": "policy", "deidentify": "deid",
-         "write_release": "deid", "NoSolutionError": "deid", "DeidResult": "deid"}
+         "write_release": "deid", "NoSolutionError": "deid", "DeidResult": "deid", "risk_report": "frames"}
 
 
 def __getattr__(name: str):
@@ -23,4 +27,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["DatasetPolicy", "DeidResult", "Hierarchy", "InputError", "NoSolutionError", "deidentify",
-           "load_policy", "write_release"]
+           "load_policy", "risk_report", "write_release"]

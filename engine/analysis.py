@@ -88,11 +88,12 @@ def population_sizes(policy: DatasetPolicy, records: int) -> list[tuple[str | fl
     return sizes
 
 
-def analyse(policy: DatasetPolicy) -> dict:
+def analyse(policy: DatasetPolicy, data=None) -> dict:
+    """`safeshare risk`'s figures for the policy's input, or for `data` (a DataFrame given in its place)."""
     from .disclosure_report import input_disclosure
     from .risk import population_uniqueness
 
-    loaded = load_input(policy)
+    loaded = load_input(policy, data)
     table = encode_table(loaded.frame, loaded.hierarchies, policy.source)
     sizes = table.base_classes()[1]   # what class_sizes(policy) gives, without reading the input twice
     n = int(sizes.sum())
