@@ -298,10 +298,13 @@ What it proves, and against whom:
     no way to make a forged one verify.
   - a WRITER of the folder (the releases store or the bundle): any change is refused:
     edited data, manifest or seal, a hand-written seal, a failed gate marked as passed,
-    raw data with every hash recomputed. A writer cannot re-sign without the private
-    release key. This holds as long as the key (SITE/keys/release-signing.key, 0600,
-    the custodian's user) and SITE/trust.json (written only by the custodian) are out
-    of the writer's reach.
+    raw data with every hash recomputed, a bundle signed by a key of the writer's own
+    with a trust.json of theirs next to it (or a release name pointing at one), a
+    genuine bundle copied under another release's id or dataset. A writer cannot
+    re-sign without the private release key. This holds as long as the key
+    (SITE/keys/release-signing.key, 0600, the custodian's user) and SITE/trust.json
+    (written only by the custodian) are out of the writer's reach, and the verifier
+    is told the site (or its trust.json) by whoever runs it.
   - someone who kept a copy of a RETIRED release key: what it signs after the
     rotation is refused, whatever signing time it writes (`safeshare custodian key
     rotate` records the seals the old key had signed in trust.json).
