@@ -194,7 +194,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Search the generalization lattice for the transformation of best quality that satisfies the "
                     "policy's privacy models, apply it, and write data.csv, data.parquet, manifest.json and "
                     "report.html. Exit 0 on success, 1 when refused (no solution or gate failed), 2 on bad input, "
-                    "3 when a P4 run's Dask cluster failed (nothing is written).")
+                    "3 when a P4 run's Dask cluster failed (nothing is written). The policy's input: is a CSV, "
+                    "Parquet, Stata, SAS or Excel file, or a PostgreSQL or SQLite database (url: with table: or "
+                    "one read-only query:, run in a read-only transaction); a database password is read from the "
+                    "environment variable (password_env:) or the owner-only file (password_file:) the policy names, "
+                    "never from the URL, and manifest.json records what was read without it.")
     deid.add_argument("policy", help="dataset policy (YAML)")
     deid.add_argument("--out", required=True, help="output folder for the release bundle")
     deid.add_argument("--json", action="store_true", help="print manifest.json instead of a summary")
@@ -238,7 +242,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, and for each "
                     "attribute declared sensitive its attribute disclosure (per class distinct values, entropy and "
                     "distance to the table's distribution; share of records in classes failing l-diversity for "
-                    "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), on the input without any transformation.")
+                    "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), on the input without any transformation "
+                    "(any input kind safeshare deid reads). From Python without a policy file: "
+                    "engine.risk_report(frame, quasi_identifiers=[...], population=...).")
     risk.add_argument("policy", help="dataset policy (YAML)")
     risk.add_argument("--json", action="store_true", help="print JSON with stable field names")
     risk.add_argument("--html", metavar="FILE", default=None,
