@@ -1,0 +1,93 @@
+"""Our verdicts against acro 1.0.2's on the same cases (fixtures: acro_verdicts.json says how they were made), and
+the ACRO results.json layout SACRO's viewer reads."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from outputs.acro_results import acro_record, results_document, sdc_block
+from outputs.checks import check_model, check_table
+from outputs.remedies import primary_mask, suppress
+from outputs.rules import RuleSet
+from tests.outputs.microdata import count_stats, magnitude_stats
+
+CASES = json.loads((Path(__file__).with_name("acro_verdicts.json")).read_text())["cases"]
+
+
+def _contributions(spec: dict) -> dict:
+    value, count = spec["default"]
+    cells = {(i, j): [float(value)] * count for i in range(2) for j in range(2)}
+    for key, parts in spec.items():
+        if key == "default":
+            continue
+        i, j = map(int, key.split(","))
+        listed, (filler, times) = parts
+        cells[(i, j)] = [float(x) for x in listed] + [float(filler)] * times
+    return cells
+
+
+def _verdict(case: dict):
+    rules = RuleSet().with_values(**case.get("rules", {})) if case.get("rules") else RuleSet()
+    if "df_resid" in case:
+        return check_model(case["df_resid"], case["statistic"], rules)
+    if "counts" in case:
+        return check_table(count_stats(case["counts"]), case["statistic"], rules)
+    return check_table(magnitude_stats(_contributions(case["contributions"]), (2, 2)), case["statistic"], rules)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_same_status_and_cells_as_acro(case):
+    verdict = _verdict(case)
+    assert verdict.status == case["acro"]["status"]
+    ours = {rule: cells for rule, cells in sdc_block(verdict)["cells"].items() if cells}
+    assert ours == case["acro"]["cells"]
+
+
+def test_known_acro_divergence_suppression_with_integer_labels():
+    case = next(c for c in CASES if c["acro"].get("divergence"))
+    stats = count_stats(case["counts"], labels=[["1", "2"], ["1", "2", "3"]])
+    verdict = check_table(stats, "crosstab")
+    remedied = suppress(stats.count, primary_mask(verdict, stats.shape), labels=stats.labels)
+    assert set(case["acro"]["suppressed_shows"]) & set(remedied.shown_numbers()) == set()
+    assert remedied.status == case["acro"]["suppressed_status"]
+
+
+def test_results_json_layout():
+    stats = count_stats([[25, 12], [3, 40]], labels=[["Male", "Female"], ["White", "Other"]])
+    verdict = check_table(stats, "crosstab")
+    table = acro_record("output_0", verdict, method="crosstab", files=["output_0.csv"], labels=stats.labels,
+                        comments=["by sex"], exception="")
+    model = acro_record("output_1", check_model(9, "ols"), method="ols", files=["output_1.csv"],
+                        properties={"dof": 9})
+    document = json.loads(json.dumps(results_document([table, model])))   # JSON all the way
+    assert set(document) >= {"version", "results"} and list(document["results"]) == ["output_0", "output_1"]
+    record = document["results"]["output_0"]
+    assert set(record) == {"uid", "status", "type", "properties", "files", "outcome", "command", "summary",
+                           "timestamp", "comments", "exception"}
+    assert record["status"] == "fail" and record["type"] == "table"
+    sdc = record["files"][0]["sdc"]
+    assert sdc["summary"]["threshold"] == 1 and sdc["summary"]["suppressed"] is False
+    for rule in ("negative", "missing", "threshold", "p-ratio", "nk-rule", "all-values-are-same"):
+        assert rule in sdc["summary"] and rule in sdc["cells"]
+    assert sdc["cells"]["threshold"] == [[1, 0]]
+    assert record["outcome"] == {"White": {"Male": "ok", "Female": "threshold; "},
+                                 "Other": {"Male": "ok", "Female": "ok"}}
+    assert record["summary"].startswith("fail; threshold: 1 cells")
+    regression = document["results"]["output_1"]
+    assert regression["type"] == "regression" and regression["properties"]["dof"] == 9
+    assert regression["status"] == "fail" and regression["files"][0]["sdc"]["summary"]["dof"] == 1
+
+
+def test_a_remedied_output_records_the_mitigation():
+    stats = count_stats([[25, 12, 3], [30, 9, 0]])
+    verdict = check_table(stats, "crosstab")
+    remedied = suppress(stats.count, primary_mask(verdict, stats.shape), labels=stats.labels)
+    record = acro_record("output_2", verdict, method="crosstab", files=["o.csv"], labels=stats.labels,
+                         remedied=remedied, status=remedied.status)
+    assert record["status"] == "review" and record["files"][0]["sdc"]["summary"]["suppressed"] is True
+    assert record["properties"]["mitigation"] == "suppression"
+    assert record["properties"]["mitigation_actions"][0].startswith("primary suppression")
+    assert np.isnan(remedied.cells).sum() >= 3
