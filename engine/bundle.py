@@ -284,7 +284,13 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     output, releases = Path(output), Path(releases)
     if releases.exists() and not releases.is_dir():
         raise BundleError(f"{releases}: not a folder (--to names the releases store)")
-    manifest = verify_output(output)
+    try:   # read once: the bytes checked here (record and data) are the bytes sealed, whatever the folder holds later
+        manifest_bytes = (output / MANIFEST).read_bytes()
+    except FileNotFoundError:
+        raise BundleError(f"{output / MANIFEST}: missing") from None
+    except OSError as exc:
+        raise BundleError(f"{output / MANIFEST}: cannot be read: {exc.strerror or exc}") from None
+    manifest = verify_output(output, manifest_bytes)
     dataset = manifest.dataset
     if not dataset or Path(dataset).name != dataset or dataset.startswith("."):
         raise BundleError(f"{output / MANIFEST}: field 'dataset' is not a usable name: {dataset!r}")
@@ -313,10 +319,11 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     staging = Path(tempfile.mkdtemp(prefix=f".{release_id}.", dir=target.parent))
     old: Path | None = None
     try:
-        for name in [MANIFEST, *manifest.files]:
+        (staging / MANIFEST).write_bytes(manifest_bytes)
+        for name in manifest.files:
             (staging / name).parent.mkdir(exist_ok=True)
             shutil.copy2(output / name, staging / name)
-        verify_output(staging)  # what was copied is what was verified
+        verify_output(staging)  # what was copied is what was verified (the data against the manifest checked)
         seal = {
             "format": SEAL_FORMAT,
             "dataset": dataset,

@@ -224,3 +224,26 @@ def test_data_that_are_not_what_the_manifest_says_are_refused(tmp_path, capsys):
     edit_manifest(tmp_path / "out", tmp_path / "renamed", rename_column)
     assert main(["release", str(tmp_path / "renamed"), "--to", str(site / "releases")]) == 1
     assert "no column for the quasi-identifier(s) site" in capsys.readouterr().err
+
+
+def test_a_manifest_swapped_after_the_check_is_not_what_gets_sealed(adult, tmp_path, monkeypatch):
+    """The manifest is read once: a writer who swaps in lowered figures while the data files are being copied gets
+    the manifest that was checked sealed, not theirs."""
+    import engine.bundle as bundle
+
+    lax = site_with(tmp_path, "lax", None)
+    output = tmp_path / "out"
+    shutil.copytree(adult["adult-pu1.yaml"], output)
+    checked = (output / "manifest.json").read_bytes()
+    real_copy = shutil.copy2
+
+    def swap_then_copy(source, target, *args, **kwargs):
+        manifest = json.loads(checked)
+        lower_every_estimate(manifest, to=0.001)
+        (output / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        return real_copy(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(bundle.shutil, "copy2", swap_then_copy)
+    sealed = seal_release(output, lax / "releases")
+    assert (sealed / "manifest.json").read_bytes() == checked
+    assert (output / "manifest.json").read_bytes() != checked
