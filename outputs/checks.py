@@ -3,8 +3,8 @@
 `cell_stats` turns micro-data (one integer code per record and axis, optionally a numeric value per record) into
 the statistics every rule needs per cell: the count of records, the total of the values, and the largest
 contributors. Cells are one combined index (`np.ravel_multi_index` of the codes); counts and totals are
-`np.bincount`; the largest contributors come from one `np.lexsort` by (cell, value), after which the k-th largest of
-each cell sits at a fixed offset before the cell's end. No Python loop runs over records.
+`np.bincount`; the largest contributors come from `np.maximum.at` over the cell index, once per contributor kept (two
+by default). No Python loop runs over records.
 
 Which checks apply is ACRO's table (`STATISTIC_CHECKS`):
 
@@ -208,15 +208,7 @@ def cell_stats(codes: Sequence[np.ndarray], labels: Sequence[Sequence[str]], val
             raise ValueError("values must be finite (drop missing values before checking)")
         total = np.bincount(cell, weights=v, minlength=size)
         negative = np.bincount(cell, weights=(v < 0), minlength=size) > 0
-        order = np.lexsort((v, cell))            # by cell, then by value ascending
-        ordered = v[order]
-        ends = np.cumsum(count)                  # one past each cell's last (largest) contributor
-        k = max(int(top), 1)
-        top_values = np.zeros((size, k), dtype=np.float64)
-        for j in range(k):                        # k is n of the NK rule (2 by default), not the record count
-            has = count > j
-            top_values[has, j] = ordered[ends[has] - 1 - j]
-        top_values = top_values.reshape(shape + (k,))
+        top_values = _largest(cell, v, count, max(int(top), 1)).reshape(shape + (max(int(top), 1),))
         total = total.reshape(shape)
         negative = negative.reshape(shape)
     count = count.reshape(shape)
@@ -227,6 +219,25 @@ def cell_stats(codes: Sequence[np.ndarray], labels: Sequence[Sequence[str]], val
     return CellStats(names, label_tuple, count, total, top_values, negative, structural,
                      "a suppressed record has * in every quasi-identifier, so no record can pair * with a value"
                      + ("; or the release makes the combination impossible" if impossible is not None else ""))
+
+
+def _largest(cell: np.ndarray, values: np.ndarray, count: np.ndarray, k: int) -> np.ndarray:
+    """The k largest values of each cell (0 where a cell has fewer), shape (cells, k): k rounds of `np.maximum.at`,
+    each removing one record holding its cell's maximum (the first, so ties count as separate contributors). Tens
+    of times faster than sorting a million records by (cell, value); k is the NK rule's n, not the record count."""
+    size = count.size
+    out = np.zeros((size, k), dtype=np.float64)
+    work = values.copy()
+    for j in range(k):
+        best = np.full(size, -np.inf)
+        np.maximum.at(best, cell, work)
+        has = count > j
+        out[has, j] = best[has]
+        if j + 1 < k:
+            hits = np.flatnonzero(work == best[cell])
+            _, first = np.unique(cell[hits], return_index=True)
+            work[hits[first]] = -np.inf
+    return out
 
 
 def table_stats(counts: np.ndarray, labels: Sequence[Sequence[str]], axes: Sequence[str] | None = None,

@@ -7,9 +7,10 @@ tests/outputs). So secondary suppression hides further cells until `audit` - the
 can derive for each hidden quantity from everything shown (cells, row and column totals, grand total, all cells
 non-negative) - leaves every primarily hidden quantity an interval at least `protection` wide (default: the
 threshold, so a reader cannot even tell that a hidden cell is below it). Margins that fail a check themselves (a
-column total of 3) are hidden and protected the same way. Complements are chosen greedily: the cell or total, in the
-line of the least protected quantity, whose hiding widens the unprotected intervals most, smaller values first on a
-tie (they cost the reader least). If that cannot protect everything, the margins are dropped instead and only the
+column total of 3) are hidden and protected the same way. Complements come first from rectangles: each primary
+cell gets the cheapest rectangle of complements that lets it move by `protection` (the hypercube method's idea);
+then, while a quantity is still too narrow, the cheapest of the cells or totals in its lines that widens it most.
+If that cannot protect everything, the margins are dropped instead and only the
 primary cells are hidden (without totals nothing links a hidden cell to what is shown). Totals that are shown are
 the true table's; `Remedied.totals_basis` says so (`true`), or `published-cells` where a profile recomputes them from
 what is shown.
@@ -221,14 +222,18 @@ def suppress(table: np.ndarray, primary: np.ndarray, margins: bool = True, rules
         grand = False
         targets.append(("grand",))
     hidden = primary2.copy()
+    _rectangles(values, hidden, primary2, protection)
+    _pair_lines(values, hidden, rows, cols)
+    added = [_describe(("cell", int(i), int(j)), label_tuple, one_d) for i, j in np.argwhere(hidden & ~primary2)]
     steps = max_steps if max_steps is not None else r * c + r + c + 1
-    failing = audit(values, Shown(hidden, rows, cols, grand), targets, protection)
-    added: list[str] = []
+    required = _requirements(hidden, primary2, targets, protection)
+    failing = _unprotected(values, Shown(hidden, rows, cols, grand), required, list(required))
     while failing and steps > 0:
         steps -= 1
-        choice = _best_complement(values, hidden, rows, cols, grand, targets, failing, protection)
+        choice = _best_complement(values, hidden, rows, cols, grand, failing)
         if choice is None:
             break
+        before = hidden.copy()
         kind = choice[0]
         if kind == "cell":
             hidden[choice[1], choice[2]] = True
@@ -239,7 +244,15 @@ def suppress(table: np.ndarray, primary: np.ndarray, margins: bool = True, rules
         else:
             grand = False
         added.append(_describe(choice, label_tuple, one_d))
-        failing = audit(values, Shown(hidden, rows, cols, grand), targets, protection)
+        hidden_now = _pair_lines(values, hidden.copy(), rows, cols)
+        added += [_describe(("cell", int(i), int(j)), label_tuple, one_d)
+                  for i, j in np.argwhere(hidden_now & ~hidden)]
+        hidden[:] = hidden_now
+        # Hiding more only widens what a reader can derive (a constant becomes a variable, or an equation goes), so
+        # what was protected stays protected: re-check the failing quantities and the newly hidden cells only.
+        new_cells = [("cell", int(i), int(j)) for i, j in np.argwhere(hidden & ~before)]
+        required.update({t: 1.0 for t in new_cells if t not in required})
+        failing = _unprotected(values, Shown(hidden, rows, cols, grand), required, list(failing) + new_cells)
     if failing:
         actions.append("margins dropped: secondary suppression could not keep every hidden cell from being narrowed"
                        f" below {protection:g} with totals shown")
@@ -250,12 +263,73 @@ def suppress(table: np.ndarray, primary: np.ndarray, margins: bool = True, rules
     failing_margins = [t for t in targets if t[0] != "cell"]
     if failing_margins:
         actions.append(f"{len(failing_margins)} total(s) failing a check hidden")
-    actions.append(f"totals shown are those of the true table; every hidden quantity's derivable interval is at "
-                   f"least {protection:g} wide")
+    actions.append(f"totals shown are those of the true table; every hidden cell or total that failed a check can "
+                   f"be narrowed to no less than {protection:g} wide, and no hidden cell can be derived exactly")
     row_totals = np.where(rows, values.sum(axis=1), np.nan)
     col_totals = None if cols is None else np.where(cols, values.sum(axis=0), np.nan)
     grand_total = (float(values.sum()) if grand else np.nan) if not one_d else None
     return _suppressed(values, hidden, primary2, row_totals, col_totals, grand_total, one_d, actions, label_tuple)
+
+
+def _rectangles(values: np.ndarray, hidden: np.ndarray, primary: np.ndarray, protection: float) -> np.ndarray:
+    """Hide, for each primary cell (i, j), the cheapest rectangle (i, l), (k, j), (k, l) whose cells (i, l) and
+    (k, j) hold at least `protection`: then the reader cannot rule out the cell being `protection` larger (those
+    two smaller by as much, (k, l) larger), whatever totals are shown, so its interval is at least that wide, and
+    so is every cell of the rectangle's. Cost: the values newly hidden (already hidden cells cost nothing). A
+    frequency table (one row) takes one partner (0, l) holding at least `protection`. In place; returns `hidden`."""
+    r, c = values.shape
+    for i, j in sorted(map(tuple, np.argwhere(primary)), key=lambda p: values[p]):
+        price = np.where(hidden, 0.0, values)
+        row_ok = values[i] >= protection
+        row_ok[j] = False
+        if r == 1:
+            if row_ok.any():
+                l = int(np.argmin(np.where(row_ok, price[i], np.inf)))
+                hidden[i, l] = True
+            continue
+        col_ok = values[:, j] >= protection
+        col_ok[i] = False
+        if not row_ok.any() or not col_ok.any():
+            continue   # no rectangle protects it; the linear-programming step below looks further
+        cost = np.where(col_ok, price[:, j], np.inf)[:, None] + np.where(row_ok, price[i], np.inf)[None, :] + price
+        cost[i, :] = np.inf
+        cost[:, j] = np.inf
+        k, l = np.unravel_index(int(np.argmin(cost)), cost.shape)
+        if np.isfinite(cost[k, l]):
+            hidden[i, l] = hidden[k, j] = hidden[k, l] = True
+    return hidden
+
+
+def _pair_lines(values: np.ndarray, hidden: np.ndarray, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
+    """The classic first step of secondary suppression, without linear programs: while a line whose total is shown
+    holds exactly one hidden cell (which the total gives away), hide one more cell of it: one whose crossing line
+    already holds a hidden cell if there is one (that closes a cycle), the smallest value first. Changes `hidden`
+    in place and returns it; `audit` then checks what no pairing rule can (chains through several lines)."""
+    r, c = hidden.shape
+    changed = True
+    while changed:
+        changed = False
+        lines = [("row", i) for i in range(r) if rows[i]]
+        if cols is not None:
+            lines += [("col", j) for j in range(c) if cols[j]]
+        for kind, k in lines:
+            line = hidden[k] if kind == "row" else hidden[:, k]
+            if int(line.sum()) != 1 or line.size < 2:
+                continue
+            free = np.flatnonzero(~line)
+            if kind == "row":
+                crossing = hidden[:, free].sum(axis=0) > 0
+                cost = values[k, free]
+            else:
+                crossing = hidden[free, :].sum(axis=1) > 0
+                cost = values[free, k]
+            pick = free[np.lexsort((cost, ~crossing))[0]]
+            if kind == "row":
+                hidden[k, pick] = True
+            else:
+                hidden[pick, k] = True
+            changed = True
+    return hidden
 
 
 def _describe(item: tuple, labels: tuple, one_d: bool) -> str:
@@ -271,11 +345,34 @@ def _describe(item: tuple, labels: tuple, one_d: bool) -> str:
     return "grand total"
 
 
+def _requirements(hidden: np.ndarray, primary: np.ndarray, targets: list[tuple], protection: float
+                  ) -> dict[tuple, float]:
+    """How wide each hidden quantity's derivable interval must be: `protection` for what failed a check (primary
+    cells, failing totals); at least 1 for a secondary cell (it hides a safe value, but must not be pinned exactly:
+    a recovered complement is a step towards the others)."""
+    required = {t: protection for t in targets}
+    for i, j in np.argwhere(hidden & ~primary):
+        required[("cell", int(i), int(j))] = 1.0
+    return required
+
+
+def _unprotected(values: np.ndarray, shown: Shown, required: dict[tuple, float], names: list[tuple]
+                 ) -> dict[tuple, tuple[float, float]]:
+    """Those of `names` whose derivable interval is narrower than required: name -> (width, required)."""
+    names = list(dict.fromkeys(names))
+    bounds = derivable_bounds(values, shown, names)
+    return {t: (hi - lo, required[t]) for t, (lo, hi) in zip(names, bounds) if hi - lo < required[t]}
+
+
+CANDIDATES_TRIED = 6   # the cheapest complements whose effect is computed at each step
+
+
 def _best_complement(values: np.ndarray, hidden: np.ndarray, rows: np.ndarray, cols: np.ndarray | None,
-                     grand: bool, targets: list[tuple], failing: dict, protection: float) -> tuple | None:
-    """The item to hide next: among the cells and totals in the lines of the least protected target, the one that
-    widens the failing targets most (capped at `protection`), the smaller value first on a tie."""
-    worst = min(failing, key=lambda t: failing[t][1] - failing[t][0])
+                     grand: bool, failing: dict) -> tuple | None:
+    """The item to hide next: of the cheapest few cells (and, for a hidden total, totals) in the lines of the least
+    protected quantity, the one that widens its interval most, the smaller value first on a tie."""
+    worst = min(failing, key=lambda t: failing[t][0] / failing[t][1])
+    need = failing[worst][1]
     r, c = hidden.shape
     lines_r: set[int] = set()
     lines_c: set[int] = set()
@@ -302,27 +399,36 @@ def _best_complement(values: np.ndarray, hidden: np.ndarray, rows: np.ndarray, c
     candidates = list(dict.fromkeys(candidates))
     if not candidates:
         return None
-    failing_targets = list(failing)
 
-    def score(item: tuple) -> tuple[float, float]:
+    def cost(item: tuple) -> float:
+        if item[0] == "cell":
+            return float(values[item[1], item[2]])
+        if item[0] == "row":
+            return float(values[item[1]].sum())
+        if item[0] == "col":
+            return float(values[:, item[1]].sum())
+        return float(values.sum())
+
+    candidates.sort(key=cost)
+    best, best_width = None, -1.0
+    for item in candidates[:CANDIDATES_TRIED]:
         h, rw, cl, gr = hidden.copy(), rows.copy(), None if cols is None else cols.copy(), grand
         if item[0] == "cell":
             h[item[1], item[2]] = True
-            cost = values[item[1], item[2]]
         elif item[0] == "row":
             rw[item[1]] = False
-            cost = values[item[1]].sum()
         elif item[0] == "col":
             cl[item[1]] = False
-            cost = values[:, item[1]].sum()
         else:
             gr = False
-            cost = values.sum()
-        bounds = derivable_bounds(values, Shown(h, rw, cl, gr), failing_targets)
-        gain = sum(min(hi - lo, protection) for lo, hi in bounds)
-        return (-gain, cost)
-
-    return min(candidates, key=score)
+        _pair_lines(values, h, rw, cl)
+        lo, hi = derivable_bounds(values, Shown(h, rw, cl, gr), [worst])[0]
+        width = min(hi - lo, need)
+        if width > best_width:
+            best, best_width = item, width
+        if width >= need:
+            break   # the cheapest that protects it
+    return best
 
 
 def _suppressed(values, hidden, primary, row_totals, col_totals, grand_total, one_d, actions, labels) -> Remedied:

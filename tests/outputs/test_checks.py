@@ -170,3 +170,19 @@ def test_bad_micro_data_is_refused():
         cell_stats([np.array([0, 1])], [["a", "b"]], values=np.array([1.0, np.nan]))
     with pytest.raises(ValueError, match="unknown statistic"):
         check_table(count_stats([[10]]), "mode")
+
+
+def test_largest_contributors_match_a_full_sort_with_ties():
+    rng = np.random.default_rng(11)
+    records = 5000
+    codes = [rng.integers(0, 6, records), rng.integers(0, 4, records)]
+    values = rng.integers(-3, 40, records).astype(float)   # many ties, some negatives
+    stats = cell_stats(codes, [list("abcdef"), list("wxyz")], values=values, top=3)
+    cell = codes[0] * 4 + codes[1]
+    for flat in range(24):
+        mine = np.sort(values[cell == flat])[::-1][:3]
+        expected = np.zeros(3)
+        expected[:mine.size] = mine
+        assert stats.top.reshape(24, 3)[flat].tolist() == expected.tolist()
+        assert stats.total.reshape(-1)[flat] == values[cell == flat].sum()
+        assert stats.negative.reshape(-1)[flat] == (values[cell == flat] < 0).any()
