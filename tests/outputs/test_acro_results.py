@@ -91,3 +91,12 @@ def test_a_remedied_output_records_the_mitigation():
     assert record["properties"]["mitigation"] == "suppression"
     assert record["properties"]["mitigation_actions"][0].startswith("primary suppression")
     assert np.isnan(remedied.cells).sum() >= 3
+
+
+def test_whole_output_checks_count_once_in_the_summary():
+    from outputs.checks import Verdict
+    from outputs.differencing import EarlierOutput, check_differencing
+    check = check_differencing(range(97), "r1", [EarlierOutput("out-9", "all", "r1", range(100))], 1000)
+    sdc = sdc_block(Verdict((check,), "crosstab"))
+    assert sdc["summary"]["differencing"] == 1 and sdc["cells"]["differencing"] == []
+    assert sdc_block(check_model(12, "ols"))["summary"]["dof"] == 0
