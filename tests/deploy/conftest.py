@@ -40,6 +40,11 @@ def no_swarm_worker_left_behind():
     found = left()
     if found:
         listing = run("ps", "-o", "pid,ppid,stat,args", "-p", ",".join(map(str, found)), check=False).stdout
+        for node in STARTED:  # its processes, mounts, namespace and link
+            try:
+                node.stop()
+            except RuntimeError:
+                pass
         kill_all(left, "Swarm test worker processes left behind")
         pytest.fail(f"{len(found)} process(es) of a Swarm test worker were left behind (now killed):\n{listing}")
 
