@@ -51,7 +51,14 @@ def column_text(series: pd.Series) -> np.ndarray:
         if not midnight:
             text = np.array([t if t is None or not t.endswith(".000000") else t[:-7] for t in text], dtype=object)
         return np.where(stamps.isna(), "", text).astype(object)
-    return np.array([value_text(v) for v in series.to_numpy(dtype=object)], dtype=object)
+    values = series.to_numpy(dtype=object)
+    if pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty"):   # text already: only blank the NAs
+        missing = series.isna().to_numpy()
+        if missing.any():
+            values = values.copy()
+            values[missing] = ""
+        return values
+    return np.array([value_text(v) for v in values], dtype=object)
 
 
 def value_text(value: object) -> str:

@@ -110,3 +110,17 @@ def test_risk_report_defaults_and_bad_arguments(frame):
         with pytest.raises(InputError) as caught:
             engine.risk_report(frame, **kwargs)
         assert caught.value.field == field, (kwargs, caught.value)
+
+
+def test_typed_columns_become_the_text_a_csv_export_holds():
+    import numpy as np
+
+    from engine.sources.text import text_frame
+
+    frame = pd.DataFrame({"text": ["x", None, "z"], "float": [39.0, np.nan, 2.5],
+                          "label": pd.Categorical(["Male", None, "Female"]),
+                          "date": pd.to_datetime(["2024-01-02", None, "2023-05-06"]),
+                          "int": pd.array([1, None, 3], dtype="Int64"), "mixed": [b"ab", 3, None]}, index=[7, 8, 9])
+    assert text_frame(frame).to_dict("list") == {
+        "text": ["x", "", "z"], "float": ["39", "", "2.5"], "label": ["Male", "", "Female"],
+        "date": ["2024-01-02", "", "2023-05-06"], "int": ["1", "", "3"], "mixed": ["ab", "3", ""]}
