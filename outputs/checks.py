@@ -96,6 +96,7 @@ class Verdict:
 
     checks: tuple[Check, ...]
     statistic: str = "count"
+    rules: RuleSet = DEFAULT_RULES
     status: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -109,7 +110,9 @@ class Verdict:
         return next((c for c in self.checks if c.rule == rule), None)
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "statistic": self.statistic, "checks": [c.to_dict() for c in self.checks]}
+        """The status, the checks, and the rule set they ran under with each number's origin."""
+        return {"status": self.status, "statistic": self.statistic, "checks": [c.to_dict() for c in self.checks],
+                "rules": self.rules.record()}
 
 
 @dataclass(frozen=True)
@@ -360,7 +363,7 @@ def check_table(stats: CellStats, statistic: str = "count", rules: RuleSet = DEF
     structural = check_structural(stats)
     if structural is not None:
         checks.append(structural)
-    return Verdict(tuple(checks), statistic)
+    return Verdict(tuple(checks), statistic, rules)
 
 
 def check_model(df_resid: float, kind: str = "ols", rules: RuleSet = DEFAULT_RULES) -> Verdict:
@@ -368,7 +371,7 @@ def check_model(df_resid: float, kind: str = "ols", rules: RuleSet = DEFAULT_RUL
     if kind not in MODEL_KINDS + TEST_KINDS:
         raise ValueError(f"unknown model kind {kind!r}; one of {', '.join(MODEL_KINDS + TEST_KINDS)}")
     what = "test" if kind in TEST_KINDS else "model"
-    return Verdict((check_dof(df_resid, rules, what),), kind)
+    return Verdict((check_dof(df_resid, rules, what),), kind, rules)
 
 
 __all__ = ["FAIL", "PASS", "REVIEW", "STATISTIC_CHECKS", "CellStats", "Check", "Verdict", "cell_stats",

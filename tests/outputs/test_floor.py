@@ -105,3 +105,23 @@ def test_policy_file_tightens_through_the_command(tmp_path, capsys):
 def test_named_site_that_is_not_a_folder(tmp_path):
     with pytest.raises(InputError, match="not a folder"):
         effective_rules(tmp_path / "nowhere")
+
+
+def test_a_policy_number_of_the_wrong_type_is_bad_input():
+    with pytest.raises(InputError) as info:
+        tighten(RuleSet(), {"safe_threshold": True}, "p.yaml")
+    assert info.value.field == "outputs.safe_threshold"
+    with pytest.raises(InputError, match="unknown key"):
+        tighten(RuleSet(), {"safe_thresold": 20}, "p.yaml")
+
+
+def test_the_verdict_records_the_rules_and_their_origins(tmp_path):
+    from outputs.checks import check_table
+    from tests.outputs.microdata import count_stats
+    site = _site(tmp_path, "safe_threshold: 12\n")
+    rules = tighten(load_floor(site), {"safe_nk_k": 0.8}, "policy.yaml")
+    record = check_table(count_stats([[11, 30], [30, 30]]), "crosstab", rules).to_dict()
+    assert record["status"] == "fail"   # 11 < the site's 12
+    assert record["rules"]["rules"]["safe_threshold"] == 12
+    assert record["rules"]["origin"]["safe_threshold"] == "site" and record["rules"]["origin"]["safe_nk_k"] == "policy"
+    assert record["rules"]["site"]["source"] == str(site / "outputs.yaml") and record["rules"]["policy"] == "policy.yaml"
