@@ -124,4 +124,5 @@ def test_the_verdict_records_the_rules_and_their_origins(tmp_path):
     assert record["status"] == "fail"   # 11 < the site's 12
     assert record["rules"]["rules"]["safe_threshold"] == 12
     assert record["rules"]["origin"]["safe_threshold"] == "site" and record["rules"]["origin"]["safe_nk_k"] == "policy"
-    assert record["rules"]["site"]["source"] == str(site / "outputs.yaml") and record["rules"]["policy"] == "policy.yaml"
+    assert record["rules"]["site"]["source"] == str(site / "outputs.yaml")
+    assert record["rules"]["policy"] == "policy.yaml"
