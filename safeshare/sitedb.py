@@ -1,14 +1,15 @@
 """Where a site's database is: `SITE/db/safeshare.db`, said once for every tool pointed at a site folder.
 
 A `safeshare up` home is laid out as a site, so the custodian service, the audit commands, provisioning, the gateway
-`up` and provisioning start, proxy-for and websockify's token plugin all open the same file for the same folder. Before
+that `up` or provisioning starts, proxy-for and websockify's token plugin all open the same file for one folder. Before
 issue 24 (item 12) `up` kept its database at `HOME/safeshare.db`: a service pointed at such a home with `--site`
 opened an empty `HOME/db/safeshare.db`, found none of the gateway's anchors and showed every intact session as not
 verified, while `audit verify` (without `--db`) passed. So an old home's file is moved by `up` (`migrate_legacy`),
 and every other tool refuses a folder that holds one (`site_db_url`) instead of silently opening another, empty one.
 
-A leaf like `safeshare.signing`: deploy/, proxy/ and safeshare/websockify name the file through these functions
-without importing each other. Only the default SQLite file is decided here; an explicit `--db` URL wins everywhere.
+A leaf like `safeshare.signing`, so that any package may ask it: deploy.site.Site (and through it provisioning, the
+custodian and audit commands, proxy-for and the token plugin) and deploy.local (`up`) do. Only the default SQLite
+file is decided here; an explicit `--db` URL wins everywhere.
 """
 from __future__ import annotations
 
