@@ -140,12 +140,12 @@ class Watermark:
         self.lines = lines
 
     def keep(self, conn: XConnection, windows: list[TopLevel]) -> list[str]:
-        """Keep the stamp current and on top (`windows`: the root's children, bottom to top, as just listed).
-        Returns what had to be repaired, for the watchdog's log."""
+        """Keep the stamp current and on top (`windows`: the root's children, bottom to top, as just listed: what is
+        decided here is decided on that one look). Returns what had to be repaired, for the watchdog's log."""
         assert self.overlay is not None
         notes = []
-        exists, mapped = self.overlay.exists()
-        if not exists:
+        mine = next((w for w in windows if w.window == self.overlay.window), None)
+        if mine is None and not self.overlay.exists()[0]:
             from enclave.kiosk.overlay import Overlay
 
             notes.append(f"the watermark window 0x{self.overlay.window:x} was destroyed: drawn again")
@@ -155,8 +155,8 @@ class Watermark:
         if lines != self.lines:
             self._draw(conn, lines)
         shown = [w.window for w in windows if w.viewable]
-        if not exists or not mapped:
-            if exists:
+        if mine is None or not mine.viewable:
+            if mine is not None:
                 notes.append(f"the watermark window 0x{self.overlay.window:x} was unmapped: shown again")
             self.redraws += 1
             self.overlay.show()

@@ -119,3 +119,46 @@ def test_safeshare_kiosk_refuses_a_bad_watermark(tmp_path: Path, capsys: pytest.
     assert "opacity" in capsys.readouterr().err
     with pytest.raises(KioskConfigError):
         watermark_settings(None, None, '{"scale": 0}')
+
+
+class FakeOverlay:
+    """Stands in for overlay.Overlay: records what the watermark asks of the window."""
+
+    def __init__(self, window: int = 7, alive: bool = True) -> None:
+        self.window, self.alive, self.width, self.height = window, alive, 64, 48
+        self.shown = 0
+        self.masks: list[np.ndarray] = []
+
+    def exists(self) -> tuple[bool, bool]:
+        return self.alive, self.alive
+
+    def show(self) -> None:
+        self.shown += 1
+
+    def set_mask(self, mask: np.ndarray) -> None:
+        self.masks.append(mask)
+
+
+def top(window: int, viewable: bool = True, override: bool = True):
+    from enclave.kiosk.xlib import TopLevel
+
+    return TopLevel(window, viewable, override, 0, 0, 64, 48, "", "", "", None)
+
+
+def test_keep_decides_on_one_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On top: nothing. Below another window: raised. Unmapped: shown again, and said. A new minute: redrawn."""
+    from enclave.kiosk import overlay as overlay_module
+    from enclave.kiosk.watermark import Watermark
+
+    monkeypatch.setattr(overlay_module, "render_text", lambda _conn, line: np.ones((13, 6 * len(line)), bool))
+    clock = [NOW]
+    watermark = Watermark(WatermarkSettings(recipient="a", scale=1), "0a1b2c3d", clock=lambda: clock[0])
+    fake = watermark.overlay = FakeOverlay()
+    watermark._draw(None, watermark.settings.lines("0a1b2c3d", NOW))
+    assert watermark.keep(None, [top(1, override=False), top(7)]) == [] and fake.shown == 0 and len(fake.masks) == 1
+    assert watermark.keep(None, [top(7), top(1, override=False)]) == [] and fake.shown == 1 and watermark.raises == 1
+    notes = watermark.keep(None, [top(1, override=False), top(7, viewable=False)])
+    assert fake.shown == 2 and watermark.redraws == 1 and "unmapped" in notes[0]
+    clock[0] = NOW.replace(minute=16)
+    watermark.keep(None, [top(1, override=False), top(7)])
+    assert len(fake.masks) == 2 and watermark.lines[1] == "2026-11-26 10:16 UTC"
