@@ -10,9 +10,10 @@ it, and the proxy does not change (its throughput neither): rewriting framebuffe
 decoding and re-encoding every encoding.
 
 Faint without a compositor: the stamp's colour is drawn solid, but only on the glyph pixels an ordered (Bayer)
-dither keeps (`opacity` 0.5: every other pixel), which a camera or a scaled screenshot averages into a light tint and
-which leaves half of what lies under a glyph visible. The text is sparse: with the defaults it covers about 1 % of
-the screen's pixels (figures in tests/enclave/test_watermark.py), so the app's own text stays readable.
+dither keeps (`opacity` 0.5: every other pixel, a checkerboard), which a camera or a scaled screenshot averages into a
+light tint (#c8c8c8 at half density: about 11 % grey on white) and which leaves half of what lies under a glyph
+visible. The text is sparse: with the defaults it covers about 1.6 % of a 1280x800 screen's pixels and changes under
+3 % of a page's text pixels; OCR reads 60 of 61 words of a test page with it, 61 without (test_watermark.py).
 
 The kiosk's id (random per kiosk start) stands for the session: the kiosk is never told which session is watching
 (that would need a channel from the gateway into the enclave, which the design does not have and this does not add),
