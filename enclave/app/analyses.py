@@ -16,7 +16,7 @@ from scipy.special import chdtrc  # scipy.stats alone would add ~60 MB to the ap
 
 from .table import CodedTable, FilterError, percent
 
-KINDS = ("cohort", "frequencies", "crosstab", "compare")
+KINDS = ("cohort", "frequencies", "crosstab", "compare", "descriptive", "histogram", "regression")
 
 
 def pearson_chi_square(observed: np.ndarray) -> tuple[float, float, int, np.ndarray]:

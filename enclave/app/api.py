@@ -6,12 +6,12 @@ an unknown attribute or value answers 422 with the reason.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import analyses
+from . import analyses, descriptive, regression
 from .analyses import CohortSpec
 from .context import PAGE_PARAMS, AppContext
 from .table import FilterError
@@ -50,6 +50,114 @@ class CompareQuery(BaseModel):
     attribute: Name
     a: Cohort
     b: Cohort
+
+
+class DescriptiveQuery(Cohort):
+    attribute: Name = Field(description="a numeric attribute (not a quasi-identifier; every value a number)")
+    group: Name | None = Field(None, description="statistics per value of this attribute (none: the cohort only)")
+
+
+class HistogramQuery(Cohort):
+    attribute: Name
+    bins: int | None = Field(None, ge=1, le=descriptive.MAX_BINS,
+                             description="equal-width bins of a numeric attribute (default: Sturges' number); "
+                                         "other attributes get one bar per value")
+
+
+class PredictorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    attribute: Name
+    reference: Annotated[str, Field(max_length=500)] | None = Field(
+        None, description="the category left out (its coefficient is 0); default the first value in the sample")
+    categorical: bool | None = Field(None, description="dummy-code a numeric attribute (default: numeric ones as "
+                                                       "numbers, every other attribute as categories)")
+
+
+class RegressionQuery(Cohort):
+    model: Literal["ols", "logit", "probit"]
+    outcome: Name
+    event: Annotated[str, Field(max_length=500)] | None = Field(
+        None, description="the outcome value coded 1 for a binary outcome (default: the second value in the sample)")
+    predictors: Annotated[list[PredictorSpec], Field(min_length=1, max_length=regression.MAX_PREDICTORS)]
+    confidence: float = Field(0.95, ge=0.5, lt=1, description="level of the confidence intervals")
+
+
+class Stats(BaseModel):
+    group: str
+    count: int
+    mean: float | None
+    sd: float | None = Field(description="sample standard deviation (n - 1); none for fewer than two values")
+    median: float | None
+    min: float | None
+    max: float | None
+    sum: float
+
+
+class DescriptiveResult(BaseModel):
+    attribute: str
+    group: str | None
+    rows: list[Stats] = Field(description="one per value of the grouping attribute, empty ones included")
+    total: Stats
+    missing: int = Field(description="records of the cohort without a value (left out)")
+    records: int
+    cohort: str
+
+
+class HistogramRow(BaseModel):
+    label: str
+    low: float | None
+    high: float | None
+    count: int
+    percent: float
+
+
+class HistogramResult(BaseModel):
+    attribute: str
+    kind: Literal["histogram", "bar"]
+    rows: list[HistogramRow]
+    total: int
+    missing: int
+    bins: int | None = None
+    cohort: str
+
+
+class Coefficient(BaseModel):
+    term: str
+    attribute: str | None
+    level: str | None = Field(description="the category of a dummy; none for the intercept and numeric predictors")
+    coef: float
+    se: float
+    statistic: float | None = Field(description="t (OLS) or z (logit, probit)")
+    p_value: float | None
+    ci_low: float
+    ci_high: float
+    odds_ratio: float | None = None
+
+
+class Dropped(BaseModel):
+    reason: str
+    records: int
+
+
+class RegressionResult(BaseModel):
+    model: str
+    model_name: str
+    outcome: dict[str, Any]
+    predictors: list[str]
+    references: dict[str, str]
+    n: int
+    df_model: int
+    df_resid: int
+    parameters: int
+    dropped: list[Dropped]
+    confidence: float
+    statistic: Literal["t", "z"]
+    coefficients: list[Coefficient]
+    fit: dict[str, float | int | bool | None] = Field(
+        description="OLS: r_squared, adj_r_squared, f_statistic, f_p_value; logit/probit: pseudo_r_squared "
+                    "(McFadden), llnull, llr, llr_p_value, iterations; all: log_likelihood, aic, bic")
+    cohort: str
+    seconds: float
 
 
 class SaveRequest(BaseModel):
@@ -118,6 +226,38 @@ def compare(query: CompareQuery, request: Request) -> dict:
     context = ctx(request)
     return _run(lambda: analyses.compare_cohorts(context.table, query.attribute, _cohort(context, query.a),
                                                  _cohort(context, query.b)))
+
+
+def regression_spec(query: RegressionQuery) -> regression.RegressionSpec:
+    return regression.RegressionSpec(
+        query.model, query.outcome,
+        [regression.Predictor(p.attribute, p.reference, p.categorical) for p in query.predictors],
+        query.event, query.confidence)
+
+
+@router.post("/descriptive", response_model=DescriptiveResult,
+             summary="Count, mean, standard deviation, median, min, max and sum of a numeric attribute by group")
+def describe(query: DescriptiveQuery, request: Request) -> dict:
+    context = ctx(request)
+    return _run(lambda: descriptive.describe(context.table, query.attribute, query.group, _cohort(context, query),
+                                             context.quasi_identifiers()))
+
+
+@router.post("/histogram", response_model=HistogramResult,
+             summary="Histogram of a numeric attribute, or the count of each value of any other (a bar chart)")
+def histogram(query: HistogramQuery, request: Request) -> dict:
+    context = ctx(request)
+    return _run(lambda: descriptive.histogram(context.table, query.attribute, _cohort(context, query),
+                                              context.quasi_identifiers(), query.bins))
+
+
+@router.post("/regression", response_model=RegressionResult,
+             summary="Linear (OLS), logistic or probit regression in a cohort; 422 with the reason when the model "
+                     "cannot be fitted")
+def fit_regression(query: RegressionQuery, request: Request) -> dict:
+    context = ctx(request)
+    return _run(lambda: regression.fit(context.table, regression_spec(query), _cohort(context, query),
+                                       context.quasi_identifiers()))
 
 
 @router.get("/analyses", summary="Saved analyses of this dataset")

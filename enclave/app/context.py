@@ -27,6 +27,9 @@ PAGE_PARAMS: dict[str, frozenset[str]] = {
     "frequencies": frozenset({"attr", "where", "xs"}),
     "crosstab": frozenset({"row", "col", "where", "xs", "pct"}),
     "compare": frozenset({"attr", "a", "b", "xa", "xb"}),
+    "descriptive": frozenset({"attr", "by", "where", "xs"}),
+    "histogram": frozenset({"attr", "bins", "where", "xs"}),
+    "regression": frozenset({"model", "y", "event", "x", "ref", "cat", "conf", "where", "xs"}),
 }
 
 

@@ -18,12 +18,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from engine import svgcharts as charts
 
-from . import analyses
+from . import analyses, descriptive, regression
 from .context import PAGE_PARAMS, AppContext
 from .table import FilterError
 from .workspace import WorkspaceError
 
 TEMPLATES = Path(__file__).with_name("templates")
+MAX_OPTIONS = 100  # values listed in the regression page's reference and event menus (a numeric attribute has more)
 PCT_MODES = {"row": "row %", "col": "column %", "total": "% of total", "none": "counts only"}
 
 router = APIRouter(include_in_schema=False)
@@ -195,6 +196,105 @@ def compare(request: Request) -> HTMLResponse:
                   attribute=attribute, spec_a=spec_a, spec_b=spec_b, result=result, chart=chart,
                   names=context.table.names, attributes=context.attributes(), save_kind="compare",
                   save_params=_save_params("compare", params), saved=_saved_banner(request))
+
+
+@router.get("/descriptive", response_class=HTMLResponse)
+def describe(request: Request) -> HTMLResponse:
+    context = ctx(request)
+    params = _params(request)
+    numeric = descriptive.numeric_attributes(context.table, context.quasi_identifiers())
+    attribute = _first(params, "attr") or (numeric[0] if numeric else None)
+    group = _first(params, "by") or None
+    error, result = None, None
+    spec = analyses.CohortSpec()
+    try:
+        spec = context.cohort_from(params)
+        if attribute is not None:
+            result = descriptive.describe(context.table, attribute, group, spec, context.quasi_identifiers())
+    except FilterError as exc:
+        error = str(exc)
+    return render(request, "descriptive.html", "descriptive statistics", status=422 if error else 200, error=error,
+                  attribute=attribute, group=group, numeric=numeric, spec=spec, result=result,
+                  names=context.table.names, attributes=context.attributes(), save_kind="descriptive",
+                  save_params=_save_params("descriptive", params), saved=_saved_banner(request))
+
+
+@router.get("/histogram", response_class=HTMLResponse)
+def histogram(request: Request) -> HTMLResponse:
+    context = ctx(request)
+    params = _params(request)
+    numeric = descriptive.numeric_attributes(context.table, context.quasi_identifiers())
+    attribute = _first(params, "attr") or (numeric[0] if numeric else context.table.names[0])
+    bins_text = (_first(params, "bins") or "").strip()
+    error, result, chart = None, None, None
+    spec = analyses.CohortSpec()
+    try:
+        spec = context.cohort_from(params)
+        if bins_text and not re.fullmatch(r"[0-9]{1,3}", bins_text):
+            raise FilterError(f"the number of bins must be a whole number from 1 to {descriptive.MAX_BINS}")
+        result = descriptive.histogram(context.table, attribute, spec, context.quasi_identifiers(),
+                                       int(bins_text) if bins_text else None)
+        title = (f"Histogram of {attribute}" if result["kind"] == "histogram" else f"Values of {attribute}")
+        chart = charts.horizontal_bar_chart([r["label"] for r in result["rows"]], [r["count"] for r in result["rows"]],
+                                            title, [r["percent"] for r in result["rows"]])
+    except FilterError as exc:
+        error = str(exc)
+    return render(request, "histogram.html", "histogram", status=422 if error else 200, error=error,
+                  attribute=attribute, bins=bins_text, numeric=numeric, spec=spec, result=result, chart=chart,
+                  names=context.table.names, attributes=context.attributes(), save_kind="histogram",
+                  save_params=_save_params("histogram", params), saved=_saved_banner(request))
+
+
+def regression_from(params: list[tuple[str, str]]) -> regression.RegressionSpec:
+    """The regression a page's query string asks for: model, y (outcome), event, x (predictors, repeated), ref
+    (ATTRIBUTE=VALUE, the reference category; repeated), cat (numeric predictors to dummy-code), conf."""
+    references: dict[str, str] = {}
+    for name, value in params:
+        if name == "ref":
+            attribute, sep, label = value.partition("=")
+            if sep and label:
+                references[attribute] = label
+    categorical = {value for name, value in params if name == "cat"}
+    predictors = []
+    for name, value in params:
+        if name == "x" and value and value not in [p.attribute for p in predictors]:
+            predictors.append(regression.Predictor(value, references.get(value),
+                                                   True if value in categorical else None))
+    conf_text = _first(params, "conf") or "0.95"
+    try:
+        confidence = float(conf_text)
+    except ValueError:
+        raise regression.RegressionError(f"the confidence level {conf_text!r} is not a number") from None
+    if not math.isfinite(confidence):
+        raise regression.RegressionError("the confidence level must be at least 0.5 and below 1")
+    return regression.RegressionSpec(_first(params, "model") or "ols", _first(params, "y") or "", predictors,
+                                     _first(params, "event") or None, confidence)
+
+
+@router.get("/regression", response_class=HTMLResponse)
+def fit_regression(request: Request) -> HTMLResponse:
+    context = ctx(request)
+    params = _params(request)
+    numeric = descriptive.numeric_attributes(context.table, context.quasi_identifiers())
+    error, result = None, None
+    spec = analyses.CohortSpec()
+    model = regression.RegressionSpec(_first(params, "model") or "logit", _first(params, "y") or "")
+    ran = any(name == "y" for name, _ in params)
+    try:
+        spec = context.cohort_from(params)
+        model = regression_from(params)
+        if ran:
+            if not model.outcome:
+                raise regression.RegressionError("choose an outcome")
+            result = regression.fit(context.table, model, spec, context.quasi_identifiers())
+    except FilterError as exc:
+        error = str(exc)
+    chosen = {p.attribute: p for p in model.predictors}
+    return render(request, "regression.html", "regression", status=422 if error else 200, error=error,
+                  model=model, chosen=chosen, models=regression.MODELS, numeric=numeric, spec=spec, result=result,
+                  max_options=MAX_OPTIONS,
+                  names=context.table.names, attributes=context.attributes(), save_kind="regression",
+                  save_params=_save_params("regression", params), saved=_saved_banner(request))
 
 
 @router.get("/analyses", response_class=HTMLResponse)
