@@ -136,4 +136,5 @@ def results_document(records: Mapping[str, dict] | Sequence[dict]) -> dict:
     return {"version": ACRO_LAYOUT_VERSION, "tool": tool, "results": dict(records)}
 
 
-__all__ = ["ACRO_CHECKS", "ACRO_LAYOUT_VERSION", "acro_names", "acro_record", "outcome_table", "results_document", "sdc_block", "summary_text"]
+__all__ = ["ACRO_CHECKS", "ACRO_LAYOUT_VERSION", "acro_names", "acro_record", "outcome_table", "results_document",
+           "sdc_block", "summary_text"]
