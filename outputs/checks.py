@@ -30,6 +30,11 @@ own, so a cell pairing `*` on one quasi-identifier axis with a real value on ano
 empty cells, and any empty cell the caller marks impossible for the release (`impossible=`), are reported under the
 rule `structural-zeros` (status `pass`, with the cells and why) and skipped by threshold and zeros.
 
+Where we differ from acro 1.0.2 (tests/outputs/test_acro_results.py runs acro itself when it is available): a
+category of the release that no record in the cohort has is a zero cell here (the labels come from the release), while
+acro, which builds its table from the records, drops that row or column; and a negative contributor makes dominance
+undefined in its own cell only, so NK and p% still judge the other cells, where acro skips them in the whole table.
+
 Statuses combine as ACRO's: any `fail` makes the output `fail`; else any `review` makes it `review`; else `pass`.
 Every check returns `{rule, status, cells, reason}`; `cells` names each flagged cell by its labels, one label per
 axis (`["Female", "Other"]` in a cross-tabulation, `["Other"]` in a frequency table).
