@@ -108,7 +108,7 @@ small_tables = st.integers(2, 4).flatmap(
         lambda c: st.lists(st.lists(st.integers(0, 40), min_size=c, max_size=c), min_size=r, max_size=r)))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_tables)
 def test_suppression_never_leaves_a_recoverable_cell(counts):
     stats, verdict, remedied = _suppressed(counts)
@@ -122,3 +122,12 @@ def test_remedy_status_fails_when_a_failing_cell_is_left_shown():
     stats, verdict, _ = _suppressed([[25, 12], [3, 40]])
     incomplete = suppress(stats.count, np.zeros(stats.shape, dtype=bool), margins=False)
     assert remedy_status(verdict, incomplete) == FAIL
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 40), min_size=2, max_size=6))
+def test_frequency_table_suppression_never_leaves_a_recoverable_cell(counts):
+    stats = count_stats(counts, labels=[[f"v{i}" for i in range(len(counts))]], axes=("race",))
+    verdict = check_table(stats, "frequencies")
+    remedied = suppress(stats.count, primary_mask(verdict, stats.shape), labels=stats.labels)
+    _assert_nothing_recoverable(remedied, counts, primary_mask(verdict, stats.shape))
