@@ -111,6 +111,10 @@ class Verdict:
         """Rule -> flagged cells, for the rules whose status is not `pass`."""
         return {c.rule: [list(cell) for cell in c.cells] for c in self.checks if c.status != PASS}
 
+    def with_checks(self, *checks: Check) -> Verdict:
+        """This verdict with further checks (differencing against earlier outputs), the status combined again."""
+        return Verdict(self.checks + tuple(checks), self.statistic, self.rules)
+
     def check(self, rule: str) -> Check | None:
         return next((c for c in self.checks if c.rule == rule), None)
 

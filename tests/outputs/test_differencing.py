@@ -48,3 +48,13 @@ def test_other_releases_and_threshold_from_the_rules():
     here = [EarlierOutput("out-4", "y", "r1", np.arange(47))]
     assert check_differencing(cohort, "r1", here, RECORDS, RuleSet().with_values(safe_threshold=3)).status == PASS
     assert check_differencing(cohort, "r1", here, RECORDS).status == FAIL
+
+
+def test_a_passing_table_fails_once_differencing_is_added():
+    from outputs.checks import check_table
+    from tests.outputs.microdata import count_stats
+    verdict = check_table(count_stats([[20, 30], [40, 50]]), "crosstab")
+    assert verdict.status == PASS
+    clash = check_differencing(np.arange(140), "r1", [EarlierOutput("out-5", "all", "r1", np.arange(142))], RECORDS)
+    combined = verdict.with_checks(clash)
+    assert combined.status == FAIL and combined.failing() == {"differencing": [["out-5"]]}
