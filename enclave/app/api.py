@@ -90,7 +90,7 @@ class Stats(BaseModel):
     median: float | None
     min: float | None
     max: float | None
-    sum: float
+    sum: float | None = Field(description="none only beyond the range of floating-point numbers")
 
 
 class DescriptiveResult(BaseModel):

@@ -58,8 +58,8 @@ def _finite(value: float) -> float | None:
 def _group_stats(values: np.ndarray, groups: np.ndarray, n_groups: int) -> list[dict]:
     """count, mean, sd (n - 1), median, min, max and sum of `values` per group code (0 .. n_groups - 1)."""
     count = np.bincount(groups, minlength=n_groups)
-    total = np.bincount(groups, weights=values, minlength=n_groups)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # empty groups; values near 1e308
+        total = np.bincount(groups, weights=values, minlength=n_groups)
         mean = total / count
         squares = np.bincount(groups, weights=(values - mean[groups]) ** 2, minlength=n_groups)
         sd = np.sqrt(squares / (count - 1))
@@ -74,9 +74,11 @@ def _group_stats(values: np.ndarray, groups: np.ndarray, n_groups: int) -> list[
             out.append({"count": 0, "mean": None, "sd": None, "median": None, "min": None, "max": None, "sum": 0.0})
             continue
         low, high = ordered[starts[g] + (n - 1) // 2], ordered[starts[g] + n // 2]
+        # Halves first: (low + high) overflows for values near the largest float, the halves' sum cannot.
+        # A mean, sd or sum beyond the floats (values near 1e308) is None rather than an infinity JSON cannot carry.
         out.append({"count": n, "mean": _finite(mean[g]), "sd": _finite(sd[g]) if n > 1 else None,
-                    "median": float((low + high) / 2), "min": float(ordered[starts[g]]),
-                    "max": float(ordered[ends[g] - 1]), "sum": float(total[g])})
+                    "median": float(low / 2 + high / 2), "min": float(ordered[starts[g]]),
+                    "max": float(ordered[ends[g] - 1]), "sum": _finite(total[g])})
     return out
 
 
@@ -145,6 +147,8 @@ def histogram(table: CodedTable, attribute: str, cohort: CohortSpec, quasi_ident
         low, high = float(numbers[known].min()), float(numbers[known].max())
         if low == high:
             low, high = low - 0.5, high + 0.5
+        if not math.isfinite(high - low) or high - low <= 0:
+            raise FilterError(f"the values of {attribute!r} span too wide a range to be binned")
         hist, edges = np.histogram(numbers[known], bins=bins, range=(low, high), weights=counts[known])
     else:
         hist, edges = np.zeros(bins), np.linspace(0.0, 1.0, bins + 1)

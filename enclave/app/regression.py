@@ -256,7 +256,11 @@ def _check_rank(design: Design) -> None:
     from scipy.linalg import qr
 
     X = design.X
-    gram = X.T @ X
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = X.T @ X
+    if not np.isfinite(gram).all():
+        raise RegressionError("a numeric predictor's values are too large to fit a model on (their squares "
+                              "overflow): choose another predictor")
     scale = np.sqrt(np.diag(gram))
     zero = np.flatnonzero(scale == 0)
     if zero.size:

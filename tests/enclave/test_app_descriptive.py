@@ -176,3 +176,22 @@ def test_overview_names_no_estimate_instead_of_none(tmp_path) -> None:
     populations = re.search(r'<table class="data" id="risk-populations">.*?</table>', page, re.S).group(0)
     assert "None" not in populations
     assert "no estimate needed (no sample uniques)" in populations
+
+
+def test_values_near_the_largest_float_give_answers_not_errors() -> None:
+    """Sums and squares past the floats' range are None (JSON has no infinity), the median is still right, a range
+    too wide to bin and a predictor whose squares overflow are messages (422), never a 500."""
+    from enclave.app.analyses import CohortSpec
+    from enclave.app.descriptive import describe, histogram
+    from enclave.app.regression import Predictor, RegressionError, RegressionSpec, fit
+    from enclave.app.table import CodedTable, FilterError
+
+    big = ["1.5e308", "1.7e308", "-1.6e308", "1e308"] * 5
+    table = CodedTable.from_columns({"x": big, "g": ["a", "b"] * 10, "y": [str(i % 7) for i in range(20)]})
+    total = describe(table, "x", "g", CohortSpec(), [])["total"]
+    assert total["max"] == 1.7e308 and total["median"] == pytest.approx(1.25e308) and total["count"] == 20
+    assert total["sum"] is None or math.isfinite(total["sum"])
+    with pytest.raises(FilterError, match="too wide a range"):
+        histogram(table, "x", CohortSpec(), [])
+    with pytest.raises(RegressionError, match="too large"):
+        fit(table, RegressionSpec("ols", "y", [Predictor("x")]), CohortSpec(), [])
