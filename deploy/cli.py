@@ -11,6 +11,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from safeshare.endpoints import port_number
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
@@ -133,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--recipient-policy", default=str(DEFAULT_RECIPIENT),
                     help="recipient policy: recipient, expiry, session limits (default: the demo recipient)")
     up.add_argument("--listen", default="127.0.0.1:6080", help="gateway HOST:PORT (default 127.0.0.1:6080)")
-    up.add_argument("--app-port", type=int, default=0, help="app port on 127.0.0.1 (default: a free port)")
+    up.add_argument("--app-port", type=port_number, default=0, help="app port on 127.0.0.1 (default: a free port)")
     up.add_argument("--size", help="kiosk screen WIDTHxHEIGHT (default 1280x800)")
     up.add_argument("--network", choices=("auto", "netns", "proxy"), default="auto",
                     help="how the kiosk browser is kept to the app (see `safeshare kiosk --help`)")

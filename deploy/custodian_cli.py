@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from safeshare.endpoints import parse_host_port
+from safeshare.endpoints import parse_host_port, port_number
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
@@ -309,7 +309,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(pr)
     pr.add_argument("--new-token", action="store_true", help="issue a new token (and URL) even if one is active")
     pr.add_argument("--ttl", help="token lifetime, e.g. 8h, 14d (default: until the policy's expiry, else 30d)")
-    pr.add_argument("--gateway-port", type=int, help="host port of the site's gateway (default 6080)")
+    pr.add_argument("--gateway-port", type=port_number, help="host port of the site's gateway (default 6080)")
     pr.add_argument("--gateway-host", help="host address the gateway is published on (default 127.0.0.1)")
     pr.add_argument("--public-url", help="the URL researchers open when a TLS proxy is in front of the gateway")
     pr.add_argument("--json", action="store_true", help="print the result as JSON (stable fields)")

@@ -39,4 +39,4 @@ def read_vnc_password(path: str | Path) -> bytes:
     return lines[0] if lines else b""
 
 
-__all__ = ["parse_host_port", "read_vnc_password"]
+__all__ = ["parse_host_port", "port_number", "read_vnc_password"]

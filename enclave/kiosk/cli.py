@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from enclave.kiosk.ready import FAILED, READY, STOPPED, event_line
+from safeshare.endpoints import port_number
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
@@ -109,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--network", choices=("auto", "netns", "proxy"), default="auto",
                    help="how the browser is kept to the app: its own network namespace (needs root; auto uses it "
                         "when possible) or a refusing proxy for every other request")
-    p.add_argument("--vnc-port", type=int, help="serve VNC on 127.0.0.1:PORT instead of a Unix socket")
+    p.add_argument("--vnc-port", type=port_number, help="serve VNC on 127.0.0.1:PORT instead of a Unix socket")
     p.add_argument("--vnc-listen", default="127.0.0.1",
                    help="with --vnc-port: address to listen on (in a container, where only the gateway can reach "
                         "the enclave network; default 127.0.0.1)")
