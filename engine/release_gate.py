@@ -110,6 +110,47 @@ def released_class_sizes(folder: str | Path, manifest: Manifest, files: list[str
     return kept
 
 
+RELEASE_COMPANIONS = frozenset({"data.csv", "report.html"})   # listed besides the data files a release consists of
+
+
+def companion_problems(folder: str | Path, manifest: Manifest, files: list[str]) -> list[str]:
+    """Why the files a release lists besides its gated data files must not be sealed; [] when they may.
+
+    Everything listed is copied into the sealed bundle, which provisioning mounts whole into the enclave. So only
+    the files a release consists of may be listed (the data files, data.csv, report.html), and data.csv must be the
+    CSV of the gated data.parquet as `safeshare deid` writes it (read once, its bytes checked against the manifest):
+    a writer of the output folder could otherwise list the raw table, or put raw records in data.csv with its hash,
+    and have them sealed past a gate that evaluated data.parquet only. (report.html is free text the gate cannot
+    evaluate; its content is the custodian's to look at.)"""
+    import pandas as pd
+    import pyarrow as pa
+
+    folder = Path(folder)
+    problems = [f"{folder / name}: listed in the manifest's 'files' but not a file of a release (only "
+                f"{', '.join(sorted({*files, *RELEASE_COMPANIONS}))})"
+                for name in sorted(manifest.files) if name not in files and name not in RELEASE_COMPANIONS]
+    if "data.csv" not in manifest.files or problems:
+        return problems
+    if files != ["data.parquet"]:
+        return [f"{folder / 'data.csv'}: a partitioned release has no data.csv"]
+    raws = {}
+    for name in ("data.parquet", "data.csv"):
+        try:
+            raws[name] = (folder / name).read_bytes()
+        except OSError as exc:
+            return [f"{folder / name}: cannot be read: {exc.strerror or exc}"]
+        if hashlib.sha256(raws[name]).hexdigest() != manifest.files.get(name):
+            return [f"{folder / name}: does not match the manifest's sha256 (changed while being released?)"]
+    try:
+        frame = pd.read_parquet(pa.BufferReader(raws["data.parquet"]))
+    except Exception as exc:   # pyarrow's errors for a corrupt file are many kinds
+        return [f"{folder / 'data.parquet'}: not readable Parquet ({type(exc).__name__}: {exc})"]
+    if frame.to_csv(index=False, sep=";", lineterminator="\n").encode("utf-8") != raws["data.csv"]:
+        return [f"{folder / 'data.csv'}: not the CSV of the gated data.parquet (a release's data.csv holds the same "
+                f"records as its data.parquet, written by `safeshare deid`)"]
+    return []
+
+
 def release_gate(manifest: Manifest, site: SiteGateSource) -> EffectiveGate:
     """The gate a release is held to when it is sealed: the recorded policy gate tightened to `site`, plus every
     population and estimator the manifest records as checked."""
@@ -171,6 +212,8 @@ def recheck_release(folder: str | Path, manifest: Manifest, site: SiteGateSource
     from .gate import evaluate_gate, population_estimates, strictest
     from .risk import resolve_population
 
+    if companions := companion_problems(folder, manifest, files):
+        return companions
     try:
         kept = released_class_sizes(folder, manifest, files)
         effective = release_gate(manifest, site)
@@ -247,4 +290,5 @@ def _same(written: object, actual: object) -> bool:
     return written == actual
 
 
-__all__ = ["ReleaseGateError", "recheck_release", "release_gate", "released_class_sizes"]
+__all__ = ["RELEASE_COMPANIONS", "ReleaseGateError", "companion_problems", "recheck_release", "release_gate",
+           "released_class_sizes"]
