@@ -76,8 +76,36 @@ def _start_epoch(meta: dict[str, Any], events: list[dict[str, Any]]) -> float:
         return float(events[0]["t"]) if events else 0.0
 
 
+# The input fields the player reads, with the bound RFB gives each (a u8 button mask, u16 coordinates, u32 keysyms).
+INPUT_FIELDS: dict[str, tuple[tuple[str, int], ...]] = {
+    "pointer": (("mask", 1 << 8), ("x", 1 << 16), ("y", 1 << 16)),
+    **{kind: (("keysym", 1 << 32),) for kind in ("key", "key_blocked", "key_dropped")},
+}
+
+
 def _timed_events(folder: Path) -> list[dict[str, Any]]:
-    return [event for event in read_events(folder / EVENTS) if isinstance(event.get("t"), (int, float))]
+    """The log's events with a time, after `check_input_fields`: a field of the wrong type is a ValueError naming
+    the file, the event and the field (the service answers 409 with it), never an int() error without context."""
+    events = read_events(folder / EVENTS)
+    check_input_fields(folder / EVENTS, events)
+    return [event for event in events if isinstance(event.get("t"), (int, float))]
+
+
+def check_input_fields(path: Path, events: list[dict[str, Any]]) -> None:
+    """Raise ValueError naming `path`, the event's number (as `audit sessions` counts them) and the field when an
+    input event's mask, coordinate or keysym is not a whole number in its RFB range, or its key name not text."""
+    for number, event in enumerate(events, 1):
+        for name, bound in INPUT_FIELDS.get(event.get("event"), ()):  # type: ignore[arg-type]
+            value = event.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < bound:
+                raise ValueError(f"{path}: event {number} ({event.get('event')}): field {name!r} is {value!r}, "
+                                 f"not a whole number from 0 to {bound - 1}")
+        if event.get("event") in ("key", "key_blocked", "key_dropped") and \
+                not isinstance(event.get("name", ""), (str, type(None))):
+            raise ValueError(f"{path}: event {number} ({event.get('event')}): field 'name' is "
+                             f"{event.get('name')!r}, not a key name")
 
 
 def key_label(name: str, keysym: int, held: set[str]) -> str:
@@ -357,6 +385,7 @@ def _prune(session_cache: Path, keep: str) -> None:
 
 def _build(folder: Path, data: bytes, out: Path, source: dict[str, Any],
            progress: Callable[[float], None] | None) -> dict:
+    events = _timed_events(folder)  # a log the player cannot read is refused before the recording is decoded
     replay = Replay(folder / SCREEN, data)
     fb = replay.framebuffer
     frames: list[list] = []
@@ -398,7 +427,6 @@ def _build(folder: Path, data: bytes, out: Path, source: dict[str, Any],
         if pending is not None:
             emit(replay.end_seconds)
     meta = read_meta(folder)
-    events = _timed_events(folder)
     start = _start_epoch(meta, events)
     index = {
         "format": FORMAT, "session": folder.name, "source": source,
