@@ -29,6 +29,7 @@ MODELS = {"ols": "linear regression (OLS)", "logit": "logistic regression (logit
 MAX_PREDICTORS = 20
 MAX_PARAMETERS = 500  # columns of the design matrix: every category of every predictor, and the intercept
 MAX_ITERATIONS = 100
+LARGE_DESIGN = 4_000_000  # cells of X from which the memory freed after a fit is returned to the system at once
 SINGULAR_TOLERANCE = 1e-10  # on the pivots of the scaled X'X (about 1e-5 on X itself)
 
 
@@ -304,6 +305,7 @@ def fit(table: CodedTable, spec: RegressionSpec, cohort: CohortSpec, quasi_ident
     from statsmodels.tools import sm_exceptions
 
     alpha = 1 - spec.confidence
+    model = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow in exp() on the way to a non-convergence
         for category in (sm_exceptions.ConvergenceWarning, sm_exceptions.HessianInversionWarning,
@@ -355,7 +357,7 @@ def fit(table: CodedTable, spec: RegressionSpec, cohort: CohortSpec, quasi_ident
                        "iterations": int(result.mle_retvals.get("iterations", 0)), "converged": True}
     fit_figures.update({"log_likelihood": _finite(result.llf), "aic": _finite(result.aic),
                         "bic": _finite(result.bic)})
-    return {
+    answer = {
         "model": spec.model, "model_name": MODELS[spec.model], "outcome": design.outcome,
         "predictors": [p.attribute for p in spec.predictors], "references": design.references,
         "n": int(result.nobs), "df_model": int(round(result.df_model)), "df_resid": int(round(result.df_resid)),
@@ -363,3 +365,10 @@ def fit(table: CodedTable, spec: RegressionSpec, cohort: CohortSpec, quasi_ident
         "confidence": spec.confidence, "statistic": stat_name, "coefficients": coefficients, "fit": fit_figures,
         "cohort": cohort.describe(), "seconds": round(time.perf_counter() - started, 4),
     }
+    large = design.X.size >= LARGE_DESIGN
+    del design, result, model
+    if large:  # hand a million-record design's memory (and statsmodels' copies of it) back to the system
+        from .context import release_freed_memory
+
+        release_freed_memory()
+    return answer
