@@ -7,6 +7,8 @@ Content-Security-Policy. Modules, one job each:
 - `release`: bundle verification, bulk import into SQLAlchemy (SQLite or PostgreSQL), read-only reopening
 - `table`: the release as integer codes per column; masks, bincount frequencies and cross-tabulations
 - `analyses`: cohort counts, frequency tables, cross-tabulations, cohort comparison with a chi-square test
+- `descriptive`: statistics of numeric attributes by group, histograms and bar charts of any column
+- `regression`: OLS, logit and probit (statsmodels) on a design matrix built from the codes; `blas`: one BLAS thread
 - charts: inline SVG from `engine.svgcharts` (one chart module for the app and the release report)
 - `workspace`: saved analyses (parameters only, bounded in count and size) in their own writable SQLite file
 - `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream

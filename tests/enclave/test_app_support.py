@@ -111,7 +111,9 @@ PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses",
          "/cohort?where=sex%3DMale&where=age%3D30-39&xs=1", "/frequencies?attr=age&where=sex%3DFemale",
          "/crosstab?row=sex&col=salary-class&pct=col&where=race%3DWhite",
          "/crosstab?row=age&col=education&pct=total", "/crosstab?row=sex&col=race&pct=none",
-         "/compare?attr=salary-class&a=sex%3DMale&b=sex%3DFemale", "/compare?attr=race&a=sex%3DMale&b=age%3D10-19"]
+         "/compare?attr=salary-class&a=sex%3DMale&b=sex%3DFemale", "/compare?attr=race&a=sex%3DMale&b=age%3D10-19",
+         "/descriptive", "/histogram", "/histogram?attr=age&where=sex%3DFemale",
+         "/regression", "/regression?model=logit&y=salary-class&x=sex&x=age&ref=age%3D30-39&where=race%3DWhite"]
 ASSETS = ["/static/guard.js", "/static/app.js", "/static/app.css", "/static/icon.svg"]
 
 SAFESHARE = [sys.executable, "-c", "import sys; from safeshare.cli import main; sys.exit(main())"]
