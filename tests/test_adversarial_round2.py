@@ -96,3 +96,53 @@ def test_release_refuses_a_manifest_whose_transformation_omits_a_quasi_identifie
     write_output(forged, raw_frame(), quasi_identifiers=["sex", "site"])   # 'age' left out of 'transformation'
     with pytest.raises(BundleError):
         seal_release(forged, site / "releases")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Focus 3: retired key records (safeshare/signing.py, deploy/key_rotation.py)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _rotate(site: Path, purpose: str, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["custodian", "key", "rotate", "--purpose", purpose, "--site", str(site), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _forged_bundle(root: Path, releases: Path, key: SigningKey, signed_at: str | None = None) -> Path:
+    """A bundle of raw records sealed with `key`, in the format `safeshare release` writes, at RELEASES/synth/<id>."""
+    out = root / "raw-out"
+    manifest = write_output(out, raw_frame(), "synth")
+    bundle = releases / "synth" / manifest["data_sha256"][:16]
+    shutil.copytree(out, bundle)
+    seal = {"format": SEAL_FORMAT, "dataset": "synth", "release": bundle.name,
+            "manifest_sha256": hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest(),
+            "data_sha256": manifest["data_sha256"], "sealed_at": "2026-01-01T00:00:00+00:00"}
+    seal["signature"] = key.sign(canonical(seal), signed_at=signed_at)
+    (bundle / "seal.json").write_text(json.dumps(seal, indent=2) + "\n")
+    return bundle
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "HOLE (high): rotation records the signature of every RELEASES/*/*/seal.json it finds (engine.bundle."
+    "release_signatures: 'verified or not'), so whoever holds a leaked copy of the release key and can write "
+    "SITE/releases plants a bundle of raw records sealed with it before the custodian rotates the key because of "
+    "the leak; the rotation records that forged seal as something the old key signed, and it verifies for ever "
+    "after (verify-release, the app, provisioning). Verifying each seal first does not help (the leaked key makes "
+    "a valid one); the record must come from something the folder writer cannot write: e.g. a ledger of the "
+    "signatures `safeshare release` made, kept in SITE/keys (0700, custodian only) or the database's audit events "
+    "of releases, with rotation recording only seals in it (and the rotation listing for the custodian every seal "
+    "it records). The gateway key has the same scan (any signature record on any line of SITE/sessions, anchored "
+    "or not), where `audit verify --db` still finds a planted session by its missing anchor row."))
+def test_rotation_does_not_record_a_seal_planted_with_the_leaked_key(tmp_path: Path, capsys, monkeypatch) -> None:
+    site = tmp_path / "site"
+    monkeypatch.setenv("SAFESHARE_SITE", str(site))
+    genuine = sealed(tmp_path, site / "releases")
+    leaked = SigningKey.load(shutil.copy2(site / "keys" / "release-signing.key", tmp_path / "leaked.key"))
+    # the thief plants raw records sealed with the leaked key in the site's releases folder ...
+    forged = _forged_bundle(tmp_path, site / "releases", leaked)
+    # ... and the custodian, having learnt of the leak, rotates the key
+    report = _rotate(site, "release", capsys)
+    assert report["retired"] == [leaked.key_id]
+    assert main(["verify-release", str(genuine)]) == 0   # what the site sealed keeps verifying
+    capsys.readouterr()
+    assert main(["verify-release", str(forged)]) == 1, "a seal the site never made outlived the rotation"
