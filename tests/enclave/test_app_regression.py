@@ -380,3 +380,23 @@ def test_adult_separation_names_the_category(adult) -> None:
     assert response.status_code == 422
     assert "perfect separation" in response.json()["detail"]
     assert any(f"education = {value}" in response.json()["detail"] for value in single[single == 1].index)
+
+
+def test_regressions_run_openblas_on_one_thread(client) -> None:
+    """After a fit, every OpenBLAS the process loaded (numpy's, scipy's) runs one thread: on a host shared with other
+    enclaves, threads spinning on busy cores made each matrix product many times slower."""
+    import ctypes
+
+    from enclave.app.blas import loaded_openblas
+
+    assert client.post("/api/regression", json={"model": "ols", "outcome": "income",
+                                                "predictors": [{"attribute": "sex"}]}).status_code == 200
+    libraries = loaded_openblas()
+    if not libraries:
+        pytest.skip("numpy and scipy use another BLAS here")
+    for path in libraries:
+        library = ctypes.CDLL(path)
+        getter = next(getattr(library, name) for name in (
+            "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
+            "openblas_get_num_threads") if hasattr(library, name))
+        assert getter() == 1, path
