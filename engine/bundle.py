@@ -403,7 +403,9 @@ def resolve_release(releases: str | Path, reference: str, trust: TrustStore | st
             raise BundleError(f"release {reference!r}: {candidate} points outside {releases}") from None
         if len(where.parts) != 2:
             raise BundleError(f"release {reference!r}: {candidate} is not a bundle RELEASES/<dataset>/<id>")
-        verify_bundle(target, trust, release=where.as_posix())
+        # a name (one component) is a link to follow; a <dataset>/<id> reference is that release, never what a
+        # link lying there points at (a writer of the folder could link it to another genuine bundle)
+        verify_bundle(target, trust, release=reference if len(Path(reference).parts) == 2 else where.as_posix())
         return target
     if candidate.is_dir():
         bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())

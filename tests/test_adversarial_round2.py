@@ -38,6 +38,61 @@ def _site(root: Path, gate_yaml: str | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Focus 1: trust store resolution and where a bundle lies (safeshare/sitefolder.py, engine/bundle.py)
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_a_dataset_id_reference_is_not_served_another_release_through_a_link(tmp_path: Path, capsys,
+                                                                              monkeypatch) -> None:
+    """A recipient policy names `release: <dataset>/<id>`. A writer of the releases folder makes RELEASES/<dataset>/
+    <id> a link to another genuine bundle (another dataset's, or a less generalized one of the same): provisioning's
+    resolver followed the link and verified the target where it really lies, so the recipient got a release that is
+    not the one its policy names (verify-release on the link did the same). A `<dataset>/<id>` reference is now that
+    release or refused (verify-release, which follows links, names the release the link really is)."""
+    from engine.bundle import resolve_release
+
+    site = tmp_path / "site"
+    monkeypatch.setenv("SAFESHARE_SITE", str(site))
+    releases = site / "releases"
+    wanted = sealed(tmp_path, releases, dataset="adult")
+    other = sealed(tmp_path, releases, frame=raw_frame().iloc[:30], dataset="census")
+    shutil.rmtree(wanted)
+    wanted.symlink_to(Path("..") / "census" / other.name)   # RELEASES/adult/<id> -> ../census/<other id>
+    reference = f"adult/{wanted.name}"
+    with pytest.raises(BundleError, match="sealed as release census/"):
+        resolve_release(releases, reference, trust=site / "trust.json")
+    # verify-release follows links (release names are links) and names the release the link really is
+    capsys.readouterr()
+    assert main(["verify-release", str(wanted)]) == 0
+    assert f"sealed release census/{other.name} verifies" in capsys.readouterr().out
+    # a release name (one component, made by `safeshare release --name`) still follows its link
+    (releases / "named").symlink_to(Path("census") / other.name)
+    assert resolve_release(releases, "named", trust=site / "trust.json") == other.resolve()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "HOLE (medium): a release name (RELEASES/<name>, the symlink `safeshare release --name` makes and recipient "
+    "policies name) lives in the releases folder, so its writer re-points it at any other genuine sealed bundle of "
+    "the site (another dataset, or one sealed for a more trusted recipient), and provisioning serves that. The "
+    "seal cannot say which names point at it; a fix must keep the name -> dataset/id binding where the writer "
+    "cannot write it: e.g. the custodian's database (written by `release --name`, read by provisioning), or a "
+    "signed name record (RELEASES/<name>.json signed by the release key naming dataset/id) checked by "
+    "resolve_release."))
+def test_a_release_name_cannot_be_re_pointed_at_another_genuine_release(tmp_path: Path, monkeypatch) -> None:
+    from engine.bundle import name_release, resolve_release
+
+    site = tmp_path / "site"
+    monkeypatch.setenv("SAFESHARE_SITE", str(site))
+    releases = site / "releases"
+    wanted = sealed(tmp_path, releases, dataset="adult")
+    other = sealed(tmp_path, releases, frame=raw_frame().iloc[:30], dataset="census")
+    name_release(releases, "adult-k5", wanted, trust=site / "trust.json")   # the custodian names the release
+    link = releases / "adult-k5"
+    link.unlink()
+    link.symlink_to(Path("census") / other.name)   # the folder writer re-points it
+    assert resolve_release(releases, "adult-k5", trust=site / "trust.json") != other.resolve()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Focus 4: the release re-gate (engine/release_gate.py, engine/bundle.py seal_release)
 # ---------------------------------------------------------------------------------------------------------------
 
