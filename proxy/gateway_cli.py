@@ -19,23 +19,67 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _db_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="SQLAlchemy URL of the token database (default: $SAFESHARE_DB or "
-                                     "sqlite:///safeshare.db)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", help="SQLAlchemy URL of the token database (default: $SAFESHARE_DB, else the site's "
+                                    "database, SITE/db/safeshare.db, of --site or $SAFESHARE_SITE, else "
+                                    "sqlite:///safeshare.db in the current folder, which is refused inside a site "
+                                    "folder)")
+    where.add_argument("--site", help="site folder (or `safeshare up` home) whose database to use: SITE/db/"
+                                      "safeshare.db, as every site tool (default $SAFESHARE_SITE)")
 
 
 class DatabaseUnusable(ValueError):
     """--db (or $SAFESHARE_DB) names no database this command can open: bad input, said without a traceback."""
 
 
+def database_url(args: argparse.Namespace) -> str:
+    """The token database: --db, else $SAFESHARE_DB (as proxy-for and websockify's plugin), else the database of
+    the site named by --site or $SAFESHARE_SITE (safeshare.sitedb, the one place that says where it is), else
+    `safeshare.db` in the current folder, unless that folder is or lies in a site folder (`db/safeshare.db` or
+    `trust.json`): a database made there would be a second one of the site, holding none of its tokens (a token
+    revoked in it would revoke nothing), and site tools would refuse the folder for it. Raises DatabaseUnusable."""
+    import os
+
+    from proxy.db import DB_URL_ENV, DEFAULT_DB_URL
+    from safeshare.sitedb import SiteDatabaseError, enclosing_site, site_db_url
+    from safeshare.sitefolder import SITE_ENV
+
+    if getattr(args, "db", None):
+        return args.db
+    if os.environ.get(DB_URL_ENV, "").strip():
+        return os.environ[DB_URL_ENV]
+    site, named = getattr(args, "site", None), "--site"
+    if site is None and os.environ.get(SITE_ENV, "").strip():
+        site, named = os.environ[SITE_ENV], f"${SITE_ENV}"
+    if site is not None:
+        if not str(site).strip():
+            raise DatabaseUnusable("--site is empty: name the site folder")
+        if not Path(site).is_dir():
+            raise DatabaseUnusable(f"{named} {site}: no such site folder")
+        try:
+            return site_db_url(site)
+        except SiteDatabaseError as exc:
+            raise DatabaseUnusable(str(exc)) from None
+    here = Path.cwd()
+    inside = enclosing_site(here)
+    if inside is not None:
+        where = "" if inside == here else "in "
+        raise DatabaseUnusable(f"{here / 'safeshare.db'}: not used: the current folder is {where}the site folder "
+                               f"{inside} (it holds db/safeshare.db or trust.json), whose database "
+                               f"is {inside / 'db' / 'safeshare.db'}: name it with --site {inside} (or --db URL, "
+                               f"${DB_URL_ENV}, ${SITE_ENV})")
+    return DEFAULT_DB_URL
+
+
 def _store(args: argparse.Namespace):
-    """The token store of --db; an unusable URL or an unreachable database raises DatabaseUnusable naming it."""
+    """The token store of `database_url`; an unusable URL or an unreachable database raises DatabaseUnusable naming
+    it."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
-    from proxy.db import default_db_url
     from proxy.tokens import TokenStore
 
-    url = args.db or default_db_url()
+    url = database_url(args)
     try:
         shown = make_url(url).render_as_string(hide_password=True)
     except Exception:
@@ -60,6 +104,19 @@ def _token_command(name: str, func):
 
 # --- safeshare gateway -------------------------------------------------------------------------------------------
 
+def _sessions_folder(args: argparse.Namespace) -> Path:
+    """--sessions, else SITE/sessions of the site named by --site or $SAFESHARE_SITE (the site's layout)."""
+    import os
+
+    from safeshare.sitefolder import SITE_ENV
+
+    if args.sessions:
+        return Path(args.sessions)
+    site = args.site or os.environ.get(SITE_ENV, "").strip()
+    if not site:
+        raise ValueError("--sessions is required (or --site SITE / $SAFESHARE_SITE: SITE/sessions)")
+    return Path(site) / "sessions"
+
 def cmd_gateway(args: argparse.Namespace) -> int:
     from proxy.gateway import Gateway
     from policies.recipient import PolicyError, load_recipient_policy
@@ -67,6 +124,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     try:
         host, port = parse_host_port(args.listen)
+        sessions = _sessions_folder(args)
         limits = load_recipient_policy(Path(args.limits)).limits if args.limits else SessionLimits()
         if args.poll_interval <= 0 or args.poll_interval > 1.0:
             raise ValueError("--poll-interval must be in (0, 1] so that revocation ends sessions within a second")
@@ -95,7 +153,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     def ended(live, reason: str) -> None:
         print(f"session {live.session.session_id} ended: {reason}", flush=True)
 
-    gateway = Gateway(store, Path(args.sessions), novnc_dir=Path(args.novnc), default_limits=limits,
+    gateway = Gateway(store, sessions, novnc_dir=Path(args.novnc), default_limits=limits,
                       poll_interval=args.poll_interval, record=not args.no_record,
                       allowed_origins=tuple(args.allowed_origin or ()),
                       secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended,
@@ -227,7 +285,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "target with all controls of `safeshare proxy`. Revoked tokens end their sessions within a "
                     "second.")
     g.add_argument("--listen", default="127.0.0.1:6080", help="HOST:PORT (default 127.0.0.1:6080; put TLS in front)")
-    g.add_argument("--sessions", required=True, help="directory for session folders")
+    g.add_argument("--sessions", help="directory for session folders (default: SITE/sessions of --site or "
+                                      "$SAFESHARE_SITE; required without a site)")
     _db_arg(g)
     g.add_argument("--novnc", default="/usr/share/novnc", help="noVNC directory (default: Debian's novnc package)")
     g.add_argument("--limits", help="recipient policy YAML whose limits apply to tokens issued without --policy")

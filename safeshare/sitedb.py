@@ -17,6 +17,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from .signing import TRUST_FILE
+
 DB_DIR = "db"
 DB_NAME = "safeshare.db"
 LEGACY_DB = "safeshare.db"  # `safeshare up` homes made before issue 24, item 12
@@ -52,6 +54,23 @@ def site_db_url(root: str | os.PathLike[str]) -> str:
             f"{legacy}: a database of the old `safeshare up` layout; a site's database is {current}: "
             f"`safeshare up --home {legacy.parent}` moves it there, or move it (and its -wal/-shm files) yourself")
     return f"sqlite:///{site_db_file(root)}"
+
+
+def is_site_folder(folder: str | os.PathLike[str]) -> bool:
+    """Whether `folder` is laid out as a site (or an `up` home): it holds `db/safeshare.db` or `trust.json`."""
+    folder = Path(folder)
+    return site_db_file(folder).is_file() or (folder / TRUST_FILE).is_file()
+
+
+def enclosing_site(folder: str | os.PathLike[str]) -> Path | None:
+    """The site folder `folder` is, or lies in (its nearest such ancestor), else None. A command whose default is a
+    file in the current folder asks this before creating one there: a stray database inside a site is a second
+    database of that site (site tools then refuse the folder, `site_db_url`) that holds none of its tokens."""
+    folder = Path(folder).absolute()
+    for candidate in (folder, *folder.parents):
+        if is_site_folder(candidate):
+            return candidate
+    return None
 
 
 def migrate_legacy(root: str | os.PathLike[str]) -> Path | None:
