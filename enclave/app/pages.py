@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from engine import svgcharts as charts
 
 from . import analyses, descriptive, regression
+from .charts import coefficient_chart
 from .context import PAGE_PARAMS, AppContext
 from .table import FilterError
 from .workspace import WorkspaceError
@@ -276,7 +277,7 @@ def fit_regression(request: Request) -> HTMLResponse:
     context = ctx(request)
     params = _params(request)
     numeric = descriptive.numeric_attributes(context.table, context.quasi_identifiers())
-    error, result = None, None
+    error, result, chart = None, None, None
     spec = analyses.CohortSpec()
     model = regression.RegressionSpec(_first(params, "model") or "logit", _first(params, "y") or "")
     ran = any(name == "y" for name, _ in params)
@@ -287,11 +288,16 @@ def fit_regression(request: Request) -> HTMLResponse:
             if not model.outcome:
                 raise regression.RegressionError("choose an outcome")
             result = regression.fit(context.table, model, spec, context.quasi_identifiers())
+            shown = [c for c in result["coefficients"] if c["attribute"] is not None]
+            chart = coefficient_chart([c["term"] for c in shown], [c["coef"] for c in shown],
+                                      [c["ci_low"] for c in shown], [c["ci_high"] for c in shown],
+                                      f"Coefficients with {100 * model.confidence:.4g}% confidence intervals")
     except FilterError as exc:
         error = str(exc)
     chosen = {p.attribute: p for p in model.predictors}
     return render(request, "regression.html", "regression", status=422 if error else 200, error=error,
                   model=model, chosen=chosen, models=regression.MODELS, numeric=numeric, spec=spec, result=result,
+                  chart=chart,
                   max_options=MAX_OPTIONS,
                   names=context.table.names, attributes=context.attributes(), save_kind="regression",
                   save_params=_save_params("regression", params), saved=_saved_banner(request))

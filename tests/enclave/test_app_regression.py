@@ -400,3 +400,19 @@ def test_regressions_run_openblas_on_one_thread(client) -> None:
             "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
             "openblas_get_num_threads") if hasattr(library, name))
         assert getter() == 1, path
+
+
+def test_coefficient_chart_is_well_formed_and_escaped(client) -> None:
+    import xml.etree.ElementTree as ET
+
+    from enclave.app.charts import coefficient_chart
+
+    nasty = ['<script>alert(1)</script>', 'a & b', '"q"']
+    svg = coefficient_chart(nasty, [1.0, -2.0, float("nan")], [0.5, -3.0, float("nan")], [1.5, -1.0, float("inf")],
+                            "t<")
+    root = ET.fromstring(svg)
+    assert "<script" not in svg and len(root.findall(".//{http://www.w3.org/2000/svg}circle")) == 2
+    page = client.get("/regression?model=ols&y=income&x=sex&x=age").text
+    chart = re.search(r'<figure id="coefficient-chart">(<svg.*?</svg>)</figure>', page, re.S).group(1)
+    circles = ET.fromstring(chart).findall(".//{http://www.w3.org/2000/svg}circle")
+    assert len(circles) == 4  # sex = m and three age categories; the intercept is in the table only
