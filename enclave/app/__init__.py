@@ -9,7 +9,8 @@ Content-Security-Policy. Modules, one job each:
 - `analyses`: cohort counts, frequency tables, cross-tabulations, cohort comparison with a chi-square test
 - `descriptive`: statistics of numeric attributes by group, histograms and bar charts of any column
 - `regression`: OLS, logit and probit (statsmodels) on a design matrix built from the codes; `blas`: one BLAS thread
-- charts: inline SVG from `engine.svgcharts` (one chart module for the app and the release report)
+- charts: inline SVG from `engine.svgcharts` (one chart module for the app and the release report); `charts` adds
+  the regression page's coefficient plot in the same style
 - `workspace`: saved analyses (parameters only, bounded in count and size) in their own writable SQLite file
 - `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream
 - `api`, `pages`: JSON endpoints and HTML pages; `cli`: `safeshare app`
