@@ -171,6 +171,21 @@ def verify_output(folder: str | Path, manifest_bytes: bytes | None = None) -> Ma
     return manifest
 
 
+def _refuse_unlisted(folder: Path, manifest: Manifest) -> None:
+    """A sealed bundle holds its manifest, its seal and the files the manifest lists, nothing else: provisioning
+    mounts (or ships) the whole folder into the enclave, so a file a writer of the releases folder adds to a genuine
+    bundle (the raw table beside the released one) would enter it, covered by no hash. Raises BundleError."""
+    listed = {MANIFEST, SEAL, *manifest.files}
+    folders = {parent.as_posix() for name in listed for parent in Path(name).parents if parent != Path(".")}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if name in folders and path.is_dir() and not path.is_symlink():
+            continue
+        if name not in listed:
+            raise BundleError(f"{path}: not a file of this release (the manifest does not list it): a sealed bundle "
+                              f"holds only its manifest, seal and listed files")
+
+
 @dataclass(frozen=True)
 class VerifiedBundle:
     """What a verified bundle is: its manifest, its seal and the trusted key that signed the seal."""
@@ -216,6 +231,7 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path, release: st
     if manifest_bytes is None or seal.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():
         raise BundleError(f"{folder / MANIFEST}: does not match the seal (edited after sealing?)")
     manifest = verify_output(folder, manifest_bytes)
+    _refuse_unlisted(folder, manifest)
     data_sha = manifest.data_sha256
     for name, expected in (("data_sha256", data_sha), ("dataset", manifest.dataset),
                            ("release", str(data_sha)[:16])):

@@ -69,6 +69,30 @@ def test_a_dataset_id_reference_is_not_served_another_release_through_a_link(tmp
     assert resolve_release(releases, "named", trust=site / "trust.json") == other.resolve()
 
 
+def test_a_file_added_to_a_genuine_bundle_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Verification checked the files the manifest lists and ignored the rest of the folder, while provisioning
+    mounts (one host) or ships (Swarm) the whole bundle folder into the enclave: a writer of the releases folder,
+    without any key, adds the raw table to a genuine bundle and it entered the enclave beside the release (invariant
+    1). A sealed bundle holding anything unlisted is refused now, by verify-release, the app and provisioning."""
+    from engine.bundle import resolve_release
+
+    site = tmp_path / "site"
+    monkeypatch.setenv("SAFESHARE_SITE", str(site))
+    genuine = sealed(tmp_path, site / "releases")
+    capsys.readouterr()
+    assert main(["verify-release", str(genuine)]) == 0
+    raw_frame().to_parquet(genuine / "raw.parquet")
+    capsys.readouterr()
+    assert main(["verify-release", str(genuine)]) == 1
+    assert "raw.parquet: not a file of this release" in capsys.readouterr().err
+    with pytest.raises(BundleError, match="not a file of this release"):
+        resolve_release(site / "releases", f"{genuine.parent.name}/{genuine.name}", trust=site / "trust.json")
+    (genuine / "raw.parquet").unlink()
+    (genuine / "hidden").mkdir()   # a folder is no better
+    (genuine / "hidden" / "raw.csv").write_text(raw_frame().to_csv())
+    assert main(["verify-release", str(genuine)]) == 1
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "HOLE (medium): a release name (RELEASES/<name>, the symlink `safeshare release --name` makes and recipient "
     "policies name) lives in the releases folder, so its writer re-points it at any other genuine sealed bundle of "
