@@ -94,6 +94,31 @@ def test_a_file_added_to_a_genuine_bundle_is_refused(tmp_path: Path, capsys, mon
 
 
 @pytest.mark.xfail(strict=True, reason=(
+    "HOLE (medium): on one host the app container bind-mounts the bundle folder in SITE/releases itself "
+    "(deploy/plan.py plan_enclave: Mount(bundle, '/release')). A bind mount is live, so a writer of the releases "
+    "folder adds the raw table to it (or replaces a file) after provisioning and the app verified it, and it "
+    "appears in the running enclave at /release; no later check sees it. Swarm ships a verified copy into a volume; "
+    "one host should do the same: copy the bundle to a custodian-owned place the folder writer cannot write (or a "
+    "volume), verify that copy, and mount it."))
+def test_the_enclave_mounts_no_folder_a_releases_writer_can_change(tmp_path: Path) -> None:
+    from deploy.plan import EnclaveSubnets, plan_enclave
+    from deploy.site import Site
+    from policies.recipient import RecipientPolicy
+
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "site.json").write_text(json.dumps({"site_id": "abc123", "gateway_port": 6090}))
+    site = Site(root)
+    policy = RecipientPolicy.model_validate({"recipient": "alice", "release": "adult/00aa11bb22cc33dd",
+                                             "expires": "2099-12-31", "screen": "1280x800"})
+    plan = plan_enclave(site, policy, site.releases / "adult" / "00aa11bb22cc33dd",
+                        {"app": "safeshare/app:1", "kiosk": "safeshare/kiosk:1", "gateway": "safeshare/gateway:1"},
+                        EnclaveSubnets(enclave="10.214.0.0/27", vnc="10.214.0.32/27"))
+    (release,) = [m for m in plan.app.mounts if m.target == "/release"]
+    assert not Path(release.source).resolve().is_relative_to(site.releases.resolve())
+
+
+@pytest.mark.xfail(strict=True, reason=(
     "HOLE (medium): a release name (RELEASES/<name>, the symlink `safeshare release --name` makes and recipient "
     "policies name) lives in the releases folder, so its writer re-points it at any other genuine sealed bundle of "
     "the site (another dataset, or one sealed for a more trusted recipient), and provisioning serves that. The "
