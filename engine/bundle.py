@@ -315,7 +315,9 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     # a risk figure edited by hand cannot be sealed.
     from .release_gate import recheck_release
     from .sitegate import load_site_gate, manifest_violations
-    site_gate = load_site_gate(releases.resolve().parent)
+    # the same site folder as the key and the trust store (RELEASES/.., links not followed): a releases folder that
+    # is a link to storage elsewhere must not take its gate from beside the link's target
+    site_gate = load_site_gate(site_of_releases(releases))
     if below := manifest_violations(manifest.document(), site_gate):
         raise BundleError(f"{output / MANIFEST}: does not meet the site gate: {'; '.join(below)}")
     if refused := recheck_release(output, manifest, site_gate, data_files(manifest)):

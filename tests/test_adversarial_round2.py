@@ -182,6 +182,25 @@ def test_release_refuses_extra_files_listed_in_the_manifest(tmp_path: Path) -> N
     assert not any((site / "releases").rglob("seal.json"))
 
 
+def test_release_takes_the_gate_from_the_site_not_from_beside_a_linked_releases_folder(tmp_path: Path) -> None:
+    """SITE/releases is often a link to storage elsewhere. `release` read the site gate from the link's *resolved*
+    parent (STORAGE/gate.yaml), while the key and the trust store come from SITE: whoever can write the storage
+    beside the releases folder put a lax gate.yaml there and outputs the site's own gate refuses were sealed. The
+    gate now comes from the same SITE as the key."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gate.yaml").write_text("min_k: 4\n")    # the custodian's floor; small_frame's smallest class is 3
+    storage = tmp_path / "storage"
+    (storage / "releases").mkdir(parents=True)
+    (storage / "gate.yaml").write_text("min_k: 1\n")   # planted beside the link's target
+    (site / "releases").symlink_to(storage / "releases")
+    out = tmp_path / "out"
+    write_output(out, small_frame())
+    with pytest.raises(BundleError, match="min_k|smallest class|k "):
+        seal_release(out, site / "releases")
+    assert not any((storage / "releases").rglob("seal.json"))
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "HOLE (medium): the re-gate takes the quasi-identifiers from the manifest's own 'transformation' keys, which a "
     "writer of the deid output folder rewrites: drop a quasi-identifier (here 'age', raw and unique per record) from "
