@@ -19,12 +19,34 @@ from deploy.audit_sequence import register as register_checkpoint
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 
 
-def _sessions_root(text: str | None) -> Path:
+def _sessions_root(text: str | None, site: str | None = None) -> Path:
+    """PATH when given, else SITE/sessions of --site, $SAFESHARE_SITE or /var/lib/safeshare."""
     if text:
         return Path(text)
     from deploy.site import default_site
 
-    return default_site() / "sessions"
+    return (Path(site) if site else default_site()) / "sessions"
+
+
+def _verify_db(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The database `audit verify` checks anchors against, and why: --db; none with --no-db; else, when what is
+    verified is the site's sessions (no PATH, or a PATH inside SITE/sessions of --site, $SAFESHARE_SITE or
+    /var/lib/safeshare), that site's database if it exists (safeshare.sitedb; an old `up` home's is refused,
+    SiteError). A PATH elsewhere (a copy) gets none: another site's rows would report its sessions missing."""
+    from deploy.site import default_site
+
+    if args.db:
+        return args.db, "--db"
+    if args.no_db:
+        return None, "--no-db"
+    site = Path(args.site) if args.site else default_site()
+    sessions = (site / "sessions").resolve()
+    if args.path:
+        path = Path(args.path).resolve()
+        if path != sessions and sessions not in path.parents:
+            return None, f"{args.path} is not under {site / 'sessions'}: name its database with --db"
+    db = _site_db(args)
+    return db, ("the site's database" if db else f"{site} has no database (db/safeshare.db)")
 
 
 def _trust(args: argparse.Namespace):
@@ -97,9 +119,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from proxy.audit.sequence import CheckpointError
 
     try:
-        root = _sessions_root(args.path)
+        root = _sessions_root(args.path, args.site)
+        if args.checkpoint and args.no_db:
+            raise FileNotFoundError("--checkpoint needs the site's database (its session-deleted events): "
+                                    "drop --no-db, or name it with --db")
         if args.checkpoint and not args.db:
             args.db = _site_db(args)  # the deletion events are in the site's database
+        args.db, why = _verify_db(args)
+        if args.db is None:  # on stderr: --json's output stays one object
+            print(f"safeshare audit verify: anchors not checked ({why})", file=sys.stderr)
         checks = _check(root, args)
         sequence = sequence_check(args, root, checks)  # deletion events (--db), sessions of --checkpoint
     except (FileNotFoundError, KeyFileError, CheckpointError, SiteError) as exc:
@@ -360,11 +388,21 @@ the session ran (every 2 s and at every control event). Any rewrite before that 
 here, whoever sealed afterwards; the lines after it are an unverifiable tail, and the session is
 reported PARTIAL with the number of lines proven and not (exit 1; --allow-partial: exit 0, still
 reported). meta.json's fields (start, end, end reason, front door, counters, limits) are signed in
-the seal: an edit there is a finding.""")
-    verify.add_argument("path", nargs="?", help="a session folder or a sessions root (default $SAFESHARE_SITE/sessions)")
-    verify.add_argument("--db", help="the gateways' database (SQLAlchemy URL): compare seal hash, line count and "
-                                     "recording hash with the anchors, report sessions without an anchor and "
-                                     "recorded sessions whose folder is missing")
+the seal: an edit there is a finding.
+
+The database: --db URL; without it, verifying the site's sessions (no PATH, or a PATH inside
+SITE/sessions of --site, $SAFESHARE_SITE or /var/lib/safeshare) checks the anchors in that site's
+database, SITE/db/safeshare.db, when it exists; --no-db skips them (said on stderr). A PATH outside
+the site (a copy) is checked without anchors unless --db names its database.""")
+    verify.add_argument("path", nargs="?", help="a session folder or a sessions root (default SITE/sessions)")
+    verify_db = verify.add_mutually_exclusive_group()
+    verify_db.add_argument("--db", help="the gateways' database (SQLAlchemy URL): compare seal hash, line count "
+                                        "and recording hash with the anchors, report sessions without an anchor "
+                                        "and recorded sessions whose folder is missing (default: the site's "
+                                        "SITE/db/safeshare.db, if it exists, when verifying the site's sessions)")
+    verify_db.add_argument("--no-db", action="store_true",
+                           help="check no anchors, even of the site's database (a finding then needs a signature "
+                                "check to show; deleted sessions and rows are not found)")
     verify.add_argument("--trust", help="trust store whose 'gateway' keys may sign seals (default SITE/trust.json)")
     verify.add_argument("--site", help="site folder whose trust.json to use (default $SAFESHARE_SITE or "
                                        "/var/lib/safeshare)")
