@@ -269,3 +269,20 @@ def test_rotation_does_not_record_a_seal_planted_with_the_leaked_key(tmp_path: P
     assert main(["verify-release", str(genuine)]) == 0   # what the site sealed keeps verifying
     capsys.readouterr()
     assert main(["verify-release", str(forged)]) == 1, "a seal the site never made outlived the rotation"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "HOLE (medium), the same root as the test above: the re-gate reads only the columns the manifest's "
+    "'transformation' names, so a writer of the deid output folder adds a column to data.parquet (here the exact "
+    "birth date of every record) with every figure left as it was, and `safeshare release` seals it. Nothing in the "
+    "manifest lists the released columns and their roles; a fix must check the data's columns against the policy "
+    "(quasi-identifiers, sensitive and insensitive attributes, bound by policy_sha256) or a column list the seal "
+    "covers and the custodian approved."))
+def test_release_refuses_a_column_no_policy_released(tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    frame = small_frame()
+    frame["birth"] = [f"19{50 + i}-0{1 + i % 9}-1{i % 10}" for i in range(len(frame))]
+    out = tmp_path / "out"
+    write_output(out, frame, quasi_identifiers=["sex", "age", "site"])
+    with pytest.raises(BundleError):
+        seal_release(out, site / "releases")
