@@ -277,8 +277,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     def refuse() -> int:
         for finding in findings:
             print(f"safeshare audit export: {finding}", file=sys.stderr)
-        print(f"safeshare audit export: {folder.name} does not verify: not exported (--force exports it stamped "
-              f"unverified)", file=sys.stderr)
+        if check.partial and not findings:
+            print(f"safeshare audit export: {folder.name} is PARTIAL: {check.partial_note}", file=sys.stderr)
+            print(f"safeshare audit export: {folder.name} is proven only up to its last checkpoint: not exported "
+                  f"(--allow-partial exports it stamped partial; --force stamped unverified)", file=sys.stderr)
+        else:
+            print(f"safeshare audit export: {folder.name} does not verify: not exported (--force exports it stamped "
+                  f"unverified)", file=sys.stderr)
         audit("refused")
         return EXIT_FINDINGS
 
@@ -290,14 +295,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"safeshare audit export: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     shown = judge(folder, check, player.sha256)  # verified only if those bytes are the ones the seal names
-    verified = shown.verified
+    # a recovered session accepted with --allow-partial is never `verified`: the seal's recording hash is the
+    # recovering gateway's, which vouches only for what its last checkpoint proves
+    partial = partial_proof(folder, check, player.sha256) if shown.verified and check.partial else None
+    verified = shown.verified and partial is None
     findings = shown.findings
-    event.update(verified=verified, findings=findings[:20], recording_sha256=player.sha256)
-    if not verified and not args.force:
+    event.update(verified=verified, findings=findings[:20], recording_sha256=player.sha256, partial=partial)
+    if not verified and partial is None and not args.force:
         return refuse()
+    signer = f"{'signed by ' + check.signed_by if check.signed_by else check.signature}, anchor {check.anchor}"
     if verified:
-        stamp = (f"safeshare: verified session {folder.name}: seal {check.head}, recording {player.sha256}, "
-                 f"{'signed by ' + check.signed_by if check.signed_by else check.signature}, anchor {check.anchor}")
+        stamp = f"safeshare: verified session {folder.name}: seal {check.head}, recording {player.sha256}, {signer}"
+    elif partial is not None:
+        stamp = (f"safeshare: PARTIAL session {folder.name} (recovered after its gateway stopped; exported with "
+                 f"--allow-partial): {partial['statement']}; seal {check.head}, recording {player.sha256}, {signer}")
     else:
         stamp = f"safeshare: UNVERIFIED session {folder.name} (exported with --force): " + "; ".join(findings)[:900]
     try:
@@ -305,16 +316,42 @@ def cmd_export(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"safeshare audit export: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT if isinstance(exc, (FileNotFoundError, ValueError)) else EXIT_FINDINGS
-    audit("ok" if verified else "unverified")
+    audit("ok" if verified else "partial" if partial is not None else "unverified")
     summary = {"session": folder.name, "video": str(out), "duration": player.index["duration"],
                "width": player.index["width"], "height": player.index["height"], "fps": args.fps,
-               "verified": verified, "recording_sha256": player.sha256, "findings": findings}
+               "verified": verified, "partial": partial, "recording_sha256": player.sha256, "findings": findings,
+               "stamp": stamp}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
+        state = "" if verified else f", PARTIAL: {partial['statement']}" if partial is not None else ", UNVERIFIED"
         print(f"{out}: {summary['duration']:.1f} s at {summary['width']}x{summary['height']}, {args.fps:g} frames/s"
-              f"{'' if verified else ', UNVERIFIED'}")
+              f"{state}")
     return EXIT_OK
+
+
+def partial_proof(folder: Path, check, decoded_sha256: str) -> dict:
+    """What a recovered session's export may claim: the log lines and the recording start (bytes, and seconds of
+    the video, from the bytes decoded) its gateway's last signed checkpoint proves, and a statement of it, which
+    the video's comment and the summary carry: 'partial: verified up to checkpoint ..., the rest unverifiable'."""
+    from proxy.audit.evidence import proven_seconds
+
+    line = check.verified_lines
+    proven = check.recording_proven
+    seconds = proven_seconds(folder, decoded_sha256, proven)
+    if line:
+        recording = (f"the recording's first {proven['bytes']} bytes"
+                     f"{f', the first {seconds:.1f} s of this video' if seconds is not None else ''}"
+                     if proven else "no part of the recording")
+        statement = (f"partial: verified up to checkpoint at line {line} (log lines 1-{line}; {recording}), the rest "
+                     f"unverifiable ({check.unverified_lines} log line(s) after it"
+                     f"{', and the recording after that' if proven else ', and the whole recording'})")
+    else:
+        statement = ("partial: verified up to no checkpoint (no log line and no part of the recording is proven), "
+                     "the rest unverifiable")
+    return {"checkpoint_line": line or None, "verified_lines": line, "unverified_lines": check.unverified_lines,
+            "recording_proven_bytes": proven["bytes"] if proven else None, "recording_proven_seconds": seconds,
+            "statement": statement, "note": check.partial_note}
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
@@ -444,7 +481,10 @@ the site (a copy) is checked without anchors unless --db names its database.""")
                                         "seal: a recording swapped between the two reads is refused as tampered. "
                                         "The video's comment says whether it was verified (and the recording's "
                                         "hash), and the export is an audit event (session-exported) in the site's "
-                                        "database.")
+                                        "database. A session a restarted gateway recovered is proven only up to its "
+                                        "last signed checkpoint (PARTIAL): refused unless --allow-partial, which "
+                                        "exports it stamped 'partial: verified up to checkpoint at line N ..., the "
+                                        "rest unverifiable', never verified.")
     export.add_argument("session", help="a session folder, or a session id under SITE/sessions")
     export.add_argument("--out", help="video file (default SESSION.mp4)")
     export.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
@@ -453,6 +493,11 @@ the site (a copy) is checked without anchors unless --db names its database.""")
     export.add_argument("--db", help="SQLAlchemy URL of the site database (default: SQLite in SITE/db, if present)")
     export.add_argument("--trust", help="trust store for the seal's signature (default SITE/trust.json)")
     export.add_argument("--allow-unsigned", action="store_true", help="accept an unsigned seal (older sessions)")
+    export.add_argument("--allow-partial", action="store_true",
+                        help="export a session a restarted gateway recovered (PARTIAL in `audit verify`) stamped "
+                             "PARTIAL, never verified: the video's comment, the summary and the event say 'partial: "
+                             "verified up to checkpoint at line N' (with the recording bytes and seconds of the "
+                             "video it proves) 'the rest unverifiable'")
     export.add_argument("--force", action="store_true",
                         help="export a session that does not verify, stamped UNVERIFIED in the video and the event")
     export.add_argument("--json", action="store_true")

@@ -49,6 +49,7 @@ class Shown:
     sealed_sha256: str | None
     session_ok: bool
     findings: list[str] = field(default_factory=list)
+    log_matches: bool = True   # the key log, markers and metadata shown were read from the verified log
 
     @property
     def matches_seal(self) -> bool:
@@ -56,20 +57,26 @@ class Shown:
 
     @property
     def verified(self) -> bool:
-        return self.session_ok and self.matches_seal
+        return self.session_ok and self.matches_seal and self.log_matches
 
     def as_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "decoded_sha256": self.decoded_sha256,
                 "sealed_sha256": self.sealed_sha256, "matches_seal": self.matches_seal, "findings": self.findings}
 
 
-def judge(folder: str | Path, check: Any, decoded_sha256: str) -> Shown:
+def judge(folder: str | Path, check: Any, decoded_sha256: str, log_head: Any = None) -> Shown:
     """The verdict on frames decoded from bytes hashing to `decoded_sha256`, given the session's verification
-    `check` (a `proxy.audit.verify.SessionCheck`)."""
+    `check` (a `proxy.audit.verify.SessionCheck`). `log_head`: the head of the log the player's key log, markers
+    and metadata were read from (`Player.log_head`); unless it is the verified log's head they are not verified."""
     folder = Path(folder)
     sealed = verified_seal_recording(folder, check.head) if check.sealed else None
     findings = [str(finding) for finding in check.findings]
-    shown = Shown(folder.name, decoded_sha256, sealed, check.ok, findings)
+    shown = Shown(folder.name, decoded_sha256, sealed, check.ok, findings,
+                  log_matches=log_head is None or log_head == check.head)
+    if not shown.log_matches:
+        findings.append(f"{folder / 'events.jsonl'}: tampered: the key log, markers and metadata shown were read "
+                        f"from a log ending in {log_head}, the verified log ends in {check.head} (the log changed "
+                        f"while it was read)")
     if sealed is None:
         findings.append(f"{folder / SCREEN}: no verified seal names a recording hash for these frames (decoded from "
                         f"bytes with SHA-256 {decoded_sha256})")
@@ -79,4 +86,28 @@ def judge(folder: str | Path, check: Any, decoded_sha256: str) -> Shown:
     return shown
 
 
-__all__ = ["Shown", "judge", "verified_seal_recording"]
+def proven_seconds(folder: str | Path, decoded_sha256: str, proven: dict[str, Any] | None) -> float | None:
+    """How many seconds of a recovered session's recording its last signed checkpoint proves: the session time of
+    the last record within the first `proven["bytes"]` bytes. Read from the file only when it still hashes to
+    `decoded_sha256` (the bytes the player decoded) and its start to the checkpoint's hash; None otherwise, or when
+    no checkpoint names a recording start (then no second of the video is proven)."""
+    from proxy.recording import read_recording
+
+    if not proven:
+        return None
+    try:
+        data = (Path(folder) / SCREEN).read_bytes()
+    except OSError:
+        return None
+    size = proven.get("bytes")
+    if not isinstance(size, int) or hashlib.sha256(data).hexdigest() != decoded_sha256 or \
+            hashlib.sha256(data[:size]).hexdigest() != proven.get("sha256"):
+        return None
+    try:
+        records = list(read_recording(data[:size], tolerate_cut_end=True))
+    except ValueError:
+        return None
+    return records[-1][1] if records else 0.0
+
+
+__all__ = ["Shown", "judge", "proven_seconds", "verified_seal_recording"]

@@ -89,6 +89,8 @@ class SessionCheck:
     checkpoints: int = 0  # valid signed checkpoints
     recovered: bool = False  # sealed by a gateway that did not run the session to its end
     partial_note: str | None = None  # why only a prefix is proven (recovered seal)
+    # the start of the recording that last proven checkpoint vouches for: {"bytes": size, "sha256": digest}
+    recording_proven: dict[str, Any] | None = None
     allow_partial: bool = False
 
     @property
@@ -106,6 +108,7 @@ class SessionCheck:
                 "anchor": self.anchor, "partial": self.partial, "recovered": self.recovered,
                 "verified_lines": self.verified_lines, "unverified_lines": self.unverified_lines,
                 "checkpoints": self.checkpoints, "partial_note": self.partial_note,
+                "recording_proven": self.recording_proven,
                 "findings": [f.as_dict() for f in self.findings]}
 
 
@@ -273,6 +276,8 @@ def _check_recording_prefix(check: SessionCheck, point: dict[str, Any]) -> int |
         check.findings.append(Finding(str(path), f"truncated: {size - left} bytes, {where}"))
     elif hasher.hexdigest() != digest:
         check.findings.append(Finding(str(path), f"altered within its first {size} bytes: {where}"))
+    else:
+        check.recording_proven = {"bytes": size, "sha256": digest}
     return size
 
 
