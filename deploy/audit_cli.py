@@ -294,7 +294,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"safeshare audit export: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    shown = judge(folder, check, player.sha256)  # verified only if those bytes are the ones the seal names
+    # verified only if those bytes are the ones the seal names, and the log the player read is the verified one
+    shown = judge(folder, check, player.sha256, player.log_head)
     # a recovered session accepted with --allow-partial is never `verified`: the seal's recording hash is the
     # recovering gateway's, which vouches only for what its last checkpoint proves
     partial = partial_proof(folder, check, player.sha256) if shown.verified and check.partial else None

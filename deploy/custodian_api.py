@@ -241,7 +241,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         viewed(key, folder, "player", player.index.get("recipient"))
         # verified only if the frames were decoded from the bytes the verified seal names (not a second read's)
         check = verify_site_session(provisioner.site, folder)
-        shown = judge(folder, check, player.sha256)
+        shown = judge(folder, check, player.sha256, player.log_head)
         # a session a restarted gateway recovered is proven only up to its last signed checkpoint: not `verified`,
         # and `partial` says how many lines are proven and how many after them are not
         partial = {"verified_lines": check.verified_lines, "unverified_lines": check.unverified_lines,

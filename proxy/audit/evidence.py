@@ -64,7 +64,10 @@ class Shown:
                 "sealed_sha256": self.sealed_sha256, "matches_seal": self.matches_seal, "findings": self.findings}
 
 
-def judge(folder: str | Path, check: Any, decoded_sha256: str, log_head: Any = None) -> Shown:
+_NOT_GIVEN = object()
+
+
+def judge(folder: str | Path, check: Any, decoded_sha256: str, log_head: Any = _NOT_GIVEN) -> Shown:
     """The verdict on frames decoded from bytes hashing to `decoded_sha256`, given the session's verification
     `check` (a `proxy.audit.verify.SessionCheck`). `log_head`: the head of the log the player's key log, markers
     and metadata were read from (`Player.log_head`); unless it is the verified log's head they are not verified."""
@@ -72,7 +75,7 @@ def judge(folder: str | Path, check: Any, decoded_sha256: str, log_head: Any = N
     sealed = verified_seal_recording(folder, check.head) if check.sealed else None
     findings = [str(finding) for finding in check.findings]
     shown = Shown(folder.name, decoded_sha256, sealed, check.ok, findings,
-                  log_matches=log_head is None or log_head == check.head)
+                  log_matches=log_head is _NOT_GIVEN or log_head == check.head)
     if not shown.log_matches:
         findings.append(f"{folder / 'events.jsonl'}: tampered: the key log, markers and metadata shown were read "
                         f"from a log ending in {log_head}, the verified log ends in {check.head} (the log changed "

@@ -42,10 +42,10 @@ import numpy as np
 from proxy.audit.rfbdecode import Replay
 from proxy.audit.sessions import read_meta
 from proxy.sessiondir import EVENTS, SCREEN
-from proxy.eventlog import read_events
+from proxy.eventlog import GENESIS, read_events
 from proxy.rfb import keysym_name, modifier_of
 
-FORMAT = 3  # bump when the prepared form changes: older caches are rebuilt
+FORMAT = 4  # bump when the prepared form changes: older caches are rebuilt (4: the log's head in `source`)
 FRAME_INTERVAL = 0.1
 KEYFRAME_INTERVAL = 10.0
 MARKER_EVENTS = {"key_blocked": "blocked", "key_dropped": "dropped", "click_dropped": "dropped",
@@ -83,12 +83,50 @@ INPUT_FIELDS: dict[str, tuple[tuple[str, int], ...]] = {
 }
 
 
-def _timed_events(folder: Path) -> list[dict[str, Any]]:
+def _timed_events(folder: Path, raw: bytes | None = None) -> list[dict[str, Any]]:
     """The log's events with a time, after `check_input_fields`: a field of the wrong type is a ValueError naming
-    the file, the event and the field (the service answers 409 with it), never an int() error without context."""
-    events = read_events(folder / EVENTS)
+    the file, the event and the field (the service answers 409 with it), never an int() error without context.
+    `raw`: the log's bytes as already read (and their head recorded), so that what is shown is what was hashed."""
+    events = read_events(folder / EVENTS) if raw is None else _parse_events(raw)
     check_input_fields(folder / EVENTS, events)
     return [event for event in events if isinstance(event.get("t"), (int, float))]
+
+
+def _parse_events(raw: bytes) -> list[dict[str, Any]]:
+    """read_events of bytes already read."""
+    out = []
+    for line in raw.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
+def _head_of(raw: bytes) -> str | None:
+    """The head of a log's bytes (the SHA-256 of its last line: what a seal's hash and `audit verify`'s head are)
+    when every line names the hash of the one before it, so that the head stands for every line read; None for an
+    empty log or a broken chain (which then matches no verified head)."""
+    prev = GENESIS
+    for line in raw.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(record, dict) or record.get("prev") != prev:
+            return None
+        prev = hashlib.sha256(line).hexdigest()
+    return None if prev == GENESIS else prev
+
+
+def log_head(folder: Path) -> str | None:
+    """The head of the session's log as it is now (None when it is missing or empty)."""
+    try:
+        return _head_of((Path(folder) / EVENTS).read_bytes())
+    except OSError:
+        return None
 
 
 def check_input_fields(path: Path, events: list[dict[str, Any]]) -> None:
@@ -196,6 +234,11 @@ class Player:
         """SHA-256 of the recording bytes these frames were decoded from."""
         return self.index["source"]["sha256"]
 
+    @property
+    def log_head(self) -> str | None:
+        """SHA-256 of the last line of the log the key log, markers and metadata were read from (None: no lines)."""
+        return self.index["source"].get("log_head")
+
     def keyframe_before(self, seconds: float) -> int | None:
         """Index of the last keyframe at or before `seconds` (None before the first frame)."""
         times = self.index["frame_times"]
@@ -249,14 +292,20 @@ def read_source(folder: Path) -> tuple[bytes, dict[str, Any]]:
     return data, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "mtime_ns": mtime_ns}
 
 
-def _cached(target: Path, sha256: str) -> dict[str, Any] | None:
-    """The index prepared in `target` from the bytes whose hash is `sha256` (None if there is none)."""
+_ANY_LOG = object()
+
+
+def _cached(target: Path, sha256: str, head: Any = _ANY_LOG) -> dict[str, Any] | None:
+    """The index prepared in `target` from the recording bytes whose hash is `sha256` and, when `head` is given, from
+    the log whose head is `head` (its key log, markers and metadata were read from that log); None if there is
+    none."""
     try:
         index = json.loads((target / "index.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(index, dict) or index.get("format") != FORMAT or \
-            (index.get("source") or {}).get("sha256") != sha256 or not (target / "frames.bin").is_file():
+    source = index.get("source") if isinstance(index, dict) else None
+    if not isinstance(source, dict) or index.get("format") != FORMAT or source.get("sha256") != sha256 or \
+            not (target / "frames.bin").is_file() or (head is not _ANY_LOG and source.get("log_head") != head):
         return None
     return index
 
@@ -290,7 +339,7 @@ def is_prepared(folder: str | Path, cache: str | Path) -> bool:
         _, source = read_source(folder)
     except OSError:
         return False
-    return _cached(Path(cache) / folder.name / source["sha256"], source["sha256"]) is not None
+    return _cached(Path(cache) / folder.name / source["sha256"], source["sha256"], log_head(folder)) is not None
 
 
 def _looks_prepared(folder: Path, cache: Path, sealed: str | None) -> bool:
@@ -341,23 +390,27 @@ def prepare_ended(root: str | Path, cache: str | Path, limit: int | None = None)
 
 def prepare(folder: str | Path, cache: str | Path, progress: Callable[[float], None] | None = None) -> Player:
     """The prepared player of a session's recording as it is now: the file is read once, hashed, and the frames are
-    those decoded from that very copy (made once per hash, cached in `cache/<session>/<sha256>`)."""
+    those decoded from that very copy (made once per hash, cached in `cache/<session>/<sha256>`). The key log,
+    markers and metadata come from the log read once too, whose head the index records (`Player.log_head`): a cache
+    made from another log (one swapped in while it was prepared) is made again."""
     folder = Path(folder)
     if not (folder / SCREEN).is_file():
         raise FileNotFoundError(f"{folder / SCREEN}: the session has no screen recording")
+    raw_log = (folder / EVENTS).read_bytes() if (folder / EVENTS).is_file() else b""
     data, source = read_source(folder)
+    source["log_head"] = _head_of(raw_log)
     sha = source["sha256"]
     session_cache = Path(cache) / folder.name
     target = session_cache / sha
-    index = _cached(target, sha)
+    index = _cached(target, sha, source["log_head"])
     if index is not None:
         return Player(target, index)
     session_cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{sha[:16]}.", dir=session_cache))
     try:
-        index = _build(folder, data, work, source, progress)
+        index = _build(folder, data, work, source, progress, raw_log)
         del data
-        done = _cached(target, sha)
+        done = _cached(target, sha, source["log_head"])
         if done is not None:  # another preparation of the same bytes finished first: use it, it is the same
             shutil.rmtree(work, ignore_errors=True)
             return Player(target, done)
@@ -384,8 +437,10 @@ def _prune(session_cache: Path, keep: str) -> None:
 
 
 def _build(folder: Path, data: bytes, out: Path, source: dict[str, Any],
-           progress: Callable[[float], None] | None) -> dict:
-    events = _timed_events(folder)  # a log the player cannot read is refused before the recording is decoded
+           progress: Callable[[float], None] | None, raw_log: bytes | None = None) -> dict:
+    # a log the player cannot read is refused before the recording is decoded
+    all_events = read_events(folder / EVENTS) if raw_log is None else _parse_events(raw_log)
+    events = _timed_events(folder, raw_log)
     replay = Replay(folder / SCREEN, data)
     fb = replay.framebuffer
     frames: list[list] = []
@@ -426,7 +481,10 @@ def _build(folder: Path, data: bytes, out: Path, source: dict[str, Any],
                     progress(min(1.0, message.seconds / replay.end_seconds))
         if pending is not None:
             emit(replay.end_seconds)
-    meta = read_meta(folder)
+    # the metadata the seal signed, from the log read above (meta.json is read separately, so only without a seal)
+    last = all_events[-1] if all_events else {}
+    sealed_meta = last.get("meta") if last.get("event") == "seal" else None
+    meta = sealed_meta if isinstance(sealed_meta, dict) else read_meta(folder)
     start = _start_epoch(meta, events)
     index = {
         "format": FORMAT, "session": folder.name, "source": source,

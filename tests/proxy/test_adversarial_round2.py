@@ -54,3 +54,56 @@ def test_a_recovered_log_stripped_of_its_checkpoints_cannot_have_forged_metadata
     assert done.returncode == 1, "a log stripped of its checkpoints passed: " + done.stdout
     listed = json.loads(audit("sessions", str(site.sessions), "--json").stdout)
     assert listed[0].get("recipient") != FORGED_RECIPIENT
+
+
+# --- the player's hash-keyed cache (proxy/audit/player.py) ------------------------------------------------------------
+
+def test_the_player_never_shows_a_forged_log_or_meta_as_verified(tmp_path) -> None:
+    """Item 3's attack on the log instead of the recording. The player's index (key log, markers, pointer track,
+    recipient, release, start) is built from events.jsonl and meta.json as read when it is prepared, but was cached
+    under the recording's hash alone. A writer of the sessions folder swaps in a log with a forged key event and a
+    meta.json naming another recipient, lets the background preparation run, and puts the genuine files back: the
+    player then showed the forged key log and recipient with `verified: true` (the session verifies, the recording
+    hash is the sealed one). Now the index records the head of the log it read, is rebuilt when the log is not that
+    one, takes recipient, release and start from the seal's signed metadata in that same read, and is verified only
+    when that head is the verified seal's."""
+    from deploy.audit_cli import verify_site_session
+    from deploy.site import Site
+    from proxy.audit.evidence import judge
+    from proxy.audit.player import prepare, prepare_ended
+    from tests.proxy.test_seals import ordered, record_sessions
+
+    site = SiteFiles.create(tmp_path / "site")
+    record_sessions(site, 1)
+    (folder,) = ordered(site)
+    events, meta = folder / "events.jsonl", folder / "meta.json"
+    genuine_events, genuine_meta = events.read_bytes(), meta.read_bytes()
+    genuine_recipient = json.loads(genuine_meta)["recipient"]
+    lines = genuine_events.splitlines()
+    last_t = json.loads(lines[-1])["t"]
+    forged_key = json.dumps({"seq": 0, "t": last_t - 0.5, "event": "key", "keysym": 0x78, "down": True,
+                             "prev": "0" * 64}).encode()
+    events.write_bytes(b"\n".join([*lines[:-1], forged_key, lines[-1]]) + b"\n")
+    meta.write_text(json.dumps({**json.loads(genuine_meta), "recipient": "mallory"}))
+    cache = tmp_path / "cache"
+    assert prepare_ended(site.sessions, cache) == [folder.name]   # the service's background preparation
+    events.write_bytes(genuine_events)
+    meta.write_bytes(genuine_meta)
+
+    check = verify_site_session(Site(site.root), folder)
+    assert check.ok, check.findings
+    player = prepare(folder, cache)
+    shown = judge(folder, check, player.sha256, player.log_head)
+    assert shown.verified
+    assert player.index["recipient"] == genuine_recipient
+    assert not any(entry.get("label") == "x" for entry in player.index["keys"]), player.index["keys"]
+    clean = prepare(folder, tmp_path / "clean")
+    assert player.index["keys"] == clean.index["keys"] and player.index["markers"] == clean.index["markers"]
+
+    # the other order: the genuine log when verification reads, a forged one when the player reads
+    events.write_bytes(b"\n".join([*lines[:-1], forged_key, lines[-1]]) + b"\n")
+    forged_player = prepare(folder, cache)
+    shown = judge(folder, check, forged_player.sha256, forged_player.log_head)
+    assert not shown.verified
+    assert any("log" in finding and "tampered" in finding for finding in shown.findings), shown.findings
+    events.write_bytes(genuine_events)
