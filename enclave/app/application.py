@@ -24,15 +24,17 @@ def _static_assets() -> dict[str, tuple[bytes, str]]:
 
 
 def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str | Path = DEFAULT_STATE,
-               trust: str | Path | None = None, release: str | None = None) -> FastAPI:
+               trust: str | Path | None = None, release: str | None = None, site: str | Path | None = None,
+               recipient: str | None = None) -> FastAPI:
     """Build the app for one sealed release bundle; raises ReleaseError when the bundle (its signature checked
     against the trust store `trust`, default the site's; its seal as the release `release`, DATASET/ID, default
-    where it lies) or the database is refused."""
-    from . import api, pages
+    where it lies) or the database is refused. `site`: a folder whose outputs.yaml is the floor of the output rules
+    (none: ACRO's defaults); `recipient`: who the outputs are recorded as made by."""
+    from . import api, output_routes, pages
     from .context import build_context
     from .security import SecurityMiddleware
 
-    context = build_context(bundle_dir, db_url, state_dir, trust, release)
+    context = build_context(bundle_dir, db_url, state_dir, trust, release, site, recipient)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -64,7 +66,9 @@ def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str
         return pages.render(request, "error.html", "error", status=exc.status_code, message=str(exc.detail))
 
     app.include_router(api.router)
+    app.include_router(output_routes.router)
     app.include_router(pages.router)
+    app.include_router(output_routes.page_router)
     app.add_middleware(SecurityMiddleware)
     return app
 

@@ -20,6 +20,7 @@ from safeshare.endpoints import port_number
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK
 
 TRUST_ENV = "SAFESHARE_TRUST"  # the trust store, when --trust is not given
+RECIPIENT_ENV = "SAFESHARE_RECIPIENT"  # who outputs are recorded as made by, when --recipient is not given
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -108,6 +109,8 @@ def import_in_child(bundle: Path, db_url: str | None, state: Path, trust: Path |
 
 def cmd_app(args: argparse.Namespace) -> int:
     from engine.bundle import BundleError, parse_release_ref
+    from engine.errors import InputError
+    from outputs.floor import site_folder
     from safeshare.signing import KeyFileError
     from safeshare.sitefolder import site_trust
 
@@ -119,7 +122,8 @@ def cmd_app(args: argparse.Namespace) -> int:
     try:
         trust = site_trust(args.trust, args.site)  # the site's, never one near the bundle
         release = parse_release_ref(args.release) if args.release is not None else None
-    except (KeyFileError, BundleError) as exc:
+        site = site_folder(args.site)  # its outputs.yaml is the floor of the output rules (none: ACRO's defaults)
+    except (KeyFileError, BundleError, InputError) as exc:
         print(f"safeshare app: refused bundle {args.bundle}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failure = import_in_child(Path(args.bundle), args.db, Path(args.state).expanduser(), trust, release)
@@ -128,7 +132,7 @@ def cmd_app(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         app = create_app(Path(args.bundle), db_url=args.db, state_dir=Path(args.state).expanduser(), trust=trust,
-                         release=release)
+                         release=release, site=site, recipient=args.recipient)
     except ReleaseError as exc:
         print(f"safeshare app: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -170,6 +174,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app.add_argument("--release", default=None, metavar="DATASET/ID",
                      help="the release the bundle must be sealed as (default: the folder's own <dataset>/<id>; "
                           "provisioning names it for the container's /release mount)")
+    app.add_argument("--recipient", default=os.environ.get(RECIPIENT_ENV) or None, metavar="NAME",
+                     help=f"the recipient outputs are recorded as made by (default ${RECIPIENT_ENV}, else "
+                          "'researcher'). The output rules come from SITE/outputs.yaml of the site (--site, "
+                          "$SAFESHARE_SITE, /var/lib/safeshare), else ACRO's defaults, tightened by the manifest's "
+                          "`outputs:` block if it has one")
     app.add_argument("--db", default=None, metavar="URL",
                      help="release database URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in --state)")
     app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.manifest import Manifest
 
@@ -20,6 +21,11 @@ from .analyses import CohortSpec, clean_filters
 from .release import LoadedRelease, load_release, read_coded_columns
 from .table import CodedTable, SUPPRESSED
 from .workspace import WORKSPACE_NAME, Workspace
+
+if TYPE_CHECKING:
+    from outputs.rules import RuleSet
+
+    from .output_store import OutputStore
 
 # Query parameters each kind of page understands; a saved analysis keeps only these.
 PAGE_PARAMS: dict[str, frozenset[str]] = {
@@ -46,6 +52,9 @@ class AppContext:
     seal: dict
     startup_seconds: float
     slugs: dict[str, str] = field(default_factory=dict)
+    outputs: "OutputStore | None" = None
+    output_rules: "RuleSet | None" = None
+    recipient: str = "researcher"
 
     @property
     def manifest(self) -> Manifest:
@@ -97,8 +106,27 @@ def release_freed_memory() -> None:
         pass
 
 
+def output_rules(site: str | Path | None, manifest: Manifest) -> "RuleSet":
+    """The output rules in force in the app: SITE/outputs.yaml when the app is given the site folder (`--site`, or a
+    folder holding outputs.yaml mounted read-only), else ACRO's defaults; then tightened (never relaxed) by the
+    `outputs:` block of the release's manifest when its engine wrote one. A relaxing or malformed block refuses the
+    release (ReleaseError): outputs must not be checked under rules weaker than the custodian's."""
+    from engine.errors import InputError
+    from outputs.floor import load_floor, tighten
+
+    from .release import ReleaseError
+
+    try:
+        floor = load_floor(site) if site is not None else load_floor(None)
+        block = manifest.document().get("outputs")
+        return tighten(floor, block, f"manifest of release {manifest.dataset}") if block else floor
+    except InputError as exc:
+        raise ReleaseError(f"the output rules cannot be read: {exc}") from None
+
+
 def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | Path,
-                  trust: str | Path | None = None, release_ref: str | None = None) -> AppContext:
+                  trust: str | Path | None = None, release_ref: str | None = None,
+                  site: str | Path | None = None, recipient: str | None = None) -> AppContext:
     """Verify (signature against the trust store `trust`, default the site's; the seal as release `release_ref`,
     default where the folder lies) and import the bundle, read it once into codes, open the workspace (raises
     ReleaseError)."""
@@ -115,4 +143,8 @@ def build_context(bundle_dir: str | Path, db_url: str | None, state_dir: str | P
         while candidate in slugs.values():
             candidate += "_"
         slugs[name] = candidate
-    return AppContext(release, table, workspace, seal, time.perf_counter() - started, slugs)
+    from .output_store import OutputStore
+
+    rules = output_rules(site, release.manifest)
+    return AppContext(release, table, workspace, seal, time.perf_counter() - started, slugs,
+                      OutputStore(state_dir), rules, recipient or "researcher")

@@ -9,6 +9,7 @@
   const percentEl = document.getElementById("cohort-percent");
   const descriptionEl = document.getElementById("cohort-description");
   const saveParams = document.getElementById("save-params");
+  const outputParams = document.getElementById("output-params");
   let sequence = 0;
 
   function query() {
@@ -39,6 +40,7 @@
     const mine = ++sequence;
     const params = new URLSearchParams(new FormData(form)).toString();
     if (saveParams) saveParams.value = params;
+    if (outputParams) outputParams.value = params;
     history.replaceState(null, "", "/cohort" + (params ? "?" + params : ""));
     form.classList.add("busy");
     try {
