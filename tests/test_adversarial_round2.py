@@ -16,7 +16,7 @@ import pytest
 
 from engine.bundle import SEAL_FORMAT, BundleError, seal_release, verify_bundle
 from safeshare.cli import main
-from safeshare.signing import SigningKey, TrustStore, canonical
+from safeshare.signing import SigningKey, canonical
 # no_ambient_site: an autouse fixture (no $SAFESHARE_SITE or default site of the machine running the tests)
 from tests.engine.test_trust_from_site import no_ambient_site, raw_frame, sealed  # noqa: F401
 from tests.enclave.test_app_support import small_frame, write_output
