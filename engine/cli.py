@@ -295,7 +295,8 @@ matches every file, and the gate passed.
 
 Exit 0 when all of that holds; 1 when refused (unsigned, a key the site does not
 trust, a signature that does not match, a retired key's new signature, a bundle under
-another release's name, any changed byte, a failed gate); 2 when no trust store is
+another release's name, any changed byte, a file the manifest does not list, a failed
+gate); 2 when no trust store is
 named or it cannot be used.
 
 What it proves, and against whom:
@@ -306,14 +307,17 @@ What it proves, and against whom:
     edited data, manifest or seal, a hand-written seal, a failed gate marked as passed,
     raw data with every hash recomputed, a bundle signed by a key of the writer's own
     with a trust.json of theirs next to it (or a release name pointing at one), a
-    genuine bundle copied under another release's id or dataset. A writer cannot
+    genuine bundle copied under another release's id or dataset, a file added to a
+    genuine bundle (everything in the folder enters the enclave). A writer cannot
     re-sign without the private release key. This holds as long as the key
     (SITE/keys/release-signing.key, 0600, the custodian's user) and SITE/trust.json
     (written only by the custodian) are out of the writer's reach, and the verifier
     is told the site (or its trust.json) by whoever runs it.
   - someone who kept a copy of a RETIRED release key: what it signs after the
     rotation is refused, whatever signing time it writes (`safeshare custodian key
-    rotate` records the seals the old key had signed in trust.json).
+    rotate` records the seals the old key had signed in trust.json). Not what such a
+    copy sealed into SITE/releases BEFORE the rotation: the rotation records every
+    seal it finds there, so review SITE/releases before rotating a leaked key.
   - NOT against someone who holds the custodian's release signing key or can write
     trust.json: they can sign, or trust a key of theirs for, anything.
 
