@@ -11,7 +11,8 @@ a regression its residual degrees of freedom; the chi-square test of a compariso
 
 `data` is one shape for every kind (`row_labels` x `col_labels` cells, optional totals), so one template draws every
 output and one CSV writer writes it; `flags` places each check's flagged cells in that grid. Cohorts are kept as
-their definitions (filters and `exclude_suppressed`) and re-evaluated on the in-memory table for differencing.
+their definitions (filters and `exclude_suppressed`) and re-evaluated on the in-memory table for differencing
+(every kind, models included: a model's n counts its cohort, and fits on nested cohorts differ by the few records).
 """
 from __future__ import annotations
 
@@ -310,28 +311,24 @@ def cohort_mask(context: AppContext, record: dict) -> np.ndarray | None:
 
 
 def differencing(context: AppContext, built: Built, earlier: Sequence[dict], rules: RuleSet) -> sdc.Check | None:
-    """For a count or table: fail naming every earlier output on this release (and, in a comparison, the other
-    cohort) whose cohort differs from one of this output's by 1 to threshold - 1 records."""
-    if built.kind not in TABLE_KINDS:
-        return None
+    """Fail naming every earlier output on this release (and, in a comparison, the other cohort) whose cohort
+    differs from one of this output's by 1 to threshold - 1 records. Models too, both ways: a model's n is a count
+    of its cohort, and two fits on A and "A without three records" differ by what those three contribute."""
     release = context.release.release_id
     n = context.table.n
     previous: list[EarlierOutput] = []
     for record in earlier:
-        if record.get("release", {}).get("id") != release or record.get("kind") not in TABLE_KINDS:
+        if record.get("release", {}).get("id") != release:
             continue
-        for k, cohort in enumerate(record.get("cohorts", [])):
+        for cohort in record.get("cohorts", []):
             mask = cohort_mask(context, cohort)
             if mask is not None:
                 previous.append(EarlierOutput(str(record["id"]), record["name"], release, mask))
     masks = [context.table.mask(s.filters, s.exclude_suppressed) for s in built.cohorts]
-    if len(masks) == 2:  # a comparison of A with "A without three records" describes those three
-        previous.append(EarlierOutput("A", "cohort A of this comparison", release, masks[0]))
-        masks = masks[:1] + [masks[1]]
-    found: list[sdc.Check] = []
-    for i, mask in enumerate(masks):
-        against = [p for p in previous if not (i == 0 and p.id == "A")]
-        found.append(check_differencing(mask, release, against, n, rules))
+    found = [check_differencing(masks[0], release, previous, n, rules)]
+    if len(masks) == 2:  # a comparison: cohort B against the earlier outputs and against this output's cohort A
+        own_a = EarlierOutput("A", "cohort A of this comparison", release, masks[0])
+        found.append(check_differencing(masks[1], release, [*previous, own_a], n, rules))
     failing = [c for c in found if c.status != sdc.PASS]
     if not failing:
         return found[0]

@@ -150,7 +150,14 @@ def _check_dicts(built: Built) -> list[dict]:
 
 def make_output(context: AppContext, name: str, kind: str, query: dict, remedy: dict | None,
                 remedied_from: int | None = None) -> dict:
-    """Run, check, remedy (if asked) and store one output; OutputError / OutputStoreError with the reason."""
+    """Run, check, remedy (if asked) and store one output; OutputError / OutputStoreError with the reason. One at a
+    time: the differencing check must see every output stored before this one."""
+    with context.outputs.making:
+        return _make_output(context, name, kind, query, remedy, remedied_from)
+
+
+def _make_output(context: AppContext, name: str, kind: str, query: dict, remedy: dict | None,
+                 remedied_from: int | None) -> dict:
     name = clean_name(name)
     parsed = parse_query(kind, query)
     rules = context.output_rules

@@ -76,6 +76,9 @@ class OutputStore:
         self.root = Path(state_dir) / OUTPUTS_DIR
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        # Held while an output is checked against the earlier ones and stored: two outputs saved at once (a script
+        # posting in parallel) must not both miss each other in the differencing check.
+        self.making = threading.RLock()
         for leftover in self.root.glob(".new-*"):  # a crash mid-write leaves a hidden folder, never an output
             shutil.rmtree(leftover, ignore_errors=True)
 

@@ -323,3 +323,80 @@ def test_every_analysis_page_offers_save_as_output(client) -> None:
                                follow_redirects=False)
         assert response.status_code == 303, (kind, response.text[:500])
         assert client.get(response.headers["location"]).status_code == 200
+
+
+def test_differencing_holds_for_outputs_saved_at_the_same_time(client) -> None:
+    """A script posting two nested cohorts in parallel must not have each miss the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [{"attribute": "sex"}, {"attribute": "sex", "filters": {"batch": ["main", "b12", "b13"]}}]
+
+    def post(query: dict) -> dict:
+        return client.post("/api/outputs", json={"name": "parallel", "kind": "frequencies", "query": query}).json()
+
+    with ThreadPoolExecutor(2) as pool:
+        records = list(pool.map(post, queries))
+    statuses = sorted(next(c for c in r["checks"] if c["rule"] == "differencing")["status"] for r in records)
+    assert statuses == ["fail", "pass"]
+
+
+def test_a_model_on_a_nested_cohort_fails_differencing(client) -> None:
+    model = {"model": "ols", "outcome": "income", "predictors": [{"attribute": "x0"}]}
+    first = save(client, "regression", model, "everyone")
+    second = save(client, "regression", {**model, "filters": {"batch": ["main", "b12", "b13"]}}, "three fewer")
+    check = next(c for c in second["checks"] if c["rule"] == "differencing")
+    assert check["status"] == "fail" and check["cells"] == [[str(first["id"])]]
+
+
+def test_suppressed_cell_cannot_be_narrowed_from_what_is_shown(client) -> None:
+    """The linear-programming bounds a reader can derive from the published cells and totals leave the hidden
+    small cell an interval at least the threshold wide."""
+    from outputs.remedies import Shown, derivable_bounds
+
+    record = save(client, "crosstab", CROSSTAB, "suppressed", remedy={"kind": "suppress"})
+    data = record["data"]
+    true = save(client, "crosstab", CROSSTAB, "true")["data"]["cells"]
+    cells = np.array(true, dtype=float)
+    hidden = np.array([[v is None for v in row] for row in data["cells"]])
+    rows = np.array([v is not None for v in data["row_totals"]])
+    cols = np.array([v is not None for v in data["col_totals"]])
+    i, j = data["row_labels"].index("Female"), data["col_labels"].index("Other")
+    (low, high), = derivable_bounds(cells, Shown(hidden, rows, cols, data["total"] is not None), [("cell", i, j)])
+    assert high - low >= 10
+    shown = [v for row, mask in zip(data["cells"], hidden) for v, h in zip(row, mask) if not h]
+    assert all(v == c for v, c in zip(shown, cells[~hidden]))
+
+
+def rules_bundle(root, outputs_block: dict | None):
+    """A sealed bundle whose manifest carries an `outputs:` block (the engine's manifest allows extra blocks)."""
+    from engine.bundle import seal_release
+    from tests.enclave.test_app_support import write_output
+
+    write_output(root / "out", outputs_frame(), quasi_identifiers=["sex", "race", "age"])
+    if outputs_block is not None:
+        path = root / "out" / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["outputs"] = outputs_block
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return seal_release(root / "out", root / "releases")
+
+
+def test_rules_from_the_site_floor_tightened_by_the_manifest(tmp_path) -> None:
+    from enclave.app.release import ReleaseError
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "outputs.yaml").write_text("safe_threshold: 13\n")
+    bundle = rules_bundle(tmp_path / "a", {"safe_dof_threshold": 12})
+    app = create_app(bundle, state_dir=tmp_path / "state", trust=bundle.parents[2] / "trust.json", site=site)
+    with TestClient(app) as client:
+        record = save(client, "frequencies", {"attribute": "race", "filters": {"sex": ["Male"]}})
+        assert failing(record)["threshold"] == [["Other"]]  # 12 records: passes at 10, fails at the site's 13
+        rules = record["rules"]
+        assert rules["rules"]["safe_threshold"] == 13 and rules["origin"]["safe_threshold"] == "site"
+        assert rules["rules"]["safe_dof_threshold"] == 12 and rules["origin"]["safe_dof_threshold"] == "policy"
+        assert rules["site"]["source"].endswith("outputs.yaml") and len(rules["site"]["sha256"]) == 64
+        assert "13" in client.get("/outputs").text
+    relaxing = rules_bundle(tmp_path / "b", {"safe_threshold": 5})
+    with pytest.raises(ReleaseError, match="relax"):
+        create_app(relaxing, state_dir=tmp_path / "state2", trust=relaxing.parents[2] / "trust.json", site=site)
