@@ -12,6 +12,9 @@ Content-Security-Policy. Modules, one job each:
 - charts: inline SVG from `engine.svgcharts` (one chart module for the app and the release report); `charts` adds
   the regression page's coefficient plot in the same style
 - `workspace`: saved analyses (parameters only, bounded in count and size) in their own writable SQLite file
+- outputs: `output_checks` (an analysis as a checked table: per-cell SDC checks from the `outputs` library,
+  differencing against earlier outputs, remedies), `output_store` (STATE/outputs/<id>/: data.csv, meta.json,
+  rendering.html, written atomically, bounded), `output_routes` (`/api/outputs` and the outputs pages)
 - `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream
 - `api`, `pages`: JSON endpoints and HTML pages; `cli`: `safeshare app`
 """

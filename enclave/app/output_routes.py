@@ -102,8 +102,7 @@ def _flags(built: Built) -> list[dict]:
         if check.status == sdc.PASS and check.rule != "structural-zeros":
             continue
         for row, col in built.positions.get(i, []):
-            out.append({"row": int(row), "col": int(col), "rule": check.rule, "status": check.status,
-                        "reason": check.reason})
+            out.append({"row": int(row), "col": int(col), "rule": check.rule, "status": check.status})
     return out
 
 
@@ -224,9 +223,10 @@ def render_rendering(record: dict) -> str:
 
 def grid(record: dict) -> dict:
     """Per cell of `data`, its flags (rule, status, reason): the template marks and explains them."""
+    reasons = {c["rule"]: c["reason"] for c in record.get("checks", [])}
     marks: dict[str, list[dict]] = {}
     for flag in record.get("flags", []):
-        marks.setdefault(f"{flag['row']},{flag['col']}", []).append(flag)
+        marks.setdefault(f"{flag['row']},{flag['col']}", []).append({**flag, "reason": reasons.get(flag["rule"], "")})
     worst = {key: sdc.combine(f["status"] for f in flags if f["rule"] != "structural-zeros")
              if any(f["rule"] != "structural-zeros" for f in flags) else "structural"
              for key, flags in marks.items()}
@@ -293,9 +293,15 @@ def post_output(body: OutputRequest, request: Request) -> dict:
     return public(_answer(make_output, context, body.name, body.kind, body.query, remedy))
 
 
-@router.get("/outputs", summary="The recipient's outputs, newest first")
+SUMMARY_FIELDS = ("id", "name", "kind", "status", "checks", "remedy", "remedied_from", "release", "created_at",
+                  "created_by", "exception")
+
+
+@router.get("/outputs", summary="The recipient's outputs, newest first: id, name, kind, status, checks, release, "
+                                "when and by whom (GET /api/outputs/{id} for the data and everything else)")
 def list_outputs(request: Request) -> list[dict]:
-    return [public(r) for r in ctx(request).outputs.list()]
+    return [{**{k: r.get(k) for k in SUMMARY_FIELDS}, "url": f"/outputs/{r['id']}"}
+            for r in ctx(request).outputs.list()]
 
 
 @router.get("/outputs/{output_id}", summary="One output: id, status, checks (rule, status, cells), data, metadata")

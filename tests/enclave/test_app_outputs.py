@@ -102,7 +102,10 @@ def test_contract_crosstab_small_cell_fails_naming_its_labels(client) -> None:
     # GET returns the same record; the list holds it
     got = client.get(f"/api/outputs/{record['id']}").json()
     assert got["status"] == "fail" and got["checks"] == record["checks"] and got["data"] == data
-    assert [o["id"] for o in client.get("/api/outputs").json()] == [record["id"]]
+    listed = client.get("/api/outputs").json()
+    assert [(o["id"], o["status"], o["checks"]) for o in listed] == [(record["id"], "fail", record["checks"])]
+    schema = client.get("/openapi.json").json()["paths"]
+    assert {"/api/outputs", "/api/outputs/{output_id}", "/api/outputs/{output_id}/remedy"} <= set(schema)
     assert client.get("/api/outputs/999").status_code == 404
     assert client.get("/api/outputs/abc").status_code == 404
 
