@@ -169,8 +169,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help=f"the site's trust store (trust.json; provisioning mounts it read-only). Default: "
                           f"${TRUST_ENV}, else SITE/trust.json of --site; never one near the bundle")
     app.add_argument("--site", default=None, metavar="SITE",
-                     help="the site whose trust.json decides when --trust is not given (default: $SAFESHARE_SITE, "
-                          "else /var/lib/safeshare if it exists; with none, the bundle is refused)")
+                     help="the site whose trust.json decides when --trust is not given, and whose outputs.yaml is "
+                          "the floor of the output rules (default: $SAFESHARE_SITE, else /var/lib/safeshare if it "
+                          "exists; with no trust store the bundle is refused; with no outputs.yaml, ACRO's defaults)")
     app.add_argument("--release", default=None, metavar="DATASET/ID",
                      help="the release the bundle must be sealed as (default: the folder's own <dataset>/<id>; "
                           "provisioning names it for the container's /release mount)")
@@ -182,7 +183,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app.add_argument("--db", default=None, metavar="URL",
                      help="release database URL, e.g. postgresql+psycopg://user@host/db (default: SQLite in --state)")
     app.add_argument("--state", default=str(DEFAULT_STATE), metavar="DIR",
-                     help=f"folder for the SQLite release database and the saved analyses (default {DEFAULT_STATE})")
+                     help=f"folder for the SQLite release database, the saved analyses and the outputs "
+                          f"(STATE/outputs) (default {DEFAULT_STATE})")
     app.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     app.add_argument("--port", type=port_number, default=8050,
                      help="port to listen on (default 8050; 0 picks a free one)")

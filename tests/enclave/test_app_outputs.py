@@ -403,3 +403,16 @@ def test_rules_from_the_site_floor_tightened_by_the_manifest(tmp_path) -> None:
     relaxing = rules_bundle(tmp_path / "b", {"safe_threshold": 5})
     with pytest.raises(ReleaseError, match="relax"):
         create_app(relaxing, state_dir=tmp_path / "state2", trust=relaxing.parents[2] / "trust.json", site=site)
+
+
+def test_app_command_refuses_a_bad_site_floor_naming_the_file(bundle, tmp_path, capsys) -> None:
+    from safeshare.cli import main
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "outputs.yaml").write_text("safe_threshold: ten\n")
+    code = main(["app", "--bundle", str(bundle), "--state", str(tmp_path / "state"), "--port", "0",
+                 "--trust", str(bundle.parents[2] / "trust.json"), "--site", str(site)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "outputs.yaml" in err and "safe_threshold" in err
