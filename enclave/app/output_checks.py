@@ -127,7 +127,7 @@ def build(context: AppContext, kind: str, query: Any, rules: RuleSet) -> Built:
     if kind == "cohort":
         spec = _cohort(context, query)
         n = table.count(spec.filters, spec.exclude_suppressed)
-        stats = sdc.table_stats(np.array([n]), [["cohort"]], axes=["cohort"], qi_axes=[False])
+        stats = sdc.table_stats(np.array([n]), [["records"]], axes=["cohort"], qi_axes=[False])
         verdict = sdc.check_table(stats, "count", rules)
         data = _grid("count", "cohort", None, ["records"], ["count"], [[n]], cohort=spec.describe())
         checks, where = _checks_to_grid(verdict.checks, lambda p: (0, 0))

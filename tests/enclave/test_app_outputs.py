@@ -416,3 +416,13 @@ def test_app_command_refuses_a_bad_site_floor_naming_the_file(bundle, tmp_path, 
     assert code == 2
     err = capsys.readouterr().err
     assert "outputs.yaml" in err and "safe_threshold" in err
+
+
+def test_cohort_count_output_and_its_suppression(client) -> None:
+    record = save(client, "cohort", {"filters": {"batch": ["tiny"]}}, "tiny")
+    assert record["status"] == "fail" and failing(record)["threshold"] == [["records"]]
+    assert record["data"]["cells"] == [[3]]
+    remedied = client.post(f"/api/outputs/{record['id']}/remedy", json={"remedy": {"kind": "suppress"}}).json()
+    assert remedied["status"] == "review" and remedied["data"]["cells"] == [[None]]
+    assert remedied["data"]["total"] is None  # the total would be the hidden count itself
+    assert "3" not in json.dumps(remedied["data"])
