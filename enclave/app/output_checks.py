@@ -245,9 +245,10 @@ def _descriptive(context: AppContext, query: Any, rules: RuleSet, qis: set[str])
         for j, (column, statistic) in enumerate(DESCRIPTIVE_COLUMNS):
             for check in sdc.check_table(stats, statistic, rules).checks:
                 cells = tuple((labels[p[0]], column) for p in check.positions)
-                where[len(checks)] = [(offset + p[0], j) for p in check.positions]
+                grid = tuple((offset + p[0], j) for p in check.positions)  # places in the table shown
+                where[len(checks)] = list(grid)
                 reason = f"{column}: {check.reason}" if check.positions else check.reason
-                checks.append(sdc.Check(check.rule, check.status, cells, check.positions, reason))
+                checks.append(sdc.Check(check.rule, check.status, cells, grid, reason))
         offset += len(labels)
     checks = _merge(checks, where)
     cells = [[_num(r[name]) for name in col_labels] for r in rows]
@@ -267,11 +268,14 @@ def _merge(checks: list[sdc.Check], where: dict) -> tuple[list[sdc.Check], dict]
             continue
         old = merged[check.rule]
         status = sdc.combine([old.status, check.status])
-        reasons = [r for r in (old.reason, check.reason) if r and (check.positions or old.positions or r)]
-        flagged = [c for c in (old, check) if c.status != sdc.PASS]
-        reason = "; ".join(dict.fromkeys(c.reason for c in flagged)) if flagged else old.reason
+        if old.status == sdc.PASS and check.status != sdc.PASS:
+            reason = check.reason           # a passing column's "every cell ..." gives way to the first flagged one
+        elif check.status != sdc.PASS and check.reason not in old.reason:
+            reason = f"{old.reason}; {check.reason}"
+        else:
+            reason = old.reason
         merged[check.rule] = sdc.Check(check.rule, status, old.cells + check.cells, old.positions + check.positions,
-                                       reason or "; ".join(reasons))
+                                       reason)
         places[check.rule] += where.get(i, [])
     out = list(merged.values())
     return out, {i: places[c.rule] for i, c in enumerate(out)}

@@ -226,6 +226,9 @@ def test_descriptive_output_checks_per_statistic(client) -> None:
     bad = failing(record)
     assert ["Other", "mean"] in bad["nk-rule"] and ["Other", "sum"] in bad["nk-rule"]
     assert ["Other", "mean"] in bad["p-ratio"]
+    other, mean = record["data"]["row_labels"].index("Other"), record["data"]["col_labels"].index("mean")
+    assert [other, mean] in record["acro"]["files"][0]["sdc"]["cells"]["NKCheck"]
+    assert record["data"]["row_labels"][-1] == "all"
     assert ["White", "mean"] not in bad.get("nk-rule", [])
     assert not any(cell[0] == "*" for cells in bad.values() for cell in cells)  # none left: structural
     structural = next(c for c in record["checks"] if c["rule"] == "structural-zeros")
