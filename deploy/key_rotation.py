@@ -4,7 +4,8 @@ A retired key verifies only the signatures recorded at its retirement (`safeshar
 `signed_at` in a signature is the signer's word, so a copy of the old key could otherwise date new seals before the
 rotation. What the site keeps signed, per purpose:
 
-* release key: the seal of every bundle in SITE/releases/<dataset>/<id>/seal.json;
+* release key: the seals `safeshare release` made, from the key's ledger (SITE/keys/release-signing.key.signed,
+  which only the custodian can write; a site with no ledger yet: every SITE/releases/<dataset>/<id>/seal.json);
 * gateway key: every signed line of every session log in SITE/sessions/<id>/events.jsonl (seals and the
   checkpoints signed while a session runs), whatever its event, so that a format adding signed lines is covered.
 
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from deploy.site import Site
 from engine.bundle import release_signatures
+from safeshare.signing import ledger_signatures
 from proxy.sessiondir import EVENTS, session_folders
 
 
@@ -94,12 +96,23 @@ def file_signatures(path: str | Path) -> list[dict[str, Any]]:
 GATEWAY_SETTLE = 1.0  # seconds for a line signed with the old key just before the new key appeared to be written
 
 
-def site_signatures(site: Site, purpose: str, settle: float = GATEWAY_SETTLE) -> Iterator[dict[str, Any]]:
-    """What the site keeps signed by its key for `purpose` (release or gateway). For the gateway, the scan waits
-    `settle` seconds first: a running gateway that read the old key an instant before the rotation replaced it may
-    still be writing the line it signed, which must be on disk to be recorded."""
+def site_signatures(site: Site, purpose: str, settle: float = GATEWAY_SETTLE) -> Iterable[dict[str, Any]]:
+    """What the site keeps signed by its key for `purpose` (release or gateway).
+
+    Release: what `safeshare release` signed, from the ledger beside the key (a seal that a copy of a leaked key
+    planted in RELEASES is not in it); a site that has released nothing since ledgers exist has only the folder to go
+    by. Read now, before the rotation replaces the key, so that a damaged ledger (KeyFileError) stops the rotation
+    with the old key still in place.
+
+    Gateway: read lazily, after the new key is in place; the scan waits `settle` seconds first: a running gateway that
+    read the old key an instant before the rotation replaced it may still be writing the line it signed, which must
+    be on disk to be recorded."""
     if purpose == "release":
-        yield from release_signatures(site.releases)
-        return
+        recorded = ledger_signatures(site.release_signing_key)
+        return recorded if recorded is not None else list(release_signatures(site.releases))
+    return _gateway_signatures(site, settle)
+
+
+def _gateway_signatures(site: Site, settle: float) -> Iterator[dict[str, Any]]:
     time.sleep(settle)
     yield from session_signatures(site.sessions)

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
-                               TrustedKey, TrustStore, canonical, ensure_key)
+                               TrustedKey, TrustStore, append_to_ledger, canonical, ensure_key, ledger_path)
 
 from .manifest import MANIFEST, Manifest, ManifestError, load_manifest
 
@@ -285,6 +285,21 @@ def _signing_key(releases: Path, signing_key: SigningKey | str | Path | None,
     return SigningKey.load(signing_key)
 
 
+def _record_release_signature(key: SigningKey, releases: Path, seal: dict) -> None:
+    """Keep the seal's signature in the release key's ledger (SITE/keys, beside the key), what the key's retirement
+    records as the seals the site made. The ledger a site's first release after upgrading creates first adopts the
+    seals of this key already in RELEASES, once, as the rotation scan did before ledgers existed."""
+    context = {"dataset": seal["dataset"], "release": seal["release"]}
+    try:
+        if key.path is not None and not ledger_path(key.path).exists():
+            adopted = [record for record in release_signatures(releases) if record.get("key_id") == key.key_id]
+            append_to_ledger(key, adopted, adopted=True)
+        append_to_ledger(key, [seal["signature"]], **context)
+    except OSError as exc:
+        raise KeyFileError(f"{ledger_path(key.path or '')}: the release key's signature ledger cannot be written "
+                           f"({exc.strerror or exc}); nothing was released") from None
+
+
 def seal_release(output: str | Path, releases: str | Path, signing_key: SigningKey | str | Path | None = None,
                  trust: TrustStore | str | Path | None = None) -> Path:
     """Copy a verified deid output into RELEASES/<dataset>/<id>/ with a signed seal; raise BundleError when refused.
@@ -351,6 +366,7 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
             "sealed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         seal["signature"] = key.sign(canonical(seal))
+        _record_release_signature(key, releases, seal)
         (staging / SEAL).write_text(json.dumps(seal, indent=2) + "\n", encoding="utf-8")
         for path in staging.rglob("*"):
             if path.is_dir():

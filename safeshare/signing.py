@@ -165,6 +165,59 @@ class SigningKey:
         return {"alg": ALGORITHM, "key_id": self.key_id, "signed_at": signed_at, "signature": _b64(signature)}
 
 
+LEDGER_SUFFIX = ".signed"
+
+
+def ledger_path(key_path: str | Path) -> Path:
+    """The record of what the key at `key_path` signed, kept beside it: in the signer's own folder (SITE/keys, 0700),
+    which a writer of the folders the signatures end up in cannot write. A rotation records what the ledger lists,
+    not what it finds in those folders, where a copy of a leaked key could have planted seals before the rotation."""
+    return Path(f"{key_path}{LEDGER_SUFFIX}")
+
+
+def append_to_ledger(key: SigningKey, records: Iterable[dict[str, Any]], **context: Any) -> None:
+    """Append signature records made by `key` to its ledger (created 0600), flushed to disk before returning: a
+    signature the ledger does not hold would stop verifying at the key's retirement, so a failure here must stop the
+    signer (OSError) rather than let it publish."""
+    if key.path is None:
+        return
+    lines = b"".join(json.dumps({"signature": record, **context}, sort_keys=True).encode("utf-8") + b"\n"
+                     for record in records)
+    if not lines:
+        return
+    descriptor = os.open(ledger_path(key.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, lines)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def ledger_signatures(key_path: str | Path) -> list[dict[str, Any]] | None:
+    """The signature records in the ledger of the key at `key_path`, or None when it keeps none (a site whose key
+    signed nothing since ledgers exist). A damaged line is a KeyFileError naming the file and the line: a rotation
+    must not retire a key with a record it could not read whole."""
+    path = ledger_path(key_path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise KeyFileError(f"{path}: signature ledger not readable: {exc.strerror or exc}") from None
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise KeyFileError(f"{path}: line {number}: not JSON") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("signature"), dict):
+            raise KeyFileError(f"{path}: line {number}: field 'signature' must be a signature record")
+        records.append(entry["signature"])
+    return records
+
+
 def _signed_bytes(message: bytes, key_id: str, signed_at: str) -> bytes:
     return b"safeshare-signature/1\n" + key_id.encode("ascii") + b"\n" + signed_at.encode("ascii") + b"\n" + message
 

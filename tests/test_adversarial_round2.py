@@ -245,21 +245,17 @@ def _forged_bundle(root: Path, releases: Path, key: SigningKey, signed_at: str |
     return bundle
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (high): rotation records the signature of every RELEASES/*/*/seal.json it finds (engine.bundle."
-    "release_signatures: 'verified or not'), so whoever holds a leaked copy of the release key and can write "
-    "SITE/releases plants a bundle of raw records sealed with it before the custodian rotates the key because of "
-    "the leak; the rotation records that forged seal as something the old key signed, and it verifies for ever "
-    "after (verify-release, the app, provisioning). Verifying each seal first does not help (the leaked key makes "
-    "a valid one); the record must come from something the folder writer cannot write: e.g. a ledger of the "
-    "signatures `safeshare release` made, kept in SITE/keys (0700, custodian only) or the database's audit events "
-    "of releases, with rotation recording only seals in it (and the rotation listing for the custodian every seal "
-    "it records). The gateway key has the same scan (any signature record on any line of SITE/sessions, anchored "
-    "or not), where `audit verify --db` still finds a planted session by its missing anchor row."))
 def test_rotation_does_not_record_a_seal_planted_with_the_leaked_key(tmp_path: Path, capsys, monkeypatch) -> None:
-    site = tmp_path / "site"
+    """Rotation records what `safeshare release` signed, from the ledger beside the key (SITE/keys, custodian only),
+    not every seal in SITE/releases: a raw-data bundle a thief sealed with a leaked copy of the key before the
+    rotation stops verifying with it. (The gateway key's scan of SITE/sessions has no ledger: `audit verify --db`
+    finds a planted session by its missing anchor row.)"""
+    site = _site(tmp_path)
     monkeypatch.setenv("SAFESHARE_SITE", str(site))
-    genuine = sealed(tmp_path, site / "releases")
+    out = tmp_path / "out"
+    write_output(out, small_frame())
+    genuine = seal_release(out, site / "releases")   # what `safeshare release` seals is in the key's ledger
+    assert (site / "keys" / "release-signing.key.signed").stat().st_mode & 0o777 == 0o600
     leaked = SigningKey.load(shutil.copy2(site / "keys" / "release-signing.key", tmp_path / "leaked.key"))
     # the thief plants raw records sealed with the leaked key in the site's releases folder ...
     forged = _forged_bundle(tmp_path, site / "releases", leaked)
