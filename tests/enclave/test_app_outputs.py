@@ -192,6 +192,8 @@ def test_regression_output_residual_dof(client) -> None:
     assert small["acro"]["type"] == "regression" and small["acro"]["properties"]["dof"] == 9
     ok = save(client, "regression", {**model, "filters": {"batch": ["b13"]}}, "n13")
     assert ok["status"] == "pass" and ok["data"]["df_resid"] == 10
+    again = client.post("/api/regression", json=ok["query"])  # the stored query runs as its endpoint takes it
+    assert again.status_code == 200 and again.json()["df_resid"] == 10
     for kind in ("logit", "probit"):
         query = {"model": kind, "outcome": "sex", "predictors": [{"attribute": "x0"}], "exclude_suppressed": True}
         record = save(client, "regression", query, kind)
