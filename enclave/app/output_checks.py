@@ -39,6 +39,8 @@ REMEDIES = ("suppress", "round", "opensafely")
 DESCRIPTIVE_COLUMNS = (("count", "count"), ("mean", "mean"), ("sd", "std"), ("median", "median"), ("min", "min"),
                        ("max", "max"), ("sum", "sum"))
 COEFFICIENT_COLUMNS = ("coef", "se", "statistic", "p_value", "ci_low", "ci_high")
+MAX_OUTPUT_CELLS = 10_000    # more than a checker can review; also bounds the work of checking and storing
+MAX_SUPPRESS_CELLS = 2_500   # secondary suppression's linear programs: ~3 s at 60 x 40, ~24 s at 100 x 100
 
 
 class OutputError(FilterError):
@@ -121,7 +123,17 @@ def impossible(spec: CohortSpec, labels: Sequence[Sequence[str]], qi_axes: Seque
 
 
 def build(context: AppContext, kind: str, query: Any, rules: RuleSet) -> Built:
-    """The output of one analysis (`query`: the analysis's validated pydantic query). FilterError on bad input."""
+    """The output of one analysis (`query`: the analysis's validated pydantic query). FilterError on bad input;
+    OutputError (413) for a table of more than MAX_OUTPUT_CELLS cells."""
+    built = _build(context, kind, query, rules)
+    cells = len(built.data["row_labels"]) * len(built.data["col_labels"])
+    if cells > MAX_OUTPUT_CELLS:
+        raise OutputError(f"the table has {cells} cells; an output holds at most {MAX_OUTPUT_CELLS} (choose "
+                          "attributes with fewer values or a narrower cohort)", 413)
+    return built
+
+
+def _build(context: AppContext, kind: str, query: Any, rules: RuleSet) -> Built:
     table = context.table
     qis = set(context.quasi_identifiers())
     if kind == "cohort":
@@ -378,6 +390,9 @@ def apply_remedy(built: Built, remedy: dict, rules: RuleSet) -> Built:
     counts = built.counts
     labels = built.count_labels
     if kind == "suppress":
+        if counts.size > MAX_SUPPRESS_CELLS:
+            raise OutputError(f"suppression takes tables of at most {MAX_SUPPRESS_CELLS} cells (this one has "
+                              f"{counts.size}): round it, or choose attributes with fewer values", 413)
         result = remedies.suppress(counts, primary.reshape(shape) if counts.ndim == 2 else primary[:, 0],
                                    margins=True, rules=rules, labels=labels)
         how = "hidden by suppression"

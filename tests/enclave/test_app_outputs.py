@@ -431,3 +431,16 @@ def test_cohort_count_output_and_its_suppression(client) -> None:
     assert remedied["status"] == "review" and remedied["data"]["cells"] == [[None]]
     assert remedied["data"]["total"] is None  # the total would be the hidden count itself
     assert "3" not in json.dumps(remedied["data"])
+
+
+def test_bounds_on_table_cells_and_suppression(client, monkeypatch) -> None:
+    from enclave.app import output_checks
+
+    monkeypatch.setattr(output_checks, "MAX_SUPPRESS_CELLS", 6)
+    refused = client.post("/api/outputs", json={"name": "x", "kind": "crosstab", "query": CROSSTAB,
+                                                "remedy": {"kind": "suppress"}})
+    assert refused.status_code == 413 and "at most 6 cells" in refused.json()["detail"]
+    monkeypatch.setattr(output_checks, "MAX_OUTPUT_CELLS", 6)
+    refused = client.post("/api/outputs", json={"name": "x", "kind": "crosstab", "query": CROSSTAB})
+    assert refused.status_code == 413 and "at most 6" in refused.json()["detail"]
+    assert client.get("/api/outputs").json() == []
