@@ -186,7 +186,6 @@ def _make_output(context: AppContext, name: str, kind: str, query: dict, remedy:
         "comments": [], "exception": None,
     }
     rendering = render_rendering(record)
-    stored = context.outputs.add(record, data_csv(built.data), rendering)
 
     def with_acro(saved: dict) -> None:
         saved["acro"] = acro_record(
@@ -200,7 +199,7 @@ def _make_output(context: AppContext, name: str, kind: str, query: dict, remedy:
             saved["acro"]["properties"]["mitigation"] = "suppress" if built.remedy["kind"] == "suppress" \
                 else "round"
 
-    return context.outputs.update(stored["id"], with_acro)
+    return context.outputs.add(record, data_csv(built.data), rendering, with_acro)
 
 
 def _cell(value: Any) -> str:

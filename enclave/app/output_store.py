@@ -92,8 +92,9 @@ class OutputStore:
         path = self.root / text
         return path if (path / "meta.json").is_file() else None
 
-    def add(self, meta: dict, csv_text: str, rendering: str) -> dict:
-        """Store a new output (meta gets its id, files and their sha256); OutputStoreError when a bound is hit."""
+    def add(self, meta: dict, csv_text: str, rendering: str, complete=None) -> dict:
+        """Store a new output (meta gets its id, files and their sha256, then `complete(record)` may add what needs
+        the id) in one atomic write; OutputStoreError when a bound is hit."""
         files = {"data.csv": csv_text.encode("utf-8"), "rendering.html": rendering.encode("utf-8")}
         with self._lock:
             ids = self._ids()
@@ -103,6 +104,8 @@ class OutputStore:
             record = {**meta, "id": new_id,
                       "files": {name: {"sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
                                 for name, body in files.items()}}
+            if complete is not None:
+                complete(record)
             body = (json.dumps(record, indent=1, sort_keys=False) + "\n").encode("utf-8")
             size = len(body) + sum(len(b) for b in files.values())
             if size > MAX_OUTPUT_BYTES:

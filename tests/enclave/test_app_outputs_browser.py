@@ -73,6 +73,9 @@ async def drive(devtools_port: int, app_url: str) -> dict:
             await page.wait_for("document.readyState === 'complete' && !!document.getElementById('outputs')")
             out["listed"] = await page.eval("[...document.querySelectorAll('#outputs tbody tr')]"
                                             ".map(r => [r.cells[1].textContent, r.cells[3].textContent])")
+            out["nav_lines"] = await page.eval("new Set([...document.querySelectorAll('header nav a')]"
+                                               ".map(a => a.getBoundingClientRect().top)).size")
+            out["nav"] = await page.eval("[...document.querySelectorAll('header nav a')].map(a => a.textContent)")
             out["csp"] = await page.eval("window.__csp")
             return out
 
@@ -108,4 +111,5 @@ def test_regression_saved_as_output_shows_its_checks_in_chromium(tmp_path) -> No
     assert row_label == "Female" and text.startswith("3") and "fewer than 10 records" in text
     assert colour not in ("rgba(0, 0, 0, 0)", "")  # highlighted by the stylesheet, not by inline style
     assert ["sex by race", "fail"] in out["listed"] and ["income model", "fail"] in out["listed"]
+    assert out["nav"][-1] == "Outputs" and out["nav_lines"] == 1  # one line at the kiosk's 1280 px
     assert out["csp"] == [], out["csp"]
