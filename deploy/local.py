@@ -128,7 +128,8 @@ def seal_demo_release(policy: Path, home: Path, say: Callable[[str], None]) -> P
         f"suppressed, loss quality {manifest.quality.get('loss', float('nan')):.4f}, gate "
         f"{'passed' if passed else 'FAILED'} ({result.seconds:.1f} s)")
     # Signed with HOME/keys/release-signing.key, trusted in HOME/trust.json: both made on first use, as at a site.
-    return seal_release(out, home / "releases", trust=home / TRUST_FILE)
+    # The policy given, not the output's manifest, says which columns are released and which are quasi-identifiers.
+    return seal_release(out, home / "releases", trust=home / TRUST_FILE, policy=result.policy)
 
 
 def ensure_gateway_key(home: Path) -> Path:

@@ -17,9 +17,23 @@ data/part-NNNNN.parquet), the classes over the quasi-identifiers and from them t
 Either failing refuses the release. Each data file is read once, its bytes hashed against the manifest and parsed
 from those same bytes, so a file swapped between the check and the read cannot slip past.
 
-What is taken from the manifest: the quasi-identifiers (the keys of `transformation`: the attributes generalized),
-the policy's own gate (`gate.policy_gate`; a writer could relax it, but only down to the releasing site's floor,
-which is what a release guarantees) and `suppressed_records`. A suppressed record has every quasi-identifier `*`; so
+Which columns a release may hold, and which of them are quasi-identifiers, is not taken from the manifest: a writer
+of the output folder rewrites it, and the data alone cannot tell a quasi-identifier from a sensitive attribute. Left
+to the manifest, dropping a raw quasi-identifier from `transformation` (figures recomputed over the others), or
+adding a column no policy released (exact birth dates), was sealed (adversarial review, round 2). So:
+
+- given the dataset policy (`safeshare release --policy FILE`, the custodian's file), its sha256 must be the
+  manifest's `policy_sha256`, `transformation` must name exactly the policy's quasi-identifiers, the classes are
+  formed over the policy's quasi-identifiers, the released columns must be exactly the policy's non-identifying
+  attributes (an identifying attribute, a column the policy does not have, or one it releases missing: refused),
+  and the policy's gate is the file's, not the manifest's copy;
+- without the policy, fail closed: every released column must be a quasi-identifier `transformation` names, so every
+  column is in the classes the gate is evaluated on; a sensitive or insensitive attribute (released as it is) can be
+  released only with the policy that declares it. Roles recorded in the manifest would be the writer's word again.
+
+What is taken from the manifest: without a policy the quasi-identifiers (the keys of `transformation`, which must
+then cover every column), the policy's own gate (`gate.policy_gate`; a writer could relax it, but only down to the
+releasing site's floor, which is what a release guarantees) and `suppressed_records`. A suppressed record has every quasi-identifier `*`; so
 can a kept class generalized to the top of every hierarchy, and the data alone cannot tell the two apart: of the
 records whose quasi-identifiers are all `*`, `suppressed_records` are taken as suppressed (it must not exceed their
 number) and the rest as one released class. Such records carry no quasi-identifying value, so this split moves the
@@ -39,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from .manifest import Manifest
-from .policy import GateSpec, estimator_names
+from .policy import DatasetPolicy, GateSpec, estimator_names
 from .sitegate import EffectiveGate, GatePopulation, SiteGateSource, combine
 
 SUPPRESSED = "*"
@@ -50,20 +64,65 @@ class ReleaseGateError(ValueError):
     """The released data cannot be read as the manifest describes it (a refusal, like a failed gate)."""
 
 
-def released_class_sizes(folder: str | Path, manifest: Manifest, files: list[str]) -> np.ndarray:
+def released_roles(manifest: Manifest, policy: DatasetPolicy | None = None) -> tuple[list[str], dict[str, str]]:
+    """The quasi-identifiers the classes are formed over, and every column a release may hold with its role
+    (module docstring): the policy's when given (after checking the manifest was made from it), else the keys of
+    the manifest's `transformation`, each a quasi-identifier. Raises ReleaseGateError when they disagree."""
+    if policy is None:
+        qis = list(manifest.transformation)
+        if not qis:
+            raise ReleaseGateError("the manifest names no quasi-identifiers (field 'transformation' is empty)")
+        return qis, {name: "quasi_identifying" for name in qis}
+    source = policy.source or "the dataset policy"
+    if manifest.policy_sha256 != policy.sha256:
+        raise ReleaseGateError(f"the manifest's 'policy_sha256' is {manifest.policy_sha256!r}, {source} has sha256 "
+                               f"{policy.sha256!r}: the output was not made with this policy")
+    qis = policy.quasi_identifiers
+    if sorted(manifest.transformation) != sorted(qis):
+        raise ReleaseGateError(f"the manifest's 'transformation' names {', '.join(sorted(manifest.transformation))}"
+                               f", the quasi-identifiers of {source} are {', '.join(sorted(qis))}")
+    return qis, {name: attribute.type for name, attribute in policy.attributes.items()}
+
+
+def _column_problem(path: Path, names: list[str], roles: dict[str, str], qis: list[str], by_policy: bool
+                    ) -> str | None:
+    """Why the columns `names` of the data file `path` must not be released under `roles`; None when they may."""
+    released = [name for name, role in roles.items() if role != "identifying"]
+    identifying = [name for name in names if roles.get(name) == "identifying"]
+    unknown = [name for name in names if name not in roles]
+    missing = [name for name in (released if by_policy else qis) if name not in names]
+    if missing_qis := [name for name in qis if name not in names]:
+        where = "the dataset policy declares" if by_policy else "the manifest's 'transformation' names"
+        return f"{path}: no column for the quasi-identifier(s) {', '.join(missing_qis)} {where}"
+    if identifying:
+        return (f"{path}: column(s) {', '.join(identifying)} identifying in the dataset policy (an identifying "
+                f"attribute is never released)")
+    if unknown and by_policy:
+        return (f"{path}: column(s) {', '.join(unknown)} not an attribute of the dataset policy (a release holds "
+                f"exactly the policy's quasi-identifying, sensitive and insensitive attributes)")
+    if unknown:
+        return (f"{path}: column(s) {', '.join(unknown)} not a quasi-identifier the manifest's 'transformation' "
+                f"names; without the dataset policy (--policy) every released column must be one, evaluated by the "
+                f"gate: release a sensitive or insensitive attribute with the policy that declares it")
+    if missing:
+        return f"{path}: no column for the attribute(s) the dataset policy releases {', '.join(missing)}"
+    return None
+
+
+def released_class_sizes(folder: str | Path, manifest: Manifest, files: list[str],
+                         policy: DatasetPolicy | None = None) -> np.ndarray:
     """Sizes of the released (not suppressed) classes over the quasi-identifiers, from the data files in `files`.
 
-    Each file is grouped on its own and the per-file counts are summed by value, so a partitioned release is never
-    held whole in memory. Raises ReleaseGateError when a file does not match its hash, lacks a quasi-identifier, or
-    the counts contradict the manifest's records and suppressed records."""
+    The quasi-identifiers and the columns a file may hold are `released_roles`'s (the policy's when given). Each
+    file is grouped on its own and the per-file counts are summed by value, so a partitioned release is never held
+    whole in memory. Raises ReleaseGateError when a file does not match its hash, holds a column it may not or lacks
+    one, or the counts contradict the manifest's records and suppressed records."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     folder = Path(folder)
-    qis = list(manifest.transformation)
-    if not qis:
-        raise ReleaseGateError("the manifest names no quasi-identifiers (field 'transformation' is empty)")
+    qis, roles = released_roles(manifest, policy)
     count = "__records__"
     while count in qis:
         count += "_"
@@ -78,10 +137,8 @@ def released_class_sizes(folder: str | Path, manifest: Manifest, files: list[str
             raise ReleaseGateError(f"{path}: does not match the manifest's sha256 (changed while being released?)")
         try:
             schema = pq.read_schema(pa.BufferReader(raw))
-            missing = [q for q in qis if q not in schema.names]
-            if missing:
-                raise ReleaseGateError(f"{path}: no column for the quasi-identifier(s) {', '.join(missing)} the "
-                                       f"manifest's 'transformation' names")
+            if problem := _column_problem(path, list(schema.names), roles, qis, policy is not None):
+                raise ReleaseGateError(problem)
             frame = pq.read_table(pa.BufferReader(raw), columns=qis).to_pandas()
         except ReleaseGateError:
             raise
@@ -151,12 +208,15 @@ def companion_problems(folder: str | Path, manifest: Manifest, files: list[str])
     return []
 
 
-def release_gate(manifest: Manifest, site: SiteGateSource) -> EffectiveGate:
-    """The gate a release is held to when it is sealed: the recorded policy gate tightened to `site`, plus every
-    population and estimator the manifest records as checked."""
+def release_gate(manifest: Manifest, site: SiteGateSource, policy: DatasetPolicy | None = None) -> EffectiveGate:
+    """The gate a release is held to when it is sealed: the policy's gate (the file's when `policy` is given, else
+    as the manifest records it) tightened to `site`, plus every population and estimator the manifest records as
+    checked."""
     recorded_gate = manifest.gate
     policy_gate = None
-    if recorded_gate is not None and recorded_gate.policy_gate is not None:
+    if policy is not None:
+        policy_gate = policy.gate
+    elif recorded_gate is not None and recorded_gate.policy_gate is not None:
         try:
             policy_gate = GateSpec.model_validate(recorded_gate.policy_gate)
         except ValueError as exc:
@@ -204,19 +264,21 @@ def _population_key(value: object) -> tuple:
         return ("name", str(value).strip().lower())
 
 
-def recheck_release(folder: str | Path, manifest: Manifest, site: SiteGateSource, files: list[str]) -> list[str]:
+def recheck_release(folder: str | Path, manifest: Manifest, site: SiteGateSource, files: list[str],
+                    policy: DatasetPolicy | None = None) -> list[str]:
     """Why a deid output must not be sealed at the site whose gate is `site`, from its released data; [] when it may.
 
-    The gate evaluated on the data's classes must pass, and every risk figure the manifest records must be the
-    recomputed one (module docstring). `files` are the release's data files (engine.bundle.data_files)."""
+    The released columns must be those `policy` releases (without a policy: quasi-identifiers only), the gate
+    evaluated on the data's classes must pass, and every risk figure the manifest records must be the recomputed
+    one (module docstring). `files` are the release's data files (engine.bundle.data_files)."""
     from .gate import evaluate_gate, population_estimates, strictest
     from .risk import resolve_population
 
     if companions := companion_problems(folder, manifest, files):
         return companions
     try:
-        kept = released_class_sizes(folder, manifest, files)
-        effective = release_gate(manifest, site)
+        kept = released_class_sizes(folder, manifest, files, policy)
+        effective = release_gate(manifest, site, policy)
     except ReleaseGateError as exc:
         return [str(exc)]
     risk, gate = evaluate_gate(effective, kept)
@@ -291,4 +353,4 @@ def _same(written: object, actual: object) -> bool:
 
 
 __all__ = ["RELEASE_COMPANIONS", "ReleaseGateError", "companion_problems", "recheck_release", "release_gate",
-           "released_class_sizes"]
+           "released_class_sizes", "released_roles"]

@@ -378,7 +378,7 @@ def test_suppressed_cell_cannot_be_narrowed_from_what_is_shown(client) -> None:
 def rules_bundle(root, outputs_block: dict | None):
     """A sealed bundle whose manifest carries an `outputs:` block (the engine's manifest allows extra blocks)."""
     from engine.bundle import seal_release
-    from tests.enclave.test_app_support import write_output
+    from tests.enclave.test_app_support import policy_of, write_output
 
     write_output(root / "out", outputs_frame(), quasi_identifiers=["sex", "race", "age"])
     if outputs_block is not None:
@@ -386,7 +386,7 @@ def rules_bundle(root, outputs_block: dict | None):
         manifest = json.loads(path.read_text())
         manifest["outputs"] = outputs_block
         path.write_text(json.dumps(manifest, indent=2) + "\n")
-    return seal_release(root / "out", root / "releases")
+    return seal_release(root / "out", root / "releases", policy=policy_of(root / "out"))
 
 
 def test_rules_from_the_site_floor_tightened_by_the_manifest(tmp_path) -> None:
@@ -444,3 +444,15 @@ def test_bounds_on_table_cells_and_suppression(client, monkeypatch) -> None:
     refused = client.post("/api/outputs", json={"name": "x", "kind": "crosstab", "query": CROSSTAB})
     assert refused.status_code == 413 and "at most 6" in refused.json()["detail"]
     assert client.get("/api/outputs").json() == []
+
+
+def test_compare_output_checks_both_cohorts_and_the_test(client) -> None:
+    record = save(client, "compare", {"attribute": "race", "a": {"filters": {"sex": ["Male"]}},
+                                      "b": {"filters": {"sex": ["Female"]}}}, "race by sex")
+    bad = failing(record)
+    assert bad["threshold"] == [["Other", "B"]]   # 3 women of race Other
+    assert "zeros" not in bad                     # race "*" in a cohort of men or women: no record can be there
+    structural = next(c for c in record["checks"] if c["rule"] == "structural-zeros")
+    assert sorted(structural["cells"]) == [["*", "A"], ["*", "B"]]
+    dof = next(c for c in record["checks"] if c["rule"] == "dof")
+    assert dof["status"] == "pass" and record["data"]["test"]["dof"] == 2

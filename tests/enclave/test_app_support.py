@@ -53,13 +53,14 @@ def write_output(folder: Path, frame: pd.DataFrame, dataset: str = "synth", gate
     (folder / "data.parquet").write_bytes(data)
     sha = hashlib.sha256(data).hexdigest()
     qis = list(frame.columns) if quasi_identifiers is None else quasi_identifiers
+    policy_sha256 = write_policy(folder, frame, dataset, qis)
     starred = (frame[qis] == "*").all(axis=1) if qis else pd.Series(False, index=frame.index)
     suppressed = int(starred.sum())
     sizes = frame[~starred].groupby(qis).size().to_numpy() if qis else pd.Series([len(frame)]).to_numpy()
     risk, _ = evaluate_gate(GateSpec(populations=[1e6]), sizes)
     risk["populations"][-1]["population"] = "Testland"
     manifest = {
-        "format": "safeshare-release/1", "dataset": dataset, "policy_sha256": "0" * 64,
+        "format": "safeshare-release/1", "dataset": dataset, "policy_sha256": policy_sha256,
         "privacy": [{"model": "k_anonymity", "k": 2}], "transformation": {name: 1 for name in qis},
         "quality": {"loss": 0.8, "non_uniform_entropy": 0.7}, "records": len(frame),
         "suppressed_records": suppressed, "equivalence_classes": int(sizes.size),
@@ -73,11 +74,29 @@ def write_output(folder: Path, frame: pd.DataFrame, dataset: str = "synth", gate
     return manifest
 
 
+def policy_of(folder: Path) -> Path:
+    """Where `write_output` puts the dataset policy of the output in `folder`: beside it, as a custodian keeps it
+    (`safeshare release --policy`; never inside the output folder, whose writer must not choose it)."""
+    return folder.with_name(f"{folder.name}.policy.yaml")
+
+
+def write_policy(folder: Path, frame: pd.DataFrame, dataset: str, qis: list[str]) -> str:
+    """A dataset policy for a synthetic output at `policy_of(folder)`: `qis` quasi-identifying, every other column
+    insensitive (released as it is). Returns its sha256, the manifest's policy_sha256."""
+    attributes = {name: ({"type": "quasi_identifying", "hierarchy": {"file": f"{name}.csv"}} if name in qis
+                         else {"type": "insensitive"}) for name in frame.columns}
+    text = json.dumps({"dataset": dataset, "attributes": attributes, "privacy": [{"model": "k_anonymity", "k": 2}],
+                       "suppression_limit": 1.0}, indent=2) + "\n"   # JSON is YAML
+    policy_of(folder).write_text(text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def synthetic_bundle(root: Path, frame: pd.DataFrame, dataset: str = "synth",
                      quasi_identifiers: list[str] | None = None) -> Path:
-    """Seal a synthetic table through the engine's own seal_release."""
+    """Seal a synthetic table through the engine's own seal_release, with its policy (which columns are released
+    as they are)."""
     write_output(root / "out", frame, dataset, quasi_identifiers=quasi_identifiers)
-    return seal_release(root / "out", root / "releases")
+    return seal_release(root / "out", root / "releases", policy=policy_of(root / "out"))
 
 
 def forged_failed_gate_bundle(root: Path, frame: pd.DataFrame) -> Path:

@@ -66,7 +66,7 @@ def test_the_dataset_release_is_sealed_verified_and_imported_by_the_app(released
 
     _, dataset = released
     releases = tmp_path / "site" / "releases"
-    bundle = seal_release(dataset, releases)
+    bundle = seal_release(dataset, releases, policy=tmp_path / "policy.yaml")   # the policy releases dx as it is
     trust = tmp_path / "site" / "trust.json"
     manifest = verify_bundle(bundle, trust)
     assert (bundle / "data" / "part-00001.parquet").is_file()
@@ -85,7 +85,7 @@ def test_the_dataset_release_is_sealed_verified_and_imported_by_the_app(released
 ])
 def test_a_changed_part_or_listing_is_refused(released, tmp_path, tamper, words):
     _, dataset = released
-    bundle = seal_release(dataset, tmp_path / "site" / "releases")
+    bundle = seal_release(dataset, tmp_path / "site" / "releases", policy=tmp_path / "policy.yaml")
     trust = tmp_path / "site" / "trust.json"
     copy = tmp_path / "copy"
     shutil.copytree(bundle, copy)
