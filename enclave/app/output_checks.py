@@ -208,8 +208,10 @@ def _compare(context: AppContext, query: Any, rules: RuleSet, qis: set[str]) -> 
     result = analyses.compare_cohorts(table, query.attribute, a, b)
     labels = [row["value"] for row in result["rows"]]
     counts = np.array([[row["count_a"], row["count_b"]] for row in result["rows"]], dtype=np.int64)
+    qi = [query.attribute in qis]
+    never = np.column_stack([impossible(spec, [labels], qi, qis) for spec in (a, b)])  # per cohort, its column
     stats = sdc.table_stats(counts, [labels, ["A", "B"]], axes=[query.attribute, "cohort"],
-                            qi_axes=[query.attribute in qis, False])
+                            qi_axes=[query.attribute in qis, False], impossible=never)
     verdict = sdc.check_table(stats, "crosstab", rules)
     checks, where = _checks_to_grid(verdict.checks, lambda p: (p[0], p[1]))
     test = result["chi_square"]
