@@ -239,7 +239,11 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path, release: st
             raise BundleError(f"{seal_path}: field '{name}' is {seal.get(name)!r}, the manifest says {expected!r}")
     # The signed seal names the release; the folder must be that release (a genuine bundle copied under another
     # release's id or dataset would otherwise be served as that release).
-    wanted = release if release is not None else location_of(folder)
+    wanted = release
+    if wanted is None:
+        from .release_names import check_name, is_name_link
+        # a release name (RELEASES/<name>) is the release its signed name record says, wherever the link points
+        wanted = check_name(folder, store) if is_name_link(folder) else location_of(folder)
     sealed_as = f"{seal['dataset']}/{seal['release']}"
     if wanted is None:
         raise BundleError(f"{folder}: lies where no release is named ({folder.resolve()}); name the release it must "
@@ -251,8 +255,9 @@ def check_bundle(folder: str | Path, trust: TrustStore | str | Path, release: st
 
 
 def release_signatures(releases: str | Path) -> Iterator[dict]:
-    """The signature record of every sealed bundle RELEASES/<dataset>/<id>/seal.json (readable or not, verified or
-    not): what a release key's retirement records as the signatures it made (`safeshare.signing.rotate_key`)."""
+    """The signature record of every sealed bundle RELEASES/<dataset>/<id>/seal.json and every release name's record
+    RELEASES/<name>.name.json (readable or not, verified or not): what a release key's retirement records as the
+    signatures it made (`safeshare.signing.rotate_key`)."""
     releases = Path(releases)
     if not releases.is_dir():
         return
@@ -265,6 +270,8 @@ def release_signatures(releases: str | Path) -> Iterator[dict]:
             continue
         if isinstance(seal, dict) and isinstance(seal.get("signature"), dict):
             yield seal["signature"]
+    from .release_names import name_signatures
+    yield from name_signatures(releases)   # the release key signs name records too
 
 
 def verify_bundle(folder: str | Path, trust: TrustStore | str | Path, release: str | None = None) -> dict:
@@ -285,11 +292,12 @@ def _signing_key(releases: Path, signing_key: SigningKey | str | Path | None,
     return SigningKey.load(signing_key)
 
 
-def _record_release_signature(key: SigningKey, releases: Path, seal: dict) -> None:
-    """Keep the seal's signature in the release key's ledger (SITE/keys, beside the key), what the key's retirement
-    records as the seals the site made. The ledger a site's first release after upgrading creates first adopts the
-    seals of this key already in RELEASES, once, as the rotation scan did before ledgers existed."""
-    context = {"dataset": seal["dataset"], "release": seal["release"]}
+def _record_release_signature(key: SigningKey, releases: Path, seal: dict, **context: str) -> None:
+    """Keep the signature of a seal (or of a name record, `context` saying which name) in the release key's ledger
+    (SITE/keys, beside the key), what the key's retirement records as the seals and names the site made. The ledger
+    a site's first release after upgrading creates first adopts the seals and name records of this key already in
+    RELEASES, once, as the rotation scan did before ledgers existed."""
+    context = context or {"dataset": seal["dataset"], "release": seal["release"]}
     try:
         if key.path is not None and not ledger_path(key.path).exists():
             adopted = [record for record in release_signatures(releases) if record.get("key_id") == key.key_id]
@@ -297,7 +305,7 @@ def _record_release_signature(key: SigningKey, releases: Path, seal: dict) -> No
         append_to_ledger(key, [seal["signature"]], **context)
     except OSError as exc:
         raise KeyFileError(f"{ledger_path(key.path or '')}: the release key's signature ledger cannot be written "
-                           f"({exc.strerror or exc}); nothing was released") from None
+                           f"({exc.strerror or exc}); nothing was released or named") from None
 
 
 def seal_release(output: str | Path, releases: str | Path, signing_key: SigningKey | str | Path | None = None,
@@ -396,23 +404,45 @@ _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 
 
 def name_release(releases: str | Path, name: str, bundle: str | Path,
-                 trust: TrustStore | str | Path | None = None) -> Path:
-    """Point RELEASES/<name> (a relative symlink) at a sealed bundle, replacing an older one atomically.
+                 trust: TrustStore | str | Path | None = None,
+                 signing_key: SigningKey | str | Path | None = None) -> Path:
+    """Point RELEASES/<name> (a relative symlink) at a sealed bundle, replacing an older one atomically, and sign
+    the binding: RELEASES/<name>.name.json (engine.release_names), signed with the release key (`signing_key`,
+    default the site's), its signature kept in the key's ledger.
 
     Recipient policies name releases (`release: adult-k5`); the name moves to a new bundle when the custodian seals
     a new one, while sessions keep recording the bundle id they actually saw. The bundle must verify against `trust`
-    (default RELEASES/../trust.json)."""
+    (default RELEASES/../trust.json). The record is written before the link: a crash between the two leaves a name
+    that is refused (its link and record disagree) until it is named again, never one that serves another
+    release."""
+    from .release_names import sign_name, write_record
+
     releases, bundle = Path(releases), Path(bundle)
-    if not name or set(name) - _NAME_CHARS or name.startswith(".") or len(name) > 100:
-        raise BundleError(f"release name {name!r}: use letters, digits, '-', '_' and '.' (not first), at most 100")
+    if not name or set(name) - _NAME_CHARS or name.startswith(".") or len(name) > 100 \
+            or name.endswith(".json"):
+        raise BundleError(f"release name {name!r}: use letters, digits, '-', '_' and '.' (not first), at most 100, "
+                          f"not ending in .json")
     link = releases / name
     if link.exists() and not link.is_symlink():
         raise BundleError(f"{link}: exists and is not a release name (a dataset folder has that name)")
-    verify_bundle(bundle, trust if trust is not None else default_trust(releases))
+    store = _trust_store(trust if trust is not None else default_trust(releases))
+    verified = check_bundle(bundle, store)
     try:
         relative = bundle.resolve().relative_to(releases.resolve())
     except ValueError:
         raise BundleError(f"{bundle}: not inside the releases store {releases}") from None
+    dataset, release_id = verified.seal["dataset"], verified.seal["release"]
+    if relative.as_posix() != f"{dataset}/{release_id}":
+        raise BundleError(f"{bundle}: not the bundle RELEASES/{dataset}/{release_id} its seal names")
+    key = _signing_key(releases, signing_key, store)
+    record = sign_name(key, name, dataset, release_id)
+    try:
+        store.verify(PURPOSE, canonical({k: v for k, v in record.items() if k != "signature"}), record["signature"])
+    except SignatureError as exc:
+        raise BundleError(f"the name record does not verify against {store.path or 'the trust store'} (is "
+                          f"--signing-key trusted there?): {exc}") from None
+    _record_release_signature(key, releases, record, name=name, dataset=dataset, release=release_id)
+    write_record(releases, record)
     temporary = releases / f".{name}.{os.getpid()}.link"
     temporary.unlink(missing_ok=True)
     os.symlink(relative, temporary)
@@ -437,9 +467,15 @@ def resolve_release(releases: str | Path, reference: str, trust: TrustStore | st
             raise BundleError(f"release {reference!r}: {candidate} points outside {releases}") from None
         if len(where.parts) != 2:
             raise BundleError(f"release {reference!r}: {candidate} is not a bundle RELEASES/<dataset>/<id>")
-        # a name (one component) is a link to follow; a <dataset>/<id> reference is that release, never what a
-        # link lying there points at (a writer of the folder could link it to another genuine bundle)
-        verify_bundle(target, trust, release=reference if len(Path(reference).parts) == 2 else where.as_posix())
+        # a name (one component) is the release its signed name record says, and its link must point there; a
+        # <dataset>/<id> reference is that release, never what a link lying there points at (a writer of the folder
+        # could link either to another genuine bundle)
+        if len(Path(reference).parts) == 2:
+            verify_bundle(target, trust, release=reference)
+        else:
+            from .release_names import check_name
+            store = _trust_store(trust)
+            verify_bundle(target, store, release=check_name(candidate, store))
         return target
     if candidate.is_dir():
         bundles = sorted(p for p in candidate.iterdir() if (p / SEAL).is_file())

@@ -147,12 +147,16 @@ def run_risk(args: argparse.Namespace) -> int:
 def run_release(args: argparse.Namespace) -> int:
     from safeshare.signing import KeyFileError
 
-    from .bundle import BundleError, name_release, seal_release
+    from .bundle import SEAL, BundleError, name_release, seal_release
 
     try:
-        target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust)
+        folder, releases = Path(args.folder), Path(args.to)
+        if args.name and (folder / SEAL).is_file() and folder.resolve().is_relative_to(releases.resolve()):
+            target = folder   # a bundle sealed before: only (re)name it (name_release verifies it)
+        else:
+            target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust)
         if args.name:
-            name_release(args.to, args.name, target, trust=args.trust)
+            name_release(args.to, args.name, target, trust=args.trust, signing_key=args.signing_key)
     except (KeyFileError, InputError) as exc:   # InputError: the releasing site's gate.yaml is unusable
         print(f"safeshare release: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -272,11 +276,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "figures differ from the data's, or anything does not verify (nothing is written); 2 for an "
                     "unusable key, trust file or site gate.",
     )
-    release.add_argument("folder", help="output folder of safeshare deid")
+    release.add_argument("folder", help="output folder of safeshare deid (with --name, also a bundle already "
+                                        "sealed in RELEASES: it is only named)")
     release.add_argument("--to", required=True, metavar="RELEASES", help="root folder of sealed releases "
                                                                           "(SITE/releases)")
     release.add_argument("--name", help="also name the release (RELEASES/NAME, what recipient policies' `release:` "
-                                        "refers to); moves an existing name to this bundle")
+                                        "refers to); moves an existing name to this bundle. The binding is signed "
+                                        "with the release key (RELEASES/NAME.name.json, its signature kept in the "
+                                        "key's ledger): consumers refuse a name whose link points elsewhere than "
+                                        "its signed record says, or that has no record (named before; name it "
+                                        "again: safeshare release RELEASES/<dataset>/<id> --to RELEASES --name "
+                                        "NAME)")
     release.add_argument("--signing-key", metavar="FILE", help="Ed25519 private key (PEM, mode 0600) to sign with "
                          "(default RELEASES/../keys/release-signing.key, created on first use)")
     release.add_argument("--trust", metavar="FILE", help="trust store the sealed bundle must verify against "
@@ -307,9 +317,10 @@ What it proves, and against whom:
     edited data, manifest or seal, a hand-written seal, a failed gate marked as passed,
     raw data with every hash recomputed, a bundle signed by a key of the writer's own
     with a trust.json of theirs next to it (or a release name pointing at one), a
-    genuine bundle copied under another release's id or dataset, a file added to a
-    genuine bundle (everything in the folder enters the enclave). A writer cannot
-    re-sign without the private release key. This holds as long as the key
+    genuine bundle copied under another release's id or dataset, a release name
+    re-pointed at another genuine bundle, a file added to a genuine bundle
+    (everything in the folder enters the enclave). A writer cannot re-sign without
+    the private release key. This holds as long as the key
     (SITE/keys/release-signing.key, 0600, the custodian's user) and SITE/trust.json
     (written only by the custodian) are out of the writer's reach, and the verifier
     is told the site (or its trust.json) by whoever runs it.
@@ -327,8 +338,13 @@ refuses (exit 2). Never a trust.json near the bundle: a writer of the releases
 folder could put one there (or point a release name at a folder that has one).
 
 Where it lies: the seal names the bundle's dataset and id, and the folder must be
-<dataset>/<id> (a release name's link is followed) or the release given with
---release; a genuine bundle copied under another release's name is refused.""")
+<dataset>/<id> or the release given with --release; a genuine bundle copied under
+another release's name is refused. A release name (RELEASES/<name>, a link made by
+`safeshare release --name`) is the release its signed name record
+RELEASES/<name>.name.json says: a name whose link a writer of the releases folder
+re-pointed at another genuine bundle, or a name without a record (named before names
+were signed: name it again with `safeshare release RELEASES/<dataset>/<id> --to
+RELEASES --name <name>`), is refused.""")
     verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>, or a release name)")
     verify.add_argument("--trust", metavar="FILE", help="the trust store to verify against (default: SITE/trust.json "
                                                         "of --site)")

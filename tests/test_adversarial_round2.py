@@ -48,7 +48,7 @@ def test_a_dataset_id_reference_is_not_served_another_release_through_a_link(tmp
     resolver followed the link and verified the target where it really lies, so the recipient got a release that is
     not the one its policy names (verify-release on the link did the same). A `<dataset>/<id>` reference is now that
     release or refused (verify-release, which follows links, names the release the link really is)."""
-    from engine.bundle import resolve_release
+    from engine.bundle import name_release, resolve_release
 
     site = tmp_path / "site"
     monkeypatch.setenv("SAFESHARE_SITE", str(site))
@@ -64,8 +64,8 @@ def test_a_dataset_id_reference_is_not_served_another_release_through_a_link(tmp
     capsys.readouterr()
     assert main(["verify-release", str(wanted)]) == 0
     assert f"sealed release census/{other.name} verifies" in capsys.readouterr().out
-    # a release name (one component, made by `safeshare release --name`) still follows its link
-    (releases / "named").symlink_to(Path("census") / other.name)
+    # a release name (one component, made by `safeshare release --name`, its binding signed) still follows its link
+    name_release(releases, "named", other, trust=site / "trust.json")
     assert resolve_release(releases, "named", trust=site / "trust.json") == other.resolve()
 
 
@@ -118,15 +118,11 @@ def test_the_enclave_mounts_no_folder_a_releases_writer_can_change(tmp_path: Pat
     assert not Path(release.source).resolve().is_relative_to(site.releases.resolve())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (medium): a release name (RELEASES/<name>, the symlink `safeshare release --name` makes and recipient "
-    "policies name) lives in the releases folder, so its writer re-points it at any other genuine sealed bundle of "
-    "the site (another dataset, or one sealed for a more trusted recipient), and provisioning serves that. The "
-    "seal cannot say which names point at it; a fix must keep the name -> dataset/id binding where the writer "
-    "cannot write it: e.g. the custodian's database (written by `release --name`, read by provisioning), or a "
-    "signed name record (RELEASES/<name>.json signed by the release key naming dataset/id) checked by "
-    "resolve_release."))
 def test_a_release_name_cannot_be_re_pointed_at_another_genuine_release(tmp_path: Path, monkeypatch) -> None:
+    """A release name (RELEASES/<name>, the link `safeshare release --name` makes and recipient policies name) lives
+    in the releases folder: its writer re-pointed it at another genuine sealed bundle of the site and provisioning
+    served that. The binding is signed now (RELEASES/<name>.name.json, by the release key): a link pointing
+    elsewhere than its record says is refused (engine/release_names.py; more in tests/engine/test_release_names.py)."""
     from engine.bundle import name_release, resolve_release
 
     site = tmp_path / "site"
@@ -138,7 +134,12 @@ def test_a_release_name_cannot_be_re_pointed_at_another_genuine_release(tmp_path
     link = releases / "adult-k5"
     link.unlink()
     link.symlink_to(Path("census") / other.name)   # the folder writer re-points it
-    assert resolve_release(releases, "adult-k5", trust=site / "trust.json") != other.resolve()
+    try:
+        served = resolve_release(releases, "adult-k5", trust=site / "trust.json")
+    except BundleError as exc:
+        assert "signed name record" in str(exc)
+        served = None
+    assert served != other.resolve()
 
 
 # ---------------------------------------------------------------------------------------------------------------

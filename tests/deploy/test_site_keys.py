@@ -78,6 +78,11 @@ def test_provisioning_refuses_a_forged_release_before_any_container(tmp_path: Pa
     forged = site.releases / "synth" / "0000000000000000"
     shutil.copytree(sealed, forged)  # signed by the work folder's own key, which this site does not trust
     (site.releases / "synth-forged").symlink_to("synth/0000000000000000")
+    # and signs the name's record with a key of theirs (engine.release_names: a name's binding is signed)
+    from engine.release_names import sign_name, write_record
+    from safeshare.signing import SigningKey
+    write_record(site.releases, sign_name(SigningKey.generate(tmp_path / "eve.key"), "synth-forged", "synth",
+                                          "0000000000000000"))
     policy = tmp_path / "eve.yaml"
     policy.write_text("recipient: eve\nrelease: synth-forged\nexpires: 2099-12-31\n")
 
