@@ -30,11 +30,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
                                TrustedKey, TrustStore, append_to_ledger, canonical, ensure_key, ledger_path)
 
 from .manifest import MANIFEST, Manifest, ManifestError, load_manifest
+
+if TYPE_CHECKING:
+    from .policy import DatasetPolicy
 
 SEAL = "seal.json"
 SEAL_FORMAT = "safeshare-seal/2"  # /1 was an unsigned hash; it no longer verifies
@@ -309,7 +313,8 @@ def _record_release_signature(key: SigningKey, releases: Path, seal: dict, **con
 
 
 def seal_release(output: str | Path, releases: str | Path, signing_key: SigningKey | str | Path | None = None,
-                 trust: TrustStore | str | Path | None = None) -> Path:
+                 trust: TrustStore | str | Path | None = None, policy: DatasetPolicy | str | Path | None = None
+                 ) -> Path:
     """Copy a verified deid output into RELEASES/<dataset>/<id>/ with a signed seal; raise BundleError when refused.
 
     `signing_key` defaults to the site's release key (RELEASES/../keys/release-signing.key, created and trusted on
@@ -319,7 +324,12 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
 
     The gate is that of the site that releases (RELEASES/../gate.yaml, else the built-in floor; an unusable one is
     InputError): the manifest's record must meet it, and the gate evaluated again on the released data files must
-    pass and reproduce every risk figure the manifest records (engine.release_gate), before anything is written."""
+    pass and reproduce every risk figure the manifest records (engine.release_gate), before anything is written.
+
+    `policy` is the dataset policy the output was made with (a file, or one loaded; its sha256 must be the manifest's
+    `policy_sha256`): the released columns and which are quasi-identifiers are taken from it, never from the
+    manifest. Without it every released column must be a quasi-identifier the manifest names (engine.release_gate);
+    an unusable policy file is InputError."""
     output, releases = Path(output), Path(releases)
     if releases.exists() and not releases.is_dir():
         raise BundleError(f"{releases}: not a folder (--to names the releases store)")
@@ -336,14 +346,17 @@ def seal_release(output: str | Path, releases: str | Path, signing_key: SigningK
     # The gate of the site that releases (RELEASES/../gate.yaml; InputError, bad input, when it is unusable): first on
     # the manifest's record, then evaluated again on the released data itself (engine.release_gate), so a verdict or
     # a risk figure edited by hand cannot be sealed.
+    from .policy import load_policy
     from .release_gate import recheck_release
     from .sitegate import load_site_gate, manifest_violations
+    if isinstance(policy, (str, os.PathLike)):   # the file the custodian names (InputError when unusable)
+        policy = load_policy(policy)
     # the same site folder as the key and the trust store (RELEASES/.., links not followed): a releases folder that
     # is a link to storage elsewhere must not take its gate from beside the link's target
     site_gate = load_site_gate(site_of_releases(releases))
     if below := manifest_violations(manifest.document(), site_gate):
         raise BundleError(f"{output / MANIFEST}: does not meet the site gate: {'; '.join(below)}")
-    if refused := recheck_release(output, manifest, site_gate, data_files(manifest)):
+    if refused := recheck_release(output, manifest, site_gate, data_files(manifest), policy):
         raise BundleError(f"{output}: the release gate evaluated on the released data refuses it: "
                           f"{'; '.join(refused)}")
     key = _signing_key(releases, signing_key, trust)

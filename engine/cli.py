@@ -154,10 +154,11 @@ def run_release(args: argparse.Namespace) -> int:
         if args.name and (folder / SEAL).is_file() and folder.resolve().is_relative_to(releases.resolve()):
             target = folder   # a bundle sealed before: only (re)name it (name_release verifies it)
         else:
-            target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust)
+            target = seal_release(args.folder, args.to, signing_key=args.signing_key, trust=args.trust,
+                                  policy=args.policy)
         if args.name:
             name_release(args.to, args.name, target, trust=args.trust, signing_key=args.signing_key)
-    except (KeyFileError, InputError) as exc:   # InputError: the releasing site's gate.yaml is unusable
+    except (KeyFileError, InputError) as exc:   # InputError: the site's gate.yaml or the --policy file is unusable
         print(f"safeshare release: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BundleError as exc:
@@ -264,7 +265,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "uniques, population uniqueness per population under every estimator that decides), with the "
                     "manifest's policy gate tightened to the gate of the site that releases (RELEASES/../gate.yaml, "
                     "else the built-in floor), and every risk figure the manifest records must match that "
-                    "recomputation. Default key and trust store: those of the site whose releases folder "
+                    "recomputation. Which columns are released and which are quasi-identifiers is not taken from "
+                    "the manifest (its writer could drop a raw quasi-identifier from 'transformation' or add a "
+                    "column): with --policy they are the dataset policy's (its sha256 must be the manifest's "
+                    "policy_sha256; its quasi-identifiers form the classes; the data must hold exactly its "
+                    "quasi-identifying, sensitive and insensitive attributes, no identifying one; its gate is the "
+                    "policy gate); without --policy every released column must be a quasi-identifier the manifest's "
+                    "'transformation' names (so every column is gated), and an output releasing a sensitive or "
+                    "insensitive attribute is refused. Default key and trust store: those of the site whose "
+                    "releases folder "
                     "RELEASES is, i.e. RELEASES/../keys/release-signing.key (created 0600 in a 0700 folder on first "
                     "use, like `safeshare site init`) and RELEASES/../trust.json (the key's public half is added "
                     "there on creation; RELEASES as given with --to, links not followed). The sealed copy must "
@@ -273,8 +282,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "trust store from the site (--site, $SAFESHARE_SITE, /var/lib/safeshare) or --trust, never from "
                     "the releases folder."
                     " Exit 1 with the reasons when the gate does not pass on the data, the manifest's "
-                    "figures differ from the data's, or anything does not verify (nothing is written); 2 for an "
-                    "unusable key, trust file or site gate.",
+                    "figures differ from the data's, the columns are not the policy's (or, without --policy, not "
+                    "all quasi-identifiers), or anything does not verify (nothing is written); 2 for an unusable "
+                    "key, trust file, site gate or policy file.",
     )
     release.add_argument("folder", help="output folder of safeshare deid (with --name, also a bundle already "
                                         "sealed in RELEASES: it is only named)")
@@ -287,6 +297,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                         "its signed record says, or that has no record (named before; name it "
                                         "again: safeshare release RELEASES/<dataset>/<id> --to RELEASES --name "
                                         "NAME)")
+    release.add_argument("--policy", metavar="POLICY.yaml", help="the dataset policy the output was made with (the "
+                         "custodian's file, not one from the output folder; its sha256 must be the manifest's "
+                         "policy_sha256): the released columns and the quasi-identifiers the gate groups on are "
+                         "taken from it, and its gate tightens the site's. Without it every released column must be a "
+                         "quasi-identifier the manifest names; needed to release sensitive or insensitive "
+                         "attributes")
     release.add_argument("--signing-key", metavar="FILE", help="Ed25519 private key (PEM, mode 0600) to sign with "
                          "(default RELEASES/../keys/release-signing.key, created on first use)")
     release.add_argument("--trust", metavar="FILE", help="trust store the sealed bundle must verify against "

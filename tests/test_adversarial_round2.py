@@ -202,15 +202,12 @@ def test_release_takes_the_gate_from_the_site_not_from_beside_a_linked_releases_
     assert not any((storage / "releases").rglob("seal.json"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (medium): the re-gate takes the quasi-identifiers from the manifest's own 'transformation' keys, which a "
-    "writer of the deid output folder rewrites: drop a quasi-identifier (here 'age', raw and unique per record) from "
-    "'transformation' and recompute the figures over the others, and `safeshare release` seals raw ages under a "
-    "site gate of min_k 5. The release cannot tell a quasi-identifier from the data alone; a fix must bind the "
-    "quasi-identifiers to something the writer cannot rewrite: the policy (policy_sha256 checked against the "
-    "policy file the custodian names at release), or the site's record of the dataset's quasi-identifiers, or "
-    "gating over every released column not declared sensitive/insensitive in that policy."))
 def test_release_refuses_a_manifest_whose_transformation_omits_a_quasi_identifier(tmp_path: Path) -> None:
+    """The re-gate took the quasi-identifiers from the manifest's own 'transformation' keys, which a writer of the
+    deid output folder rewrites: 'age' (raw, unique per record) dropped from it and the figures recomputed over the
+    others, and `safeshare release` sealed raw ages under a site gate of min_k 5. The released columns and their
+    roles now come from the dataset policy (--policy) or, without it, every released column must be a
+    quasi-identifier 'transformation' names (engine.release_gate)."""
     site = _site(tmp_path, "min_k: 5\n")
     honest = tmp_path / "honest"
     write_output(honest, raw_frame())   # every column a quasi-identifier: 40 unique ages, k = 1
@@ -268,14 +265,10 @@ def test_rotation_does_not_record_a_seal_planted_with_the_leaked_key(tmp_path: P
     assert main(["verify-release", str(forged)]) == 1, "a seal the site never made outlived the rotation"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (medium), the same root as the test above: the re-gate reads only the columns the manifest's "
-    "'transformation' names, so a writer of the deid output folder adds a column to data.parquet (here the exact "
-    "birth date of every record) with every figure left as it was, and `safeshare release` seals it. Nothing in the "
-    "manifest lists the released columns and their roles; a fix must check the data's columns against the policy "
-    "(quasi-identifiers, sensitive and insensitive attributes, bound by policy_sha256) or a column list the seal "
-    "covers and the custodian approved."))
 def test_release_refuses_a_column_no_policy_released(tmp_path: Path) -> None:
+    """The same root: the re-gate read only the columns 'transformation' names, so a column added to data.parquet
+    (the exact birth date of every record), every figure left as it was, was sealed. A column that is neither a
+    quasi-identifier 'transformation' names nor (with --policy) an attribute the policy releases is refused."""
     site = _site(tmp_path)
     frame = small_frame()
     frame["birth"] = [f"19{50 + i}-0{1 + i % 9}-1{i % 10}" for i in range(len(frame))]
