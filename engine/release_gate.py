@@ -32,13 +32,14 @@ adding a column no policy released (exact birth dates), was sealed (adversarial 
   released only with the policy that declares it. Roles recorded in the manifest would be the writer's word again.
 
 What is taken from the manifest: without a policy the quasi-identifiers (the keys of `transformation`, which must
-then cover every column) and the policy's own gate (`gate.policy_gate`; a writer could relax it, but only down to
-the releasing site's floor, which is what a release guarantees); in both cases `suppressed_records`. A suppressed
-record has every quasi-identifier `*`; so can a kept class generalized to the top of every hierarchy, and the data
-alone cannot tell the two apart: of the records whose quasi-identifiers are all `*`, `suppressed_records` are taken
-as suppressed (it must not exceed their number) and the rest as one released class. Such records carry no quasi-identifying value, so this split moves the
-figures by at most one class of indistinguishable records. The gate's `require:` models (l-diversity and the like,
-policy choices rather than the site's floor) are not re-evaluated here.
+then cover every column) and the policy's own gate (`gate.policy_gate`; a writer could relax it, but only down to the
+releasing site's floor, which is what a release guarantees); in both cases `suppressed_records`. A suppressed record
+has every quasi-identifier `*`; so can a kept class generalized to the top of every hierarchy, and the data alone
+cannot tell the two apart: of the records whose quasi-identifiers are all `*`, `suppressed_records` are taken as
+suppressed (it must not exceed their number) and the rest as one released class. Such records carry no
+quasi-identifying value, so this split moves the figures by at most one class of indistinguishable records. The
+gate's `require:` models (l-diversity and the like, policy choices rather than the site's floor) are not re-evaluated
+here.
 
 Cost on ADULT (30,162 records, nine quasi-identifiers): one Parquet read of those columns, one grouping, one estimate
 per population and estimator: a fraction of a second.
