@@ -456,3 +456,22 @@ def test_compare_output_checks_both_cohorts_and_the_test(client) -> None:
     assert sorted(structural["cells"]) == [["*", "A"], ["*", "B"]]
     dof = next(c for c in record["checks"] if c["rule"] == "dof")
     assert dof["status"] == "pass" and record["data"]["test"]["dof"] == 2
+
+
+def test_store_never_lists_half_written_outputs_and_keeps_ids(tmp_path) -> None:
+    store = output_store.OutputStore(tmp_path)
+    first = store.add({"name": "a", "status": "pass"}, "x\n", "<p>a</p>")
+    partial = tmp_path / "outputs" / ".new-crashed"
+    partial.mkdir()
+    (partial / "data.csv").write_text("half")
+    (tmp_path / "outputs" / "7").mkdir()  # no meta.json: not an output
+    reopened = output_store.OutputStore(tmp_path)
+    assert not partial.exists()
+    assert [r["id"] for r in reopened.list()] == [first["id"]]
+    assert reopened.get("../outputs/1") is None and reopened.get("01") is None and reopened.get(7) is None
+    second = reopened.add({"name": "b", "status": "fail"}, "y\n", "<p>b</p>")
+    assert second["id"] == 8  # ids only grow: a folder that exists keeps its number
+    with pytest.raises(output_store.OutputStoreError) as refused:
+        reopened.update(second["id"], lambda record: record.update(comments=["x" * output_store.MAX_OUTPUT_BYTES]))
+    assert refused.value.status == 413
+    assert "x" * 100 not in (tmp_path / "outputs" / "8" / "meta.json").read_text()
