@@ -301,8 +301,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr = subparsers.add_parser(
         "provision", help="create (or check) a recipient's enclave from a recipient policy; prints the researcher URL",
         description="Create the recipient's app and kiosk containers on their own internal networks through the "
-                    "Docker API, mount the sealed release the policy names (SITE/releases) read-only into the app, "
-                    "join the site's gateway to the kiosk's VNC network and issue a session token. Running it "
+                    "Docker API, mount the sealed release the policy names read-only into the app, "
+                    "join the site's gateway to the kiosk's VNC network and issue a session token. The release is "
+                    "verified against SITE/trust.json (a release name only as its signed name record says: a name "
+                    "re-pointed in SITE/releases, or one without a record, is refused), copied into "
+                    "SITE/enclaves/<rid>/release/<dataset>/<id> (the custodian's, files 0444), the copy verified, "
+                    "and the copy is what the app mounts: nothing a writer of SITE/releases adds or changes later "
+                    "reaches the enclave (one copy of the release per recipient on disk; revoke removes it). "
+                    "Running it "
                     "again with the same policy changes nothing; a changed policy or release replaces the enclave "
                     "and the token. Needs the images (`safeshare images build`) and a Docker engine.")
     pr.add_argument("policy", help="recipient policy YAML (recipient, release, expires, screen, limits)")

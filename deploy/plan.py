@@ -315,7 +315,8 @@ def plan_gateway(site: Site, image: str) -> GatewayPlan:
 
 def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapping[str, str],
                  subnets: EnclaveSubnets, placement: str | None = None) -> EnclavePlan:
-    """Everything a recipient's enclave is, from its policy and release; `images` maps app and kiosk to refs."""
+    """Everything a recipient's enclave is, from its policy and release (`bundle`: RELEASES/<dataset>/<id>, or its
+    copy; the app mounts the copy provisioning makes, `Site.release_copy`); `images` maps app and kiosk to refs."""
     recipient, site_id = policy.recipient, site.site_id
     rid = site.recipient_id(recipient)
     names = enclave_names(site_id, rid)
@@ -332,8 +333,12 @@ def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapp
                          release=release_ref(bundle)),
         labels=labels(site_id, "app", recipient, rid),
         networks=(Attachment(names.enclave_net, aliases=("app",)),),
-        # the sealed release and the trust store its seal is checked against, both read-only
-        mounts=(Mount(str(bundle), "/release"), Mount(str(site.trust_file), APP_TRUST)),
+        # the sealed release and the trust store its seal is checked against, both read-only. The release is the
+        # custodian's verified copy (SITE/enclaves/<rid>/release/<dataset>/<id>, deploy/release_copy.py), never the
+        # bundle in SITE/releases: a bind mount is live, so what a writer of that folder added after the
+        # verification would appear in the running enclave. A changed release is another copy, hence a new spec.
+        mounts=(Mount(str(site.release_copy(rid, release_ref(bundle))), "/release"),
+                Mount(str(site.trust_file), APP_TRUST)),
         hardening=Hardening.of("app"))
     kiosk = ContainerSpec(
         name=names.kiosk, role="kiosk", image=images["kiosk"],

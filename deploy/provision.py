@@ -1,12 +1,13 @@
 """Custodian provisioning: one enclave (an app and a kiosk container on their own networks) per recipient, behind
 the site's one gateway, through the Docker API.
 
-    provision(policy)  the recipient's networks, app (the sealed release mounted read-only) and kiosk, the gateway
+    provision(policy)  the recipient's networks, app (a verified copy of the sealed release, SITE/enclaves/<rid>/
+                       release/<dataset>/<id>, mounted read-only: deploy/release_copy.py) and kiosk, the gateway
                        joined to the recipient's VNC network, and a session token bound to that kiosk. Running it
                        again with the same policy changes nothing (same containers, same token); a changed policy
                        or release replaces the enclave and the token.
-    revoke(name)       tokens invalidated (the gateway ends live sessions within a second), containers, networks
-                       and the VNC secret removed; session recordings and the policy copy stay.
+    revoke(name)       tokens invalidated (the gateway ends live sessions within a second), containers, networks,
+                       the VNC secret and the release copy removed; session recordings and the policy copy stay.
     enforce_expiry()   revoke every recipient whose policy expired (the custodian service runs it every minute;
                        `safeshare revoke --expired` runs it once, e.g. from cron).
     site_down()        remove the site's gateway container and front network (`safeshare site down`), e.g. once
@@ -14,7 +15,9 @@ the site's one gateway, through the Docker API.
 
 The release is verified against the site's trust store (SITE/trust.json) before anything starts, and that file is
 mounted read-only into the app container (/trust.json, passed as --trust), so the app checks the seal's signature
-itself: a bundle changed in the releases folder after provisioning is refused when the app (re)starts.
+itself. The app mounts the custodian's copy of the bundle, verified after it was copied, so nothing a writer of the
+releases folder changes or adds there after provisioning reaches a running (or restarted) enclave; provisioning
+again copies the release anew when its seal changed.
 
 Networks, per recipient `rid` (a /27 each from the site's enclave pool, so that a host is not limited by Docker's
 ~30 default pools):
@@ -48,6 +51,9 @@ from typing import Any
 from deploy.plan import LABEL, PoolFull, enclave_names, plan_enclave, plan_gateway, release_ref
 from deploy.reconcile import DockerReconciler, ReconcileError
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
+from deploy.release_copy import copy_release
+from deploy.release_copy import prune as prune_copies
+from deploy.release_copy import remove_all as remove_release_copies
 from deploy.site import Site, give_to_gateway, write_atomic
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
@@ -228,6 +234,11 @@ class Provisioner:
         self.site.db_files_to_gateway()  # before the gateway opens it: a root-owned file would be read-only there
         rid = self.site.recipient_id(name)
         names = enclave_names(self.site.site_id, rid)
+        # what the enclave mounts: a verified copy the custodian owns, not the live bundle folder (release_copy)
+        try:
+            copy = copy_release(bundle, self.site.release_copy(rid, release), self.site.trust_file, release)
+        except BundleError as exc:
+            raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
 
         policy_bytes = policy_path.read_bytes()
         policy_sha = hashlib.sha256(policy_bytes).hexdigest()
@@ -245,6 +256,7 @@ class Provisioner:
             notes = engine.ensure_gateway(plan_gateway(self.site, self.images["gateway"]))
             plan = plan_enclave(self.site, policy, bundle, self.images, subnets)
             applied = engine.apply(plan)
+        prune_copies(self.site.enclave_dir(rid), copy)   # the enclave runs this release now
 
         previous = self.records.recipient(name)
         same_grant = (previous is not None and previous.status == ACTIVE and previous.release == release
@@ -302,6 +314,7 @@ class Provisioner:
                 time.sleep(0.05)
             removed = engine.remove_enclave(rid)
             shutil.rmtree(self.site.secrets / rid, ignore_errors=True)
+            remove_release_copies(self.site.enclave_dir(rid))
             if known is not None:
                 self.records.end_recipient(name, status, reason)
         result = RevokeResult(name, status, count, live, removed.containers, removed.networks,

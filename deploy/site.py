@@ -6,6 +6,9 @@
     SITE/policies/<rid>.yaml each recipient policy as provisioned (the gateway reads limits and expiry from it)
     SITE/secrets/<rid>/      the recipient's VNC password (mounted into that kiosk and the gateway only)
     SITE/sessions/           session folders, written by the gateway; never mounted into an enclave
+    SITE/enclaves/<rid>/     what one recipient's enclave mounts that the custodian made for it: release/<dataset>/
+                             <id>/, the verified copy of its sealed release (deploy/release_copy.py; a bind mount of
+                             SITE/releases itself would show the enclave what that folder's writer adds later)
     SITE/keys/               the custodian's private keys (0700): release-signing.key signs release seals
     SITE/secrets/gateway/    signing.key: the gateway's key, signs session seals (the gateway's uid only)
     SITE/trust.json          public keys the site trusts per purpose (release, gateway); mounted read-only into
@@ -158,6 +161,20 @@ class Site:
         return self.root / "sessions"
 
     @property
+    def enclaves(self) -> Path:
+        """Per recipient, what the custodian made for its enclave to mount (the custodian's user; 0755)."""
+        return self.root / "enclaves"
+
+    def enclave_dir(self, rid: str) -> Path:
+        return self.enclaves / rid
+
+    def release_copy(self, rid: str, release: str) -> Path:
+        """Where the verified copy of release `DATASET/ID` that recipient `rid`'s app mounts lies."""
+        from deploy.release_copy import copy_path
+
+        return copy_path(self.enclave_dir(rid), release)
+
+    @property
     def player_cache(self) -> Path:
         """Prepared players (keyframes) of recorded sessions: derived data, safe to delete."""
         return self.root / "player-cache"
@@ -234,7 +251,8 @@ class Site:
         the Docker engine does); without it the folders stay the caller's, which works when the caller is uid
         10002 or the gateway is not containerised."""
         for folder, mode in ((self.root, 0o755), (self.db_dir, 0o750), (self.releases, 0o755),
-                             (self.policies, 0o755), (self.secrets, 0o711), (self.sessions, 0o750)):
+                             (self.policies, 0o755), (self.secrets, 0o711), (self.sessions, 0o750),
+                             (self.enclaves, 0o755)):
             folder.mkdir(parents=True, exist_ok=True)
             os.chmod(folder, mode)
         self.save_settings()

@@ -93,14 +93,11 @@ def test_a_file_added_to_a_genuine_bundle_is_refused(tmp_path: Path, capsys, mon
     assert main(["verify-release", str(genuine)]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (medium): on one host the app container bind-mounts the bundle folder in SITE/releases itself "
-    "(deploy/plan.py plan_enclave: Mount(bundle, '/release')). A bind mount is live, so a writer of the releases "
-    "folder adds the raw table to it (or replaces a file) after provisioning and the app verified it, and it "
-    "appears in the running enclave at /release; no later check sees it. Swarm ships a verified copy into a volume; "
-    "one host should do the same: copy the bundle to a custodian-owned place the folder writer cannot write (or a "
-    "volume), verify that copy, and mount it."))
 def test_the_enclave_mounts_no_folder_a_releases_writer_can_change(tmp_path: Path) -> None:
+    """On one host the app container bind-mounted the bundle folder in SITE/releases itself: a bind mount is live,
+    so what a writer of the releases folder added there after provisioning and the app verified it appeared in the
+    running enclave at /release. The plan mounts the custodian's verified copy now (SITE/enclaves/<rid>/release/...,
+    deploy/release_copy.py; tests/deploy/test_release_copy.py)."""
     from deploy.plan import EnclaveSubnets, plan_enclave
     from deploy.site import Site
     from policies.recipient import RecipientPolicy

@@ -70,7 +70,10 @@ def test_names_networks_and_subnets(site: Site) -> None:
 def test_mounts_are_read_only_and_the_enclave_sees_no_recordings(site: Site) -> None:
     plan = plan_enclave(site, policy(), bundle(site), IMAGES, SUBNETS)
     app_mounts = {m.target: m for m in plan.app.mounts}
-    assert app_mounts["/release"].source == str(bundle(site)) and app_mounts["/release"].read_only
+    # the custodian's verified copy of the release (deploy/release_copy.py), never the live SITE/releases folder
+    copy = site.enclaves / plan.rid / "release" / "adult" / bundle(site).name
+    assert app_mounts["/release"].source == str(copy) and app_mounts["/release"].read_only
+    assert site.release_copy(plan.rid, plan.release) == copy
     assert app_mounts[APP_TRUST].source == str(site.trust_file) and app_mounts[APP_TRUST].read_only
     (secrets,) = plan.kiosk.mounts
     assert secrets.source == str(site.secrets / plan.rid) and secrets.target == "/secrets" and secrets.read_only
@@ -130,6 +133,9 @@ def test_hash_is_stable_and_follows_policy_and_release(site: Site) -> None:
     assert screen.app.spec_hash == first.app.spec_hash and screen.kiosk.spec_hash != first.kiosk.spec_hash
     release = plan_enclave(site, policy(), bundle(site, "ffee"), IMAGES, SUBNETS)
     assert release.app.spec_hash != first.app.spec_hash and release.release == "adult/ffee"
+    # a changed release is another copy: the mount moves with it (and the spec with the mount)
+    mounted = lambda plan: next(m.source for m in plan.app.mounts if m.target == "/release")  # noqa: E731
+    assert mounted(release) != mounted(first) and mounted(release).endswith("/release/adult/ffee")
     image = plan_enclave(site, policy(), bundle(site), {**IMAGES, "kiosk": "safeshare/kiosk:2"}, SUBNETS)
     assert image.kiosk.spec_hash != first.kiosk.spec_hash
     # the gateway's hash does not depend on any recipient
