@@ -42,7 +42,10 @@ def file_format(path: str, given: str | None) -> str:
 def check_input(spec, source: str | None) -> None:
     """Refuse an `input:` that names no table, mixes a file with a database, or could leak or write (InputError
     naming the field). `spec` is a `policy.InputSpec`."""
-    given = {name for name in spec.model_fields_set}
+    # fields given a value other than their default: a policy rebuilt from a dump (P4's workers, `model_dump()`)
+    # sets every field, with the defaults, and is the same input
+    defaults = type(spec).model_fields
+    given = {name for name in spec.model_fields_set if getattr(spec, name) != defaults[name].default}
     if spec.url is None:
         if spec.path is None:
             raise InputError(source, "input", "name the table: path (a file) or url (a SQL database)")
