@@ -28,7 +28,7 @@ DISTRIBUTION = "safeshare"
 # The images run the servers (safeshare[enclave]); the engine alone needs none of them.
 IMAGE_EXTRAS = ("enclave",)
 # What goes into the project wheel (pyproject.toml's packages plus the files setuptools reads).
-SOURCE_DIRS = ("engine", "proxy", "enclave", "deploy", "policies", "safeshare")
+SOURCE_DIRS = ("engine", "proxy", "enclave", "deploy", "policies", "safeshare", "outputs")
 SOURCE_FILES = ("pyproject.toml", "README.md")
 KEEP = 3  # wheelhouses of each kind kept in the cache (others are pruned)
 
