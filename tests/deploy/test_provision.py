@@ -123,6 +123,8 @@ def test_provisioned_side_by_side_each_sees_only_its_release(site: dict) -> None
         (other_app,) = containers(site["site"], other_rid, "app")
         release_mount = lambda c: next(m["Source"] for m in c.attrs["Mounts"] if m["Destination"] == "/release")  # noqa: E731
         assert release_mount(other_app) != release_mount(app)
+        # the custodian's verified copy, not the live bundle folder a writer of SITE/releases can add files to
+        assert Path(release_mount(app)).is_relative_to(site["site"].enclaves / rid), release_mount(app)
     listed = cli("recipients", "--site", str(site["root"]), "--json")
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
     assert rows["alice"]["containers"] == {"app": "running", "kiosk": "running"}
