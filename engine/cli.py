@@ -360,7 +360,8 @@ another release's name is refused. A release name (RELEASES/<name>, a link made 
 RELEASES/<name>.name.json says: a name whose link a writer of the releases folder
 re-pointed at another genuine bundle, or a name without a record (named before names
 were signed: name it again with `safeshare release RELEASES/<dataset>/<id> --to
-RELEASES --name <name>`), is refused.""")
+RELEASES --name <name>`), is refused; so is an older record of the name restored with
+its old link, where the release key's ledger (SITE/keys, the custodian's) can be read.""")
     verify.add_argument("folder", help="a sealed release folder (RELEASES/<dataset>/<id>, or a release name)")
     verify.add_argument("--trust", metavar="FILE", help="the trust store to verify against (default: SITE/trust.json "
                                                         "of --site)")

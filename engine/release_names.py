@@ -14,9 +14,11 @@ store and refuse a link whose target is not the release its record names, and a 
 before names were signed): fail closed, the custodian names it again. The record's signature is kept in the release
 key's ledger (SITE/keys/release-signing.key.signed) like a seal's, so a rotation records it and it keeps verifying.
 
-What this does not stop: a writer of the folder who restores an older record of the same name together with its
-old link (the name then points at a release the custodian once gave that name), or who deletes the name (refused:
-nothing is served).
+An older genuine record of the same name, restored with its old link by a writer of the folder, is refused where
+the release key's ledger can be read (provisioning, run by the custodian; `verify-release` run by the custodian):
+the record must be the newest the ledger holds for that name. A verifier that cannot read SITE/keys (the app in its
+container, another user) does not tell it apart: the name then points at a release the custodian once gave that
+name. Deleting a name only makes it refused (nothing is served).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from safeshare.signing import SignatureError, SigningKey, TrustStore, canonical
+from safeshare.signing import RELEASE_KEY, SignatureError, SigningKey, TrustStore, canonical, ledger_path
 
 from .bundle import PURPOSE, BundleError
 
@@ -75,7 +77,8 @@ def write_record(releases: str | Path, record: dict) -> Path:
 
 def named_release(releases: str | Path, name: str, store: TrustStore) -> str:
     """The release (`DATASET/ID`) that the signed record of `name` binds it to; raises BundleError when there is no
-    record, it is not signed by a key `store` trusts for releases, or it names another name."""
+    record, it is not signed by a key `store` trusts for releases, it names another name, or it is not the newest
+    record of the name in the release key's ledger (where this process can read it: the custodian's)."""
     path = record_path(releases, name)
     rename = (f"name it again: `safeshare release RELEASES/<dataset>/<id> --to RELEASES --name {name}` (or "
               f"`safeshare release OUT --to RELEASES --name {name}`)")
@@ -103,7 +106,32 @@ def named_release(releases: str | Path, name: str, store: TrustStore) -> str:
     dataset, release = record.get("dataset"), record.get("release")
     if not isinstance(dataset, str) or not isinstance(release, str) or not dataset or not release:
         raise BundleError(f"{path}: fields 'dataset' and 'release' must name the release")
+    ledger = ledger_path(Path(releases).absolute().parent / RELEASE_KEY)
+    newest = newest_in_ledger(ledger, name)
+    if newest is not None and newest != record.get("signature"):
+        raise BundleError(f"{path}: not the newest record the custodian signed for release name {name!r} (the "
+                          f"release key's ledger {ledger} says so): an older record restored in the releases folder "
+                          f"is refused; {rename}")
     return f"{dataset}/{release}"
+
+
+def newest_in_ledger(ledger: Path, name: str) -> dict | None:
+    """The signature of the newest name record of `name` in the release key's ledger (which spans rotations: it
+    lies beside the key file, SITE/keys, 0600), or None when it holds none or this process cannot read it (a
+    verifier that is not the custodian: then an older genuine record of the same name is not told apart)."""
+    try:
+        data = ledger.read_bytes()
+    except OSError:
+        return None
+    newest = None
+    for line in data.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("name") == name and isinstance(entry.get("signature"), dict):
+            newest = entry["signature"]
+    return newest
 
 
 def check_name(link: str | Path, store: TrustStore) -> str:

@@ -103,3 +103,22 @@ def test_name_records_are_in_the_ledger_and_survive_a_rotation(two) -> None:
     assert seal_signature in recorded
     rotate_key(key_file, trust, "release", signed=iter(ledger_signatures(key_file)))
     assert resolve_release(releases, "adult-k5", trust=trust) == wanted.resolve()
+
+
+def test_an_older_record_of_the_name_restored_with_its_link_is_refused_by_the_custodian(two) -> None:
+    """The name moved from adult to census (say a release sealed for a more trusted recipient was renamed away);
+    a writer of the folder kept the old record and restores it with the old link: the record verifies, but the
+    release key's ledger (SITE/keys, the custodian's) says it is not the name's newest, so provisioning refuses."""
+    site, wanted, other = two
+    releases, trust = site / "releases", site / "trust.json"
+    record = record_path(releases, "shared")
+    name_release(releases, "shared", wanted, trust=trust)
+    old_record = record.read_bytes()
+    name_release(releases, "shared", other, trust=trust)
+    record.write_bytes(old_record)
+    _repoint(releases / "shared", wanted)
+    with pytest.raises(BundleError, match="not the newest record"):
+        resolve_release(releases, "shared", trust=trust)
+    # the newest record and its link are served
+    name_release(releases, "shared", wanted, trust=trust)
+    assert resolve_release(releases, "shared", trust=trust) == wanted.resolve()
