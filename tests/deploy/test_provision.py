@@ -328,7 +328,10 @@ def test_revocation_ends_a_live_session_within_a_second(site: dict) -> None:
 
     check = verify_session(Path(ended.folder))  # sealed by the gateway container as revocation ended it
     assert check.ok and check.sealed, check.findings
-    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--site", str(s.root), "--json")
+    # the site also holds the session an earlier test's gateway restart left recovered (partial): accepted, with no
+    # finding anywhere
+    audited = cli("audit", "verify", str(s.sessions), "--db", s.db_url, "--site", str(s.root), "--json",
+                  "--allow-partial")
     assert audited.returncode == 0, audited.stdout[-2000:]
     refused = asyncio.run(_status(f"{base}/?token={token}"))
     assert refused == 403
