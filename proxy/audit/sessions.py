@@ -82,12 +82,21 @@ def _text(meta: dict[str, Any], name: str, problems: list[str], folder: Path) ->
     return None
 
 
+def unproven_recovery(last: dict[str, Any]) -> bool:
+    """A signed seal of a log recovered with no signed checkpoint left: the metadata it signs came from lines nothing
+    proves (`audit verify` reports it), so no list takes its recipient, release or times for signed ones."""
+    return (last.get("event") == "seal" and last.get("recovered") is True and bool(last.get("signature"))
+            and "checkpoint" in last and last.get("checkpoint") is None)
+
+
 def logged_meta(folder: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The session's metadata as its log holds it: the seal's signed `meta` (start, end, end reason, front door,
     counters, limits), else the connect line's (the start, in the chain, for a session still running), else
     meta.json as found (sessions recorded before the log held it). meta.json is a copy that a writer of the folder
     can edit to move a session out of a time range; `audit verify` reports where it differs from the seal."""
     last = events[-1] if events else {}
+    if unproven_recovery(last):
+        return {}
     if last.get("event") == "seal" and isinstance(last.get("meta"), dict):
         return last["meta"]
     first = events[0] if events else {}
@@ -129,12 +138,16 @@ def summarize(folder: str | Path) -> SessionSummary:
         elif kind == "seal":
             sealed, seal = True, event
     unverified = seal.get("unverified_lines")
+    unproven = unproven_recovery(events[-1] if events else {})
+    if unproven:
+        problems.append(f"{folder / EVENTS}: recovered with no signed checkpoint left: its recipient, release and "
+                        f"times are unproven (audit verify)")
     recipient, release = _text(meta, "recipient", problems, folder), _text(meta, "release", problems, folder)
     end_reason = _text(meta, "end_reason", problems, folder)
     start, end = _time(meta.get("start")), _time(meta.get("end"))
-    if start is None and first_t is not None:
+    if start is None and first_t is not None and not unproven:
         start = datetime.fromtimestamp(first_t, timezone.utc)
-    if end is None and last_t is not None and sealed:
+    if end is None and last_t is not None and sealed and not unproven:
         end = datetime.fromtimestamp(last_t, timezone.utc)
     duration = round((end - start).total_seconds(), 3) if start and end else None
     return SessionSummary(

@@ -236,6 +236,15 @@ def _check_proven(check: SessionCheck, records: list[dict[str, Any]], hashes: li
     recording = _check_recording_prefix(check, records[line - 1]) if line else None
     if not seal:
         return  # not sealed: a finding already; the numbers say how much a recovery could vouch for
+    if line == 0 and found >= 1 and seal.get("signature") and "checkpoint" in seal:
+        # A gateway that signs its seals signs a checkpoint right after every control event, the connect line
+        # first: a log it recovered with no checkpoint left has lost them (a writer of the folder and the database
+        # stripped them, rewrote the connect line's recipient and start, and had a restarted gateway sign that), or
+        # was invented. Nothing of it is proven, its metadata included: a finding, not an accepted partial.
+        check.findings.append(Finding(events_path, "recovered by a gateway that signs checkpoints, but no signed "
+                                                   "checkpoint is left in the log: nothing of it is proven, its "
+                                                   "recipient and start included (checkpoints removed, or the "
+                                                   "session invented)", check.lines))
     check.recovered = True
     when = ""
     if line:

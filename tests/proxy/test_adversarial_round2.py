@@ -21,21 +21,12 @@ FORGED_RECIPIENT = "someone-else"
 FORGED_START = "2020-01-01T00:00:00+00:00"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (low): a writer of the sessions folder and the database drops every checkpoint of a crashed (or "
-    "unsealed-by-them) session's log, rewrites its `connect` line (recipient, and the start in its meta), recomputes "
-    "the chain, clears the row's anchors and restarts the gateway: the recovered seal then signs the forged "
-    "recipient and start as the session's metadata. `audit verify` says PARTIAL with no line proven, which "
-    "--allow-partial accepts (exit 0), and `audit sessions` lists the forged recipient and start as sealed ones "
-    "(so --since hides the session). The same gets a wholly invented session sealed by the gateway: a row left open "
-    "naming a folder with a log written from scratch without checkpoints. A gateway that signs checkpoints writes "
-    "one right after every control event "
-    "(connect first), so a recovered log whose control event is followed by another line that is not a "
-    "checkpoint, or whose first line is not `connect`, has had lines removed: report it as a finding (not "
-    "PARTIAL), and let a recovered seal sign only metadata taken from under a proven checkpoint (else mark it "
-    "unproven). This conflicts with test_recovered_checkpoints' 'every checkpoint dropped' case, which expects "
-    "PARTIAL; the next session must change both."))
 def test_a_recovered_log_stripped_of_its_checkpoints_cannot_have_forged_metadata_accepted(site: SiteFiles) -> None:
+    """A writer of the sessions folder and the database drops every checkpoint of a crashed session's log, rewrites
+    its connect line (recipient, start), re-chains it, clears the row's anchors and restarts the gateway, which
+    seals it as recovered, signing the forged metadata. A gateway that signs checkpoints writes one right after the
+    connect line, so such a log has lost them: `audit verify` reports a finding even with --allow-partial, and the
+    sessions list takes nothing of it for signed."""
     folder = only_session(site)
 
     def forge(event: dict) -> bool:
