@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -48,11 +47,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> SiteFiles:
 
 @pytest.fixture
 def site(recorded: SiteFiles, tmp_path: Path) -> SiteFiles:
-    shutil.copytree(recorded.root, tmp_path / "site", symlinks=True)
-    copy = SiteFiles(tmp_path / "site")
-    with sqlite3.connect(copy.db_file) as db:
-        db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)", (str(recorded.root), str(copy.root)))
-    return copy
+    return recorded.copy_to(tmp_path / "site")
 
 
 def forged_bytes(genuine: bytes) -> bytes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from safeshare.signing import SigningKey
 from tests.cdp import wait_for
 from tests.proxy.rfbtools import FakeVncServer
 from tests.proxy.test_gateway import running_gateway, ws_rfb_connect
-from tests.proxy.test_seals import UPDATE, SiteFiles, audit, lines_of, problems
+from tests.proxy.test_seals import UPDATE, SiteFiles, audit, lines_of
 from proxy.eventlog import KeySource
 
 PAUSE = CHECKPOINT_INTERVAL + 0.8  # between the typing and the end: a periodic checkpoint falls after the keys
@@ -81,11 +80,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> SiteFiles:
 
 @pytest.fixture
 def site(recorded: SiteFiles, tmp_path: Path) -> SiteFiles:
-    shutil.copytree(recorded.root, tmp_path / "site", symlinks=True)
-    copy = SiteFiles(tmp_path / "site")
-    with sqlite3.connect(copy.db_file) as db:  # rows name their folders by absolute path
-        db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)", (str(recorded.root), str(copy.root)))
-    return copy
+    return recorded.copy_to(tmp_path / "site")
 
 
 def events_of(folder: Path) -> list[dict]:

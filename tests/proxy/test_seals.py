@@ -53,6 +53,15 @@ class SiteFiles:
         ensure_key(site.key, site.trust_file, "gateway")
         return site
 
+    def copy_to(self, root: Path) -> "SiteFiles":
+        """A copy of this site at `root` that a test may tamper with (folders, database, keys); the database's rows
+        name their folders by absolute path, so they are pointed at the copy."""
+        shutil.copytree(self.root, root, symlinks=True)
+        copy = SiteFiles(root)
+        with sqlite3.connect(copy.db_file) as db:
+            db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)", (str(self.root), str(copy.root)))
+        return copy
+
     def trust(self) -> TrustStore:
         return TrustStore.load(self.trust_file)
 
@@ -127,12 +136,7 @@ def recorded_site(tmp_path_factory: pytest.TempPathFactory) -> SiteFiles:
 @pytest.fixture
 def site(recorded_site: SiteFiles, tmp_path: Path) -> SiteFiles:
     """A copy of the recorded site that a test may tamper with (folders, database, keys)."""
-    shutil.copytree(recorded_site.root, tmp_path / "site", symlinks=True)
-    copy = SiteFiles(tmp_path / "site")
-    with sqlite3.connect(copy.db_file) as db:  # rows name their folders by absolute path: point them at the copy
-        db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)",
-                   (str(recorded_site.root), str(copy.root)))
-    return copy
+    return recorded_site.copy_to(tmp_path / "site")
 
 
 def lines_of(folder: Path) -> list[bytes]:

@@ -33,11 +33,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> SiteFiles:
 
 @pytest.fixture
 def site(recorded: SiteFiles, tmp_path: Path) -> SiteFiles:
-    shutil.copytree(recorded.root, tmp_path / "site", symlinks=True)
-    copy = SiteFiles(tmp_path / "site")
-    with sqlite3.connect(copy.db_file) as db:
-        db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)", (str(recorded.root), str(copy.root)))
-    return copy
+    return recorded.copy_to(tmp_path / "site")
 
 
 def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:

@@ -25,11 +25,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> SiteFiles:
 
 @pytest.fixture
 def site(recorded: SiteFiles, tmp_path: Path) -> SiteFiles:
-    shutil.copytree(recorded.root, tmp_path / "site", symlinks=True)
-    copy = SiteFiles(tmp_path / "site")
-    with sqlite3.connect(copy.db_file) as db:
-        db.execute("UPDATE gateway_sessions SET folder = replace(folder, ?, ?)", (str(recorded.root), str(copy.root)))
-    return copy
+    return recorded.copy_to(tmp_path / "site")
 
 
 def test_the_newest_session_deleted_from_the_folder_is_found_with_the_sites_database(site: SiteFiles) -> None:
