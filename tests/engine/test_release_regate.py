@@ -4,7 +4,6 @@ figures lowered by hand (the manifest is not covered by its own hashes) was seal
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -14,21 +13,8 @@ import pytest
 
 from engine.bundle import BundleError, seal_release, verify_bundle
 from safeshare.cli import main
+from tests.engine.test_gate_estimators import localized
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
-
-
-def localized(name: str) -> str:
-    """An example policy's text with its relative data paths made absolute (resolved from policies/examples), so
-    that a copy elsewhere reads the same files; skips when the ADULT table is not there."""
-    text = (EXAMPLES / name).read_text()
-    text = re.sub(r"(?<=path: |file: )([^\s},]+)",
-                  lambda m: m.group(1) if m.group(1).startswith("/") else str((EXAMPLES / m.group(1)).resolve()),
-                  text)
-    table = re.search(r"(?<=path: )(\S+)", text).group(1)
-    if not Path(table).is_file():
-        pytest.skip(f"the ADULT table is not at {table}")
-    return text
 STRICT_GATE = "max_population_uniqueness: 0.035\n"   # ADULT under adult-pu1: Los Angeles 0.046 (Dankar -> Pitman)
 
 
