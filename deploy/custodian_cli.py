@@ -410,3 +410,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--json", action="store_true")
     _site_args(ev)
     ev.set_defaults(func=_guarded('events', cmd_events))
+
+    from deploy.people_cli import register as register_people
+
+    register_people(sub, _site_args, _guarded)
