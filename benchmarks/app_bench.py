@@ -14,7 +14,14 @@ release itself (30,162 records, 29,894 with a known salary class) and on the res
 the running app (POST /api/regression, the regression page). The targets: under 1 s on ADULT and under 10 s on a
 million records. `--regression-only` skips the app server (no import into SQLite) and prints those figures alone.
 
-    .venv/bin/python benchmarks/app_bench.py [--rows 1000000] [--requests 50] [--keep DIR] [--regression-only]
+Output checks (issue 26): saving each kind of output (frequencies, cross-tabulation plain, suppressed and rounded, a
+cohort comparison, a logit; benchmarks/app_outputs_bench.py's cases), which runs the analysis, its per-cell SDC checks,
+differencing against every earlier output, the remedy and the atomic write, timed through FastAPI's TestClient on
+ADULT's own sealed release (`outputs_adult`) and through the running app on the resampled release
+(`outputs_resampled`), OUTPUT_REPEAT rounds each.
+
+    .venv/bin/python benchmarks/app_bench.py [--rows 1000000] [--requests 50] [--output-repeat 3] [--keep DIR]
+                                             [--regression-only]
 """
 from __future__ import annotations
 
@@ -42,17 +49,24 @@ sys.path.insert(0, str(REPO))
 from engine.bundle import seal_release  # noqa: E402
 from engine.deid import deidentify, parquet_bytes, write_release  # noqa: E402
 
+from benchmarks.app_outputs_bench import save_outputs  # noqa: E402
+
 POLICY = REPO / "policies" / "examples" / "adult-pu1.yaml"
 
 
-def build_bundle(root: Path, rows: int, seed: int = 7) -> Path:
-    """The ADULT release resampled to `rows` records and sealed (its gate verdict carried over)."""
+def build_bundle(root: Path, rows: int | None, seed: int = 7) -> Path:
+    """The ADULT release resampled to `rows` records (None: ADULT's own records, as released) and sealed (its gate
+    verdict carried over, or recomputed for the resampled table)."""
     base = root / "adult"
-    write_release(deidentify(POLICY), base)
+    if not base.exists():
+        write_release(deidentify(POLICY), base)
     frame = pd.read_parquet(base / "data.parquet")
-    picked = np.random.default_rng(seed).integers(0, len(frame), size=rows)
-    big = frame.iloc[picked].reset_index(drop=True)
-    out = root / "big"
+    if rows is None:
+        big, rows = frame, len(frame)
+    else:
+        picked = np.random.default_rng(seed).integers(0, len(frame), size=rows)
+        big = frame.iloc[picked].reset_index(drop=True)
+    out = root / ("adult-sealed" if big is frame else "big")
     out.mkdir()
     data = parquet_bytes(big)
     (out / "data.parquet").write_bytes(data)
@@ -60,7 +74,7 @@ def build_bundle(root: Path, rows: int, seed: int = 7) -> Path:
     manifest = json.loads((base / "manifest.json").read_text())
     qis = list(manifest["transformation"])
     manifest.update(records=rows, suppressed_records=int((big[qis] == "*").all(axis=1).sum()), data_sha256=sha,
-                    files={"data.parquet": sha}, dataset="adult-1m")
+                    files={"data.parquet": sha}, dataset="adult-1m" if big is not frame else "adult")
     # `release` evaluates the gate again on the released data and refuses figures that differ: record the resampled
     # table's own (a million draws of ADULT's classes leave no sample uniques).
     from engine.gate import evaluate_gate
@@ -213,11 +227,29 @@ def measure(url: str, requests: int) -> dict:
                 **regression_over_http(client, max(1, min(requests, 5)))}
 
 
+def outputs_in_process(bundle: Path, state: Path, args: argparse.Namespace) -> dict:
+    """Saving outputs (analysis, per-cell checks, differencing, remedy, atomic write) on `bundle` through the app
+    created in this process (FastAPI's TestClient): the check times of issue 26 on ADULT's own release."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    from enclave.app import create_app
+
+    app = create_app(bundle, state_dir=state, trust=bundle.parents[2] / "trust.json")
+    with TestClient(app) as client:
+        return {"records": json.loads((bundle / "manifest.json").read_text())["records"],
+                **save_outputs(client, args.output_repeat)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--keep", default=None, help="work in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--output-repeat", type=int, default=3,
+                        help="rounds of saving each kind of output (checks included), on ADULT and the resampled release")
     parser.add_argument("--regression-only", action="store_true",
                         help="only the regressions, in this process (ADULT and the resampled release)")
     args = parser.parse_args()
@@ -238,10 +270,15 @@ def main() -> None:
         if args.regression_only:
             print(json.dumps(result, indent=2))
             return
+        result["outputs_adult"] = outputs_in_process(build_bundle(root, None), root / "state-adult", args)
         state = root / "state"
         proc, url, cold = start_app(bundle, state)
         try:
             measured = measure(url, args.requests)
+            import httpx
+
+            with httpx.Client(base_url=url, timeout=600) as client:
+                measured["outputs_resampled"] = save_outputs(client, args.output_repeat)
             result["cold_start"] = {"ready_seconds": round(cold, 2), **measured.pop("app"), **rss(proc.pid)}
             result.update(measured)
             result["cold_start"].update({f"after_requests_{k}": v for k, v in rss(proc.pid).items()})

@@ -24,7 +24,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.app_bench import build_bundle  # noqa: E402
 
 # categorical predictors whose every value has both outcomes in ADULT and its resamples (occupation's Armed-Forces and
 # the age group 10-19, education Preschool and workclass Without-pay separate the salary class)
@@ -44,6 +43,28 @@ CASES = [
 ]
 
 
+def save_outputs(client, repeat: int) -> dict:
+    """Median and maximum seconds of `POST /api/outputs` per case over `repeat` rounds, with the status each got.
+
+    `client` is anything with httpx's `post`/`get` (FastAPI's TestClient in this process, or an httpx.Client on a
+    running `safeshare app`, as benchmarks/app_bench.py uses it on the million-record release)."""
+    times: dict[str, list[float]] = {name: [] for name, *_ in CASES}
+    statuses: dict[str, str] = {}
+    for _ in range(repeat):
+        for name, kind, query, remedy in CASES:
+            body = {"name": name, "kind": kind, "query": query, **({"remedy": remedy} if remedy else {})}
+            t0 = time.perf_counter()
+            response = client.post("/api/outputs", json=body)
+            times[name].append(time.perf_counter() - t0)
+            if response.status_code != 200:
+                raise SystemExit(f"{name}: {response.status_code} {response.text}")
+            statuses[name] = response.json()["status"]
+    saved = len(client.get("/api/outputs").json())
+    return {"outputs_saved": saved,
+            "save_seconds": {name: {"median": round(statistics.median(v), 4), "max": round(max(v), 4),
+                                    "status": statuses[name]} for name, v in times.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=30_162)
@@ -53,6 +74,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
+    from benchmarks.app_bench import build_bundle  # app_bench imports save_outputs from here
     from enclave.app import create_app
 
     with tempfile.TemporaryDirectory() as temp:
@@ -62,24 +84,9 @@ def main() -> None:
         bundle = build_bundle(root, args.rows)
         app = create_app(bundle, state_dir=root / "state", trust=bundle.parents[2] / "trust.json")
         setup = time.perf_counter() - started
-        times: dict[str, list[float]] = {name: [] for name, *_ in CASES}
-        statuses: dict[str, str] = {}
         with TestClient(app) as client:
-            for _ in range(args.repeat):
-                for name, kind, query, remedy in CASES:
-                    body = {"name": name, "kind": kind, "query": query, **({"remedy": remedy} if remedy else {})}
-                    t0 = time.perf_counter()
-                    response = client.post("/api/outputs", json=body)
-                    times[name].append(time.perf_counter() - t0)
-                    if response.status_code != 200:
-                        raise SystemExit(f"{name}: {response.status_code} {response.text}")
-                    statuses[name] = response.json()["status"]
-            saved = len(client.get("/api/outputs").json())
-        print(json.dumps({
-            "rows": args.rows, "setup_seconds": round(setup, 1), "outputs_saved": saved,
-            "save_seconds": {name: {"median": round(statistics.median(v), 4), "max": round(max(v), 4),
-                                    "status": statuses[name]} for name, v in times.items()},
-        }, indent=2))
+            measured = save_outputs(client, args.repeat)
+        print(json.dumps({"rows": args.rows, "setup_seconds": round(setup, 1), **measured}, indent=2))
 
 
 if __name__ == "__main__":
