@@ -1,0 +1,373 @@
+"""The airlock store's format, defined once: `SITE/airlock/<rid>/<request_id>/`, frozen copies of submitted requests.
+
+    request.json              frozen at submission (the site's record of what was asked; see `frozen_request`)
+    outputs/<output_id>/<f>   the copied bytes: data.csv, meta.json and any allowlisted file of the output
+    supporting/<f>            supporting files for the checkers only (never released)
+    package.zip               after release: the signed package (outputs.airlock.package)
+
+The store is written by the host only (the intake, the release); the enclave never writes here, and a request's
+folder is made complete in a hidden sibling (`.new-*`) and renamed into place, so nobody sees half a request. The
+hashes taken when copying are kept in request.json and in the site database (records.py); a release re-hashes every
+file and refuses on any difference ("checksum mismatch").
+
+Allowlist (everything else is refused with the reason): .csv (UTF-8 text, at most MAX_CSV_ROWS rows), .json (UTF-8
+JSON), .png (PNG signature), .txt (UTF-8 text); each file at most MAX_FILE_BYTES, a request at most
+MAX_REQUEST_BYTES. An output's rendering.html is never copied: the checkers' pages re-render from data.csv and
+meta.json, so no markup made in the enclave reaches a checker's browser.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+AIRLOCK_DIR = "airlock"
+REQUEST_FILE = "request.json"
+OUTPUTS_DIR = "outputs"
+SUPPORTING_DIR = "supporting"
+PACKAGE_FILE = "package.zip"
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_REQUEST_BYTES = 20 * 1024 * 1024
+MAX_CSV_ROWS = 10_000
+MAX_OUTPUTS = 50  # outputs in one request
+MAX_SUPPORTING = 20  # supporting files in one request
+MAX_TEXT = 4000  # context, controls, justification (characters; the app's output_store.MAX_TEXT)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ALLOWED_TYPES = {".csv": "text/csv", ".json": "application/json", ".png": "image/png", ".txt": "text/plain"}
+OUTPUT_FILES_SKIPPED = frozenset({"rendering.html"})  # never copied (re-rendered by the review pages)
+
+RID_PATTERN = r"[0-9a-z]{1,32}"
+REQUEST_ID = re.compile(rf"(?P<rid>{RID_PATTERN})-(?P<number>[0-9]{{4,9}})-(?P<nonce>[0-9a-f]{{8}})")
+OUTPUT_ID = re.compile(r"[1-9][0-9]{0,8}")
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_RID = re.compile(RID_PATTERN)
+
+OUTPUT_STATUSES = ("pass", "review", "fail")  # outputs.checks PASS, REVIEW, FAIL
+
+
+class StoreError(ValueError):
+    """A request or file the airlock refuses (names the file and the reason)."""
+
+
+class ChecksumMismatch(StoreError):
+    """A stored file whose bytes no longer match the hash taken at submission (or one missing or added)."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def valid_request_id(text: object) -> bool:
+    return isinstance(text, str) and REQUEST_ID.fullmatch(text) is not None
+
+
+def valid_rid(text: object) -> bool:
+    return isinstance(text, str) and _RID.fullmatch(text) is not None
+
+
+def new_request_id(rid: str, app_number: int) -> str:
+    """`<rid>-<app number, 4+ digits>-<8 hex random>`: unique per site, and names whose request it is."""
+    if not valid_rid(rid):
+        raise StoreError(f"recipient id {rid!r} is not {RID_PATTERN}")
+    if not isinstance(app_number, int) or not 0 < app_number <= 999_999_999:
+        raise StoreError(f"request number {app_number!r} is not a positive integer")
+    return f"{rid}-{app_number:04d}-{secrets.token_hex(4)}"
+
+
+def rid_of(request_id: str) -> str:
+    match = REQUEST_ID.fullmatch(request_id) if isinstance(request_id, str) else None
+    if match is None:
+        raise StoreError(f"request id {request_id!r} is not <rid>-<number>-<8 hex>")
+    return match.group("rid")
+
+
+def check_name(name: object, where: str = "file") -> str:
+    if not isinstance(name, str) or not FILE_NAME.fullmatch(name):
+        raise StoreError(f"{where}: name {name!r} is not a plain file name (letters, digits, . _ -; at most 100)")
+    return name
+
+
+def file_type(name: str) -> str:
+    """The MIME type of an allowlisted name; StoreError naming the file otherwise."""
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix not in ALLOWED_TYPES:
+        raise StoreError(f"{name}: type {suffix or '(none)'} is not allowed in the airlock (only "
+                         f"{', '.join(sorted(ALLOWED_TYPES))})")
+    return ALLOWED_TYPES[suffix]
+
+
+def check_file(name: str, data: bytes, where: str | None = None) -> str:
+    """Check one file against the allowlist and bounds; its MIME type, or StoreError with the reason."""
+    label = where or name
+    check_name(name, label)
+    kind = file_type(name)
+    if len(data) > MAX_FILE_BYTES:
+        raise StoreError(f"{label}: {len(data)} bytes, more than the {MAX_FILE_BYTES} a file may have")
+    if kind == "image/png":
+        if not data.startswith(PNG_MAGIC):
+            raise StoreError(f"{label}: not a PNG image (no PNG signature)")
+        return kind
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+    if "\0" in text:
+        raise StoreError(f"{label}: holds a NUL character; not text")
+    if kind == "application/json":
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise StoreError(f"{label}: not JSON: {exc}") from None
+    elif kind == "text/csv":
+        rows = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        if rows > MAX_CSV_ROWS:
+            raise StoreError(f"{label}: {rows} rows, more than the {MAX_CSV_ROWS} a CSV may have")
+    return kind
+
+
+def check_total(total: int, where: str = "request") -> None:
+    if total > MAX_REQUEST_BYTES:
+        raise StoreError(f"{where}: {total} bytes in all, more than the {MAX_REQUEST_BYTES} a request may have")
+
+
+@dataclass(frozen=True)
+class FrozenFile:
+    name: str
+    data: bytes
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return {"sha256": sha256(self.data), "size": len(self.data)}
+
+
+@dataclass(frozen=True)
+class FrozenOutput:
+    """One output as submitted: its record for request.json (without files) and the bytes of its files."""
+
+    output_id: str
+    name: str
+    kind: str
+    status: str
+    checks: list[dict[str, Any]]
+    justification: str | None
+    files: tuple[FrozenFile, ...]
+    release: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"output_id": self.output_id, "name": self.name, "kind": self.kind, "status": self.status,
+                "checks": self.checks, "justification": self.justification,
+                "justification_sha256": sha256(self.justification.encode("utf-8")) if self.justification else None,
+                "release": self.release,
+                "files": {f.name: f.record for f in sorted(self.files, key=lambda f: f.name)}}
+
+
+def checks_summary(checks: Any) -> list[dict[str, Any]]:
+    """An output's checks as request.json keeps them: rule, status, reason, number of cells (not the cells)."""
+    out = []
+    for check in checks if isinstance(checks, list) else []:
+        if isinstance(check, dict):
+            out.append({"rule": str(check.get("rule", ""))[:100], "status": str(check.get("status", ""))[:20],
+                        "reason": str(check.get("reason", ""))[:1000],
+                        "cells": len(check.get("cells") or []) if isinstance(check.get("cells"), list) else 0})
+    return out
+
+
+def request_bytes(request: dict[str, Any]) -> bytes:
+    """request.json's bytes exactly (their sha256 is what the database keeps as request_sha256)."""
+    return (json.dumps(request, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode("utf-8")
+
+
+class AirlockStore:
+    """SITE/airlock: where requests are frozen. Only host processes write here."""
+
+    def __init__(self, site_root: str | os.PathLike[str]) -> None:
+        self.site_root = Path(site_root)
+        self.root = self.site_root / AIRLOCK_DIR
+
+    def recipient_dir(self, rid: str) -> Path:
+        if not valid_rid(rid):
+            raise StoreError(f"recipient id {rid!r} is not {RID_PATTERN}")
+        return self.root / rid
+
+    def request_dir(self, request_id: str) -> Path:
+        return self.recipient_dir(rid_of(request_id)) / request_id
+
+    def request_file(self, request_id: str) -> Path:
+        return self.request_dir(request_id) / REQUEST_FILE
+
+    def output_file(self, request_id: str, output_id: str, name: str) -> Path:
+        if not OUTPUT_ID.fullmatch(str(output_id)):
+            raise StoreError(f"output id {output_id!r} is not a positive integer")
+        return self.request_dir(request_id) / OUTPUTS_DIR / str(output_id) / check_name(name)
+
+    def supporting_file(self, request_id: str, name: str) -> Path:
+        return self.request_dir(request_id) / SUPPORTING_DIR / check_name(name)
+
+    def package_file(self, request_id: str) -> Path:
+        return self.request_dir(request_id) / PACKAGE_FILE
+
+    def exists(self, request_id: str) -> bool:
+        return self.request_file(request_id).is_file()
+
+    def read_request(self, request_id: str) -> dict[str, Any]:
+        path = self.request_file(request_id)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise StoreError(f"{path}: no such request in the airlock store") from None
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{path}: not readable JSON: {exc}") from None
+        if not isinstance(document, dict) or document.get("request_id") != request_id:
+            raise StoreError(f"{path}: not the request.json of {request_id}")
+        return document
+
+    def write(self, request: dict[str, Any], outputs: Iterable[FrozenOutput],
+              supporting: Iterable[FrozenFile] = (), replace: bool = False) -> Path:
+        """Write a request folder whole: files into a hidden temp folder (fsynced), request.json last, then one
+        rename. A request id already present is refused (ids are never reused), except with `replace` (the next
+        round of a returned request): the previous round's folder is then kept beside it as
+        `.round-<n>-<request_id>` (hidden: never listed, never released)."""
+        request_id = request["request_id"]
+        target = self.request_dir(request_id)
+        if target.exists() and not replace:
+            raise StoreError(f"{target}: request {request_id} is already in the store")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in target.parent.glob(".new-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        temp = Path(tempfile.mkdtemp(prefix=".new-", dir=target.parent))
+        try:
+            for output in outputs:
+                folder = temp / OUTPUTS_DIR / output.output_id
+                folder.mkdir(parents=True, exist_ok=True)
+                for item in output.files:
+                    _write_synced(folder / check_name(item.name), item.data)
+            items = list(supporting)
+            if items:
+                (temp / SUPPORTING_DIR).mkdir()
+                for item in items:
+                    _write_synced(temp / SUPPORTING_DIR / check_name(item.name), item.data)
+            _write_synced(temp / REQUEST_FILE, request_bytes(request))
+            os.chmod(temp, 0o755)
+            if target.exists():
+                old_round = int(self.read_request(request_id).get("round", 0))
+                os.rename(target, target.parent / f".round-{old_round}-{request_id}-{secrets.token_hex(3)}")
+            os.rename(temp, target)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        return target
+
+    def read_output_file(self, request_id: str, output_id: str, name: str) -> bytes:
+        return _read_plain(self.output_file(request_id, output_id, name))
+
+    def read_supporting(self, request_id: str, name: str) -> bytes:
+        return _read_plain(self.supporting_file(request_id, name))
+
+    def verify(self, request_id: str, request: dict[str, Any] | None = None,
+               output_ids: Iterable[str] | None = None) -> dict[str, dict[str, bytes]]:
+        """Re-hash every stored file of the outputs `output_ids` (all when None) against request.json's hashes
+        (`request`, when given, is the copy the database holds: what counts). Returns {output_id: {name: bytes}}
+        read in this pass; raises ChecksumMismatch naming each differing, missing or added file."""
+        request = request if request is not None else self.read_request(request_id)
+        wanted = None if output_ids is None else {str(o) for o in output_ids}
+        problems: list[str] = []
+        contents: dict[str, dict[str, bytes]] = {}
+        for output in request.get("outputs", []):
+            oid = str(output["output_id"])
+            if wanted is not None and oid not in wanted:
+                continue
+            contents[oid] = {}
+            folder = self.request_dir(request_id) / OUTPUTS_DIR / oid
+            listed = output.get("files", {})
+            present = set(_names(folder))
+            for name in sorted(present - set(listed)):
+                problems.append(f"outputs/{oid}/{name}: added after submission")
+            for name, meta in sorted(listed.items()):
+                try:
+                    data = _read_plain(folder / name)
+                except FileNotFoundError:
+                    problems.append(f"outputs/{oid}/{name}: missing")
+                    continue
+                except StoreError as exc:
+                    problems.append(f"outputs/{oid}/{name}: {exc}")
+                    continue
+                if sha256(data) != meta.get("sha256") or len(data) != meta.get("size"):
+                    problems.append(f"outputs/{oid}/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
+                    continue
+                contents[oid][name] = data
+        if problems:
+            raise ChecksumMismatch("checksum mismatch: " + "; ".join(problems))
+        return contents
+
+
+    def verify_supporting(self, request_id: str, request: dict[str, Any]) -> None:
+        """Re-hash the supporting files against request.json (ChecksumMismatch naming each difference)."""
+        problems = []
+        folder = self.request_dir(request_id) / SUPPORTING_DIR
+        listed = request.get("supporting", {}) or {}
+        for name in sorted(set(_names(folder)) - set(listed)):
+            problems.append(f"supporting/{name}: added after submission")
+        for name, meta in sorted(listed.items()):
+            try:
+                data = _read_plain(folder / name)
+            except FileNotFoundError:
+                problems.append(f"supporting/{name}: missing")
+                continue
+            except StoreError as exc:
+                problems.append(f"supporting/{name}: {exc}")
+                continue
+            if sha256(data) != meta.get("sha256"):
+                problems.append(f"supporting/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
+        if problems:
+            raise ChecksumMismatch("checksum mismatch: " + "; ".join(problems))
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return [p.name for p in folder.iterdir()]
+    except FileNotFoundError:
+        return []
+
+
+def _read_plain(path: Path) -> bytes:
+    """A stored file's bytes (a regular file, not a link; at most MAX_FILE_BYTES)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise StoreError(f"{path}: not a plain file: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{path}: not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise StoreError(f"{path}: {info.st_size} bytes, more than {MAX_FILE_BYTES}")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o644)
+
+
+__all__ = ["ALLOWED_TYPES", "AirlockStore", "ChecksumMismatch", "FrozenFile", "FrozenOutput", "MAX_CSV_ROWS",
+           "MAX_FILE_BYTES", "MAX_REQUEST_BYTES", "PACKAGE_FILE", "REQUEST_FILE", "REQUEST_ID", "StoreError",
+           "check_file", "check_name", "check_total", "checks_summary", "file_type", "new_request_id", "request_bytes", "rid_of",
+           "sha256", "valid_request_id", "valid_rid"]
