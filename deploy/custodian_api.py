@@ -3,7 +3,8 @@
 There is no /docs or /redoc page: FastAPI's pages load Swagger UI and ReDoc from a CDN, which would run third-party
 script in the custodian's browser next to their API key; the schema is enough for clients and tools.
 
-Every endpoint but /healthz (and the static player page) needs `Authorization: Bearer <key>` with a key from
+Every endpoint but /healthz, the static player page and the checkers' review pages under /review (signed in as a
+person, not by key: deploy/custodian_review.py) needs `Authorization: Bearer <key>` with a key from
 `safeshare custodian key add`. Keys have a role: `custodian` may provision and revoke, `auditor` may only read
 (recipients, audit events, recorded sessions). A missing, malformed, unknown or revoked key gets 401 and an
 `auth-failed` audit event with the reason and the source address (the peer's, or the X-Forwarded-For of a
@@ -262,6 +263,10 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         viewed(key, folder, "frames")
         return FileResponse(path, media_type="application/octet-stream", headers={"Cache-Control": "no-store"})
 
+    # --- checkers: the airlock's review pages (/review, signed in as a person; deploy/custodian_review.py) ----------
+    from deploy.custodian_review import mount_review
+
+    mount_review(app, records, provisioner.site, auth_log)
     return app
 
 
