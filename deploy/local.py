@@ -36,9 +36,11 @@ from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subrea
 from deploy.plan import app_argv, gateway_argv, kiosk_argv, release_ref
 from deploy.readiness import wait_for_http_ok
 from enclave.kiosk.ready import find_ready
+from outputs.floor import OUTPUTS_FILE
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 from safeshare.sitedb import migrate_legacy, site_db_url
 
+AIRLOCK_DIR = "airlock"  # HOME/airlock: the airlock store (outputs.airlock.store), as SITE/airlock at a site
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
 DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
@@ -142,9 +144,11 @@ def ensure_gateway_key(home: Path) -> Path:
     return gateway_key
 
 
-def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, list[str]]:
+def component_argv(config: UpConfig, bundle: Path, app_port: int,
+                   recipient: str | None = None) -> dict[str, list[str]]:
     """The app's, kiosk's and gateway's command lines, from the builders provisioning's containers use too
-    (deploy/plan.py), with this home's paths and loopback addresses."""
+    (deploy/plan.py), with this home's paths and loopback addresses. HOME is a site: its outputs.yaml (if any) is the
+    app's output floor, HOME/app the app's workspace, HOME/airlock the store whose packages the gateway serves."""
     home = config.home
     kiosk = kiosk_argv(url=f"http://127.0.0.1:{app_port}/", state=str(home / "kiosk"), network=config.network,
                        logs=str(home / "logs" / "kiosk"), size=config.size,
@@ -152,11 +156,13 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int) -> dict[str, l
     return {
         "app": safeshare_argv("app", *app_argv(bundle=str(bundle), trust=str(home / TRUST_FILE),
                                                state=str(home / "app"), host="127.0.0.1", port=app_port,
-                                               release=release_ref(bundle))),
+                                               release=release_ref(bundle), recipient=recipient,
+                                               site=str(home) if (home / OUTPUTS_FILE).is_file() else None)),
         "kiosk": safeshare_argv("kiosk", *kiosk),
         "gateway": safeshare_argv("gateway", *gateway_argv(
             listen=config.gateway_listen, sessions=str(home / "sessions"), db=config.db,
-            signing_key=str(home / GATEWAY_KEY), limits=str(config.recipient_policy), novnc=config.novnc_dir)),
+            signing_key=str(home / GATEWAY_KEY), limits=str(config.recipient_policy), novnc=config.novnc_dir,
+            airlock=str(home / AIRLOCK_DIR))),
     }
 
 
@@ -199,7 +205,7 @@ class LocalEnclave:
 
         app_port = cfg.app_port or free_port()
         app_url = f"http://127.0.0.1:{app_port}/"
-        argv = component_argv(cfg, bundle, app_port)
+        argv = component_argv(cfg, bundle, app_port, recipient=recipient.recipient)
         self.say(f"[2/5] analytics app on {app_url}")
         app = self._spawn("app", argv["app"])
         app.wait_for(lambda text: "app ready" in text, READY_TIMEOUT, "the app's ready line")

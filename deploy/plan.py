@@ -18,7 +18,7 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,11 @@ APP_PORT = 8050
 VNC_PORT = 5900
 GATEWAY_PORT = 6080
 APP_TRUST = "/trust.json"  # where the site's trust store is mounted (read-only) in app containers
+APP_STATE = "/state"  # the app's workspace: SITE/enclaves/<rid>/workspace, read-write (the airlock's intake reads it)
+APP_SITE = "/site"  # the app's --site in its container: only SITE/outputs.yaml is there (read-only), if the site has it
+APP_FLOOR = f"{APP_SITE}/outputs.yaml"
+APP_UID = 10001  # deploy/docker/app.Dockerfile's user: owns the workspace it writes
+OUTPUTS_FLOOR_LABEL = f"{LABEL}.outputs-floor"  # sha256 of SITE/outputs.yaml as mounted: a changed floor, a new spec
 APP_TITLE = "safeshare"  # every page of the analytics app has a title starting with this (the kiosk checks it)
 APP_WAIT = 60  # seconds a containerised kiosk waits for its app, which starts at the same moment
 KIOSK_V_HOST = 20  # the kiosk's host number on its VNC network (the gateway gets one of the lower ones)
@@ -57,11 +62,14 @@ def _options(**values: str | int | None) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def app_argv(*, bundle: str, trust: str, state: str, host: str, port: int,
-             release: str | None = None) -> tuple[str, ...]:
+def app_argv(*, bundle: str, trust: str, state: str, host: str, port: int, release: str | None = None,
+             recipient: str | None = None, site: str | None = None) -> tuple[str, ...]:
     """`safeshare app` arguments: the sealed bundle, checked against the trust store before it is served, as the
-    release `release` (DATASET/ID: a container's /release mount does not say which release it holds)."""
-    return _options(bundle=bundle, trust=trust, release=release, state=state, host=host, port=port)
+    release `release` (DATASET/ID: a container's /release mount does not say which release it holds); `recipient`
+    is who its outputs are recorded as made by, `site` the folder whose outputs.yaml is the floor of the output
+    rules."""
+    return _options(bundle=bundle, trust=trust, release=release, state=state, host=host, port=port,
+                    recipient=recipient, site=site)
 
 
 def kiosk_argv(*, url: str, state: str, network: str, size: str | None = None, policy: str | None = None,
@@ -77,11 +85,11 @@ def kiosk_argv(*, url: str, state: str, network: str, size: str | None = None, p
 
 def gateway_argv(*, listen: str, sessions: str, db: str, signing_key: str, name: str | None = None,
                  allowed_origin: str | None = None, secure_cookies: bool = False, limits: str | None = None,
-                 novnc: str | None = None) -> tuple[str, ...]:
+                 novnc: str | None = None, airlock: str | None = None) -> tuple[str, ...]:
     """`safeshare gateway` arguments. The allowed origin is what researchers' browsers open the gateway under: it
-    never trusts the request's Host header."""
+    never trusts the request's Host header. `airlock` (SITE/airlock) turns on the outputs download (/outputs)."""
     argv = _options(listen=listen, sessions=sessions, db=db, name=name, signing_key=signing_key,
-                    allowed_origin=allowed_origin, limits=limits, novnc=novnc)
+                    allowed_origin=allowed_origin, limits=limits, novnc=novnc, airlock=airlock)
     return argv + (("--secure-cookies",) if secure_cookies else ())
 
 
@@ -126,6 +134,10 @@ class Hardening:
     security_opt: tuple[str, ...] = ()
     tmpfs: Pairs = ()
     shm_size: str | None = None
+
+    def without_tmpfs(self, path: str) -> Hardening:
+        """The same settings with no tmpfs at `path` (where the plan bind-mounts a folder instead)."""
+        return replace(self, tmpfs=tuple(pair for pair in self.tmpfs if pair[0] != path))
 
     @classmethod
     def of(cls, service: str) -> Hardening:
@@ -294,13 +306,15 @@ def plan_gateway(site: Site, image: str) -> GatewayPlan:
     command = gateway_argv(listen=listen, sessions=str(site.sessions), db=site.db_url,
                            name=f"{site.site_id}-gateway", signing_key=str(site.gateway_signing_key),
                            allowed_origin=settings.url.rstrip("/"),
-                           secure_cookies=settings.url.startswith("https://"))
+                           secure_cookies=settings.url.startswith("https://"), airlock=str(site.airlock))
     # db/ and sessions/ at the same paths as on the host, so paths stored in the database mean the same file; the
-    # secrets (VNC passwords, the signing key) and the policies as provisioned are read-only.
+    # secrets (VNC passwords, the signing key), the policies as provisioned and the airlock store (released output
+    # packages, served at /outputs) are read-only.
     mounts = (Mount(str(site.db_dir), str(site.db_dir), read_only=False),
               Mount(str(site.sessions), str(site.sessions), read_only=False),
               Mount(str(site.secrets), str(site.secrets)),
-              Mount(str(site.policies), str(site.policies)))
+              Mount(str(site.policies), str(site.policies)),
+              Mount(str(site.airlock), str(site.airlock)))
     gateway = ContainerSpec(
         name=gateway_name(site.site_id), role="gateway", image=image, command=command,
         labels=labels(site.site_id, "gateway"), networks=(Attachment(front, address=settings.gateway_ip),),
@@ -311,6 +325,15 @@ def plan_gateway(site: Site, image: str) -> GatewayPlan:
                             labels=labels(site.site_id, "front-net"), bridge=front)
     return GatewayPlan(front_net, gateway,
                        health_url=f"http://{settings.gateway_host}:{settings.gateway_port}/healthz")
+
+
+def outputs_floor(site: Site) -> tuple[Path, str] | None:
+    """SITE/outputs.yaml and its sha256 (16 hex digits) when the site has one, else None (the app then keeps ACRO's
+    defaults). Validated by the app itself at start (outputs.floor): a broken floor stops the app, never loosens it."""
+    path = site.outputs_floor
+    if not path.is_file():
+        return None
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapping[str, str],
@@ -327,19 +350,28 @@ def plan_enclave(site: Site, policy: RecipientPolicy, bundle: Path, images: Mapp
         return NetworkSpec(name, role, internal=True, subnet=subnet, labels=labels(site_id, role, recipient, rid),
                            bridge=name)
 
+    floor = outputs_floor(site)
     app = ContainerSpec(
         name=names.app, role="app", image=images["app"],
-        command=app_argv(bundle="/release", trust=APP_TRUST, state="/state", host="0.0.0.0", port=APP_PORT,
-                         release=release_ref(bundle)),
-        labels=labels(site_id, "app", recipient, rid),
+        command=app_argv(bundle="/release", trust=APP_TRUST, state=APP_STATE, host="0.0.0.0", port=APP_PORT,
+                         release=release_ref(bundle), recipient=recipient,
+                         site=APP_SITE if floor is not None else None),
+        labels=_pairs({**dict(labels(site_id, "app", recipient, rid)),
+                       **({OUTPUTS_FLOOR_LABEL: floor[1]} if floor is not None else {})}),
         networks=(Attachment(names.enclave_net, aliases=("app",)),),
         # the sealed release and the trust store its seal is checked against, both read-only. The release is the
         # custodian's verified copy (SITE/enclaves/<rid>/release/<dataset>/<id>, deploy/release_copy.py), never the
         # bundle in SITE/releases: a bind mount is live, so what a writer of that folder added after the
         # verification would appear in the running enclave. A changed release is another copy, hence a new spec.
+        # The workspace (saved analyses, outputs, airlock drafts and outbox) is the one read-write mount: the
+        # host-side intake (outputs.airlock.intake) reads submissions from it, with no network between the two.
+        # The site's output floor is mounted as the only file of /site, and its hash is a label, so a changed
+        # floor replaces the app (a bind-mounted file keeps the inode it was started with).
         mounts=(Mount(str(site.release_copy(rid, release_ref(bundle))), "/release"),
-                Mount(str(site.trust_file), APP_TRUST)),
-        hardening=Hardening.of("app"))
+                Mount(str(site.trust_file), APP_TRUST),
+                Mount(str(site.workspace(rid)), APP_STATE, read_only=False),
+                *((Mount(str(floor[0]), APP_FLOOR),) if floor is not None else ())),
+        hardening=Hardening.of("app").without_tmpfs(APP_STATE))
     kiosk = ContainerSpec(
         name=names.kiosk, role="kiosk", image=images["kiosk"],
         command=kiosk_argv(url=f"http://app:{APP_PORT}/", state="/state", network="proxy", vnc_port=VNC_PORT,

@@ -7,7 +7,9 @@ the site's one gateway, through the Docker API.
                        again with the same policy changes nothing (same containers, same token); a changed policy
                        or release replaces the enclave and the token.
     revoke(name)       tokens invalidated (the gateway ends live sessions within a second), containers, networks,
-                       the VNC secret and the release copy removed; session recordings and the policy copy stay.
+                       the VNC secret and the release copy removed; session recordings, the policy copy and the
+                       app's workspace (SITE/enclaves/<rid>/workspace: outputs, airlock drafts) stay, and so do
+                       the recipient's airlock requests (SITE/airlock), though no intake reads a revoked workspace.
     enforce_expiry()   revoke every recipient whose policy expired (the custodian service runs it every minute;
                        `safeshare revoke --expired` runs it once, e.g. from cron).
     site_down()        remove the site's gateway container and front network (`safeshare site down`), e.g. once
@@ -38,6 +40,7 @@ from __future__ import annotations
 import fcntl
 import getpass
 import hashlib
+import os
 import secrets
 import shutil
 import time
@@ -48,10 +51,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from deploy.plan import LABEL, PoolFull, enclave_names, plan_enclave, plan_gateway, release_ref
+from deploy.plan import APP_UID, LABEL, PoolFull, enclave_names, plan_enclave, plan_gateway, release_ref
 from deploy.reconcile import DockerReconciler, ReconcileError
 from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
-from deploy.release_copy import copy_release
+from deploy.release_copy import RELEASE_DIR, copy_release
 from deploy.release_copy import prune as prune_copies
 from deploy.release_copy import remove_all as remove_release_copies
 from deploy.site import Site, give_to_gateway, write_atomic
@@ -125,6 +128,19 @@ def _engine_errors() -> Iterator[None]:
         yield
     except ReconcileError as exc:
         raise ProvisionError(str(exc)) from None
+
+
+def ensure_workspace(path: Path, uid: int = APP_UID) -> Path:
+    """The app's workspace (SITE/enclaves/<rid>/workspace, its /state): a real folder (a symlink there is removed,
+    never followed into a bind mount), 0700 and owned by the app container's uid so that it can write its outputs
+    and airlock drafts (root only; otherwise the caller's). What the app wrote before is kept."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, uid, uid)
+    os.chmod(path, 0o700)
+    return path
 
 
 class Provisioner:
@@ -240,6 +256,7 @@ class Provisioner:
         except BundleError as exc:
             raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
 
+        ensure_workspace(self.site.workspace(rid))
         policy_bytes = policy_path.read_bytes()
         policy_sha = hashlib.sha256(policy_bytes).hexdigest()
         policy_file = self.site.policy_file(rid)
@@ -314,7 +331,7 @@ class Provisioner:
                 time.sleep(0.05)
             removed = engine.remove_enclave(rid)
             shutil.rmtree(self.site.secrets / rid, ignore_errors=True)
-            remove_release_copies(self.site.enclave_dir(rid))
+            remove_release_copies(self.site.enclave_dir(rid) / RELEASE_DIR)  # the workspace stays (airlock)
             if known is not None:
                 self.records.end_recipient(name, status, reason)
         result = RevokeResult(name, status, count, live, removed.containers, removed.networks,

@@ -8,7 +8,12 @@
     SITE/sessions/           session folders, written by the gateway; never mounted into an enclave
     SITE/enclaves/<rid>/     what one recipient's enclave mounts that the custodian made for it: release/<dataset>/
                              <id>/, the verified copy of its sealed release (deploy/release_copy.py; a bind mount of
-                             SITE/releases itself would show the enclave what that folder's writer adds later)
+                             SITE/releases itself would show the enclave what that folder's writer adds later),
+                             and workspace/, the app's /state (the app's uid, read-write: outputs, airlock drafts and
+                             outbox, which the custodian side's intake reads; kept at revocation)
+    SITE/airlock/            the airlock store: frozen requests and signed output packages (custodian side writes;
+                             read-only in the gateway, which serves released packages at /outputs)
+    SITE/outputs.yaml        the floor of the output disclosure rules (optional), read-only in every app
     SITE/keys/               the custodian's private keys (0700): release-signing.key signs release seals
     SITE/secrets/gateway/    signing.key: the gateway's key, signs session seals (the gateway's uid only)
     SITE/trust.json          public keys the site trusts per purpose (release, gateway); mounted read-only into
@@ -168,6 +173,23 @@ class Site:
     def enclave_dir(self, rid: str) -> Path:
         return self.enclaves / rid
 
+    def workspace(self, rid: str) -> Path:
+        """The app's workspace (its /state: saved analyses, outputs, airlock drafts and outbox), owned by the app's
+        uid; the airlock's host-side intake reads submissions from it. Revocation keeps it (the requests it made
+        stay in SITE/airlock either way)."""
+        return self.enclave_dir(rid) / "workspace"
+
+    @property
+    def outputs_floor(self) -> Path:
+        """SITE/outputs.yaml: the floor of the output disclosure rules (outputs.floor), mounted into every app."""
+        return self.root / "outputs.yaml"
+
+    @property
+    def airlock(self) -> Path:
+        """SITE/airlock: the airlock store (outputs.airlock.store), frozen requests and released packages; written by
+        the custodian's side only, mounted read-only into the gateway (which serves the packages)."""
+        return self.root / "airlock"
+
     def release_copy(self, rid: str, release: str) -> Path:
         """Where the verified copy of release `DATASET/ID` that recipient `rid`'s app mounts lies."""
         from deploy.release_copy import copy_path
@@ -252,7 +274,7 @@ class Site:
         10002 or the gateway is not containerised."""
         for folder, mode in ((self.root, 0o755), (self.db_dir, 0o750), (self.releases, 0o755),
                              (self.policies, 0o755), (self.secrets, 0o711), (self.sessions, 0o750),
-                             (self.enclaves, 0o755)):
+                             (self.enclaves, 0o755), (self.airlock, 0o755)):
             folder.mkdir(parents=True, exist_ok=True)
             os.chmod(folder, mode)
         self.save_settings()

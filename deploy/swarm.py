@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.plan import (APP_TRUST, LABEL, SPEC_LABEL, EnclaveNames, EnclavePlan, EnclaveSubnets, GatewayPlan,
-                         NetworkSpec)
+from deploy.plan import (APP_FLOOR, APP_TRUST, LABEL, SPEC_LABEL, EnclaveNames, EnclavePlan, EnclaveSubnets,
+                         GatewayPlan, NetworkSpec)
 from deploy.reconcile import RID, ROLE, Applied, DockerReconciler, ReconcileError, Removed, engine_errors
 from deploy.swarm_crypto import EncryptionCheck, control_host_check, refusal
 from deploy.swarm_ship import ShipError, ship, wipe
@@ -309,7 +309,9 @@ class SwarmReconciler(DockerReconciler):
         trust = self._object("configs", f"ss-{self.site_id}-trust", _mount_source(plan, APP_TRUST))
         secret = self._object("secrets", f"ss-{self.site_id}-{plan.rid}-vnc", Path(plan.password_file),
                               rid=plan.rid)
-        return NodeFiles(volume if shipped else None, trust, secret)
+        floor = _mount_source(plan, APP_FLOOR) if any(m.target == APP_FLOOR for m in plan.app.mounts) else None
+        floor_config = self._object("configs", f"ss-{self.site_id}-outputs", floor) if floor is not None else None
+        return NodeFiles(volume if shipped else None, trust, secret, floor_config)
 
     def _object(self, kind: str, prefix: str, path: Path, rid: str | None = None) -> tuple[str, str]:
         """A Swarm config or secret with `path`'s content, named by its hash (they cannot be changed in place)."""
@@ -354,7 +356,7 @@ class SwarmReconciler(DockerReconciler):
                           network_options=options, probe_encryption="encrypted" in options)
         except ShipError as exc:
             raise ReconcileError(f"the release could not be put on node {node_id[:12]}: {exc}") from None
-        return NodeFiles(volume, files.trust_config, files.vnc_secret)
+        return NodeFiles(volume, files.trust_config, files.vnc_secret, files.floor_config)
 
     def _gateway_image(self, plan: EnclavePlan) -> str:
         found = self.find("container", role="gateway")

@@ -6,8 +6,10 @@ translated here rather than planned twice:
 - Files from the control host. A task may run on another host, so a bind mount of SITE/... would mount whatever
   that host has at the path (or nothing). Each of the plan's mounts is mapped by its target: the sealed release
   (/release) to a node-local volume that deploy/swarm_ship.py filled and verified on that node, the trust store
-  (/trust.json) to a Swarm config, the kiosk's secrets folder to a Swarm secret holding its VNC password. Any other
-  bind mount is refused: nothing is mounted from a path that may not hold what the plan meant.
+  (/trust.json) and the site's output floor (/site/outputs.yaml) to Swarm configs, the kiosk's secrets folder to a
+  Swarm secret holding its VNC password, and the app's read-write workspace (/state) to a tmpfs (no intake reads
+  a workspace on another node, so nothing leaves through the airlock there yet). Any other bind mount is refused:
+  nothing is mounted from a path that may not hold what the plan meant.
 - Fixed addresses. A task cannot be given an address on an overlay network, and the kiosk's VNC server must listen
   on its VNC network's address only (not on the enclave network the app shares). The launcher below finds the
   container's own address in the planned subnet at start and puts it after `--vnc-listen`.
@@ -28,13 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy.plan import APP_TRUST, KIOSK_SECRETS, ContainerSpec
+from deploy.plan import APP_FLOOR, APP_STATE, APP_TRUST, KIOSK_SECRETS, ContainerSpec
 
 NODE_LABEL = "org.safeshare.node"
 SWARM_SPEC_LABEL = "org.safeshare.swarm-spec"  # the plan's spec hash plus what only Swarm adds (node, volume, ...)
 RELEASE_TARGET = "/release"
 NO_NEW_PRIVS = "no-new-privileges:true"
 MOVED_TMPFS = "/run/ss-tmpfs"  # where tmpfs mounts that need an owner go (see service_draft)
+SWARM_WORKSPACE_TMPFS = "size=512m,uid=10001,gid=10001"  # the app's /state on Swarm (see service_draft)
 
 # Run by the image's python3 as the service's command: no-new-privileges for the whole task, then (when a subnet is
 # given) the container's own address in that subnet after --vnc-listen, then exec the image's entrypoint.
@@ -77,6 +80,7 @@ class NodeFiles:
     release_volume: str | None = None
     trust_config: tuple[str, str] | None = None  # (id, name)
     vnc_secret: tuple[str, str] | None = None  # (id, name)
+    floor_config: tuple[str, str] | None = None  # (id, name): SITE/outputs.yaml, when the plan mounts it
 
 
 @dataclass(frozen=True)
@@ -131,19 +135,32 @@ def service_draft(spec: ContainerSpec, *, image_id: str, entrypoint: Sequence[st
     # Docker fills a tmpfs from the image's folder at its target (mode and owner included), so a tmpfs that the
     # plan gives an owner (uid=...) would stay root's: it is mounted where the image has nothing, and the command
     # is told the new path.
-    moved = {path: f"{MOVED_TMPFS}{path}" for path, options in hardening.tmpfs if "uid=" in options}
+    # The app's workspace is a bind mount of the control host's SITE/enclaves/<rid>/workspace, which a node cannot
+    # mount: on Swarm the app keeps its tmpfs workspace, as before the airlock (its outputs cannot be submitted
+    # from another node: no intake reads them, so nothing leaves).
+    tmpfs = dict(hardening.tmpfs)
+    spec_mounts = []
+    for mount in spec.mounts:
+        if mount.target == APP_STATE and not mount.read_only:
+            tmpfs.setdefault(APP_STATE, SWARM_WORKSPACE_TMPFS)
+        else:
+            spec_mounts.append(mount)
+    moved = {path: f"{MOVED_TMPFS}{path}" for path, options in tmpfs.items() if "uid=" in options}
     mounts = [types.Mount(moved.get(path, path), "", type="tmpfs", tmpfs_size=_tmpfs_size(options),
-                          tmpfs_mode=0o777) for path, options in hardening.tmpfs]
+                          tmpfs_mode=0o777) for path, options in tmpfs.items()]
     if hardening.shm_size:
         mounts.append(types.Mount("/dev/shm", "", type="tmpfs", tmpfs_size=_memory(hardening.shm_size),
                                   tmpfs_mode=0o777))
     secrets, configs = [], []
-    for mount in spec.mounts:
+    for mount in spec_mounts:
         if mount.target == RELEASE_TARGET and files.release_volume:
             mounts.append(types.Mount(RELEASE_TARGET, files.release_volume, type="volume", read_only=True))
         elif mount.target == APP_TRUST and files.trust_config:
             config_id, name = files.trust_config
             configs.append(types.ConfigReference(config_id, name, filename=APP_TRUST, mode=0o444))
+        elif mount.target == APP_FLOOR and files.floor_config:
+            config_id, name = files.floor_config
+            configs.append(types.ConfigReference(config_id, name, filename=APP_FLOOR, mode=0o444))
         elif mount.target == KIOSK_SECRETS and files.vnc_secret:
             secret_id, name = files.vnc_secret
             secrets.append(types.SecretReference(secret_id, name, filename=_argument(spec, "--vnc-password-file"),
@@ -156,7 +173,7 @@ def service_draft(spec: ContainerSpec, *, image_id: str, entrypoint: Sequence[st
     command = launcher_command(entrypoint, [moved.get(arg, arg) for arg in spec.command], listen_subnet)
     labels = {**spec.engine_labels(), NODE_LABEL: node_id, **(extra_labels or {})}
     swarm_hash = hashlib.sha256(json.dumps([spec.spec_hash, image_id, node_id, files.release_volume, files.trust_config,
-                                            files.vnc_secret, command, sorted(labels.items())],
+                                            files.vnc_secret, files.floor_config, command, sorted(labels.items())],
                                            sort_keys=True).encode()).hexdigest()[:16]
     labels[SWARM_SPEC_LABEL] = swarm_hash
     resources = types.Resources(mem_limit=spec.resources.memory_limit,

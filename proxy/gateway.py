@@ -294,6 +294,7 @@ class Gateway:
         name: str = "gateway",
         signing_key: Any = None,
         anchor_interval: float = 5.0,
+        airlock: Path | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -318,6 +319,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._page = (STATIC_DIR / "index.html").read_text()
+        self.airlock = Path(airlock) if airlock is not None else None  # SITE/airlock: /outputs (proxy/outputs_door)
 
     # --- application -----------------------------------------------------------------------------------------------
 

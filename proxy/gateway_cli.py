@@ -157,7 +157,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
                       poll_interval=args.poll_interval, record=not args.no_record,
                       allowed_origins=tuple(args.allowed_origin or ()),
                       secure_cookies=True if args.secure_cookies else None, on_session=started, on_session_end=ended,
-                      name=args.name, signing_key=keys, anchor_interval=args.anchor_interval)
+                      name=args.name, signing_key=keys, anchor_interval=args.anchor_interval,
+                      airlock=Path(args.airlock) if args.airlock else None)
     if keys is None:
         print("safeshare gateway: no --signing-key: session seals are not signed (`audit verify` reports them as "
               "unsigned)", file=sys.stderr)
@@ -305,6 +306,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--purpose gateway`). Missing or unreadable: the gateway does not start (exit 2)")
     g.add_argument("--anchor-interval", type=float, default=5.0,
                    help="seconds between anchors of live sessions' log heads in the database (default 5)")
+    g.add_argument("--airlock", metavar="DIR",
+                   help="the site's airlock store (SITE/airlock, read-only is enough): serve each recipient's "
+                        "released output packages at /outputs, authenticated by the same token; without it there "
+                        "is no /outputs")
     g.add_argument("-v", "--verbose", action="store_true", help="log requests and sessions")
     g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)
     g.set_defaults(func=cmd_gateway)

@@ -77,21 +77,23 @@ def test_mounts_are_read_only_and_the_enclave_sees_no_recordings(site: Site) -> 
     assert app_mounts[APP_TRUST].source == str(site.trust_file) and app_mounts[APP_TRUST].read_only
     (secrets,) = plan.kiosk.mounts
     assert secrets.source == str(site.secrets / plan.rid) and secrets.target == "/secrets" and secrets.read_only
-    for spec in plan.containers:
-        assert all(m.read_only for m in spec.mounts)
+    for spec in plan.containers:  # the app's workspace is the one mount it writes (tests/deploy/test_plan_airlock.py)
+        assert all(m.read_only for m in spec.mounts if (spec.role, m.target) != ("app", "/state"))
         assert not [m for m in spec.mounts if "sessions" in m.source or "keys" in m.source]
     assert plan.password_file == str(site.password_file(plan.rid))
     gateway = plan_gateway(site, IMAGES["gateway"]).gateway
     assert {m.target: m.read_only for m in gateway.mounts} == {
-        str(site.db_dir): False, str(site.sessions): False, str(site.secrets): True, str(site.policies): True}
+        str(site.db_dir): False, str(site.sessions): False, str(site.secrets): True, str(site.policies): True,
+        str(site.airlock): True}
 
 
 def test_hardening_and_commands(site: Site) -> None:
     plan = plan_enclave(site, policy(screen="1024x768"), bundle(site), IMAGES, SUBNETS)
-    for spec in plan.containers:
-        assert spec.hardening == Hardening.of(spec.role) and spec.restart == "unless-stopped"
+    for spec in plan.containers:  # the app's /state is its workspace's bind mount, not a tmpfs
+        assert spec.hardening == Hardening.of(spec.role).without_tmpfs("/state" if spec.role == "app" else "")
+        assert spec.restart == "unless-stopped"
     assert plan.kiosk.hardening.cap_add == tuple(HARDENING["kiosk"]["cap_add"])
-    assert dict(plan.app.hardening.tmpfs) == HARDENING["app"]["tmpfs"]
+    assert dict(plan.app.hardening.tmpfs) == {k: v for k, v in HARDENING["app"]["tmpfs"].items() if k != "/state"}
     app = list(plan.app.command)
     assert app[app.index("--trust") + 1] == APP_TRUST and app[app.index("--bundle") + 1] == "/release"
     # /release names no release: the app is told which one the mount holds, and refuses a bundle sealed as another
@@ -158,13 +160,13 @@ def test_safeshare_up_uses_the_same_command_lines(tmp_path: Path, site: Site) ->
     with local paths and addresses."""
     config = local.UpConfig(home=tmp_path / "home", size="1024x768")
     release = tmp_path / "home" / "releases" / "adult" / "00aa"
-    commands = local.component_argv(config, release, app_port=8123)
+    commands = local.component_argv(config, release, app_port=8123, recipient="alice")
     prefix = [sys.executable, "-m", "safeshare.cli"]
     for name, argv in commands.items():
         assert argv[:4] == [*prefix, name], argv
     assert commands["app"][4:] == list(app_argv(bundle=str(release), trust=str(config.home / "trust.json"),
                                                 state=str(config.home / "app"), host="127.0.0.1", port=8123,
-                                                release="adult/00aa"))
+                                                release="adult/00aa", recipient="alice"))
     plan = plan_enclave(site, policy(), bundle(site), IMAGES, SUBNETS)
     assert options(commands["app"]) == options(plan.app.command)
     kiosk = commands["kiosk"][4:]
@@ -176,9 +178,10 @@ def test_safeshare_up_uses_the_same_command_lines(tmp_path: Path, site: Site) ->
     gateway = commands["gateway"][4:]
     assert gateway == list(gateway_argv(listen="127.0.0.1:6080", sessions=str(config.home / "sessions"),
                                         db=config.db, signing_key=str(config.home / GATEWAY_KEY),
-                                        limits=str(config.recipient_policy), novnc=config.novnc_dir))
+                                        limits=str(config.recipient_policy), novnc=config.novnc_dir,
+                                        airlock=str(config.home / "airlock")))
     assert set(options(plan_gateway(site, "g").gateway.command)) & set(options(gateway)) == {
-        "--listen", "--sessions", "--db", "--signing-key"}
+        "--listen", "--sessions", "--db", "--signing-key", "--airlock"}
     assert release_ref(release) == "adult/00aa" and local.release_ref is release_ref
     by_policy = local.component_argv(dataclasses.replace(config, size=None), release, app_port=8123)["kiosk"]
     assert by_policy[by_policy.index("--policy") + 1] == str(config.recipient_policy)
