@@ -476,9 +476,9 @@ def outputs_signing_key(site: Any) -> Callable[[], Any]:
     """The site's `outputs` signing key (SITE/keys/outputs-signing.key, trusted in SITE/trust.json), made on first
     use."""
     def load() -> Any:
-        from outputs.airlock.package import site_signing_key
+        from safeshare.signing import ensure_outputs_key
 
-        return site_signing_key(site.root)
+        return ensure_outputs_key(site.root)
     return load
 
 
