@@ -17,6 +17,8 @@
   seconds, every session ends (fail closed).
 * `/healthz` and `/openapi.json` are the only JSON endpoints; noVNC itself is served from `/novnc/` (Debian's
   `novnc` package by default).
+* With an airlock store (`airlock=SITE/airlock`), `GET /outputs` lists the token's recipient's released output
+  packages and `GET /outputs/<request_id>/package.zip` downloads one, with the same token (proxy/outputs_door.py).
 
 Tokens never appear in the gateway's own logs: the access log records the path without the query string.
 
@@ -119,6 +121,8 @@ def refusal_page(reason: str, status: int = 403, clear_cookie: bool = True) -> w
 
 
 def openapi_document() -> dict[str, Any]:
+    from proxy.outputs_door import openapi_paths as outputs_paths
+
     html_response = {"content": {"text/html": {"schema": {"type": "string"}}}}
     token_params = [
         {"name": "token", "in": "query", "required": False, "schema": {"type": "string"},
@@ -162,6 +166,7 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": {"description": "OpenAPI document",
                                       "content": {"application/json": {"schema": {"type": "object"}}}}},
             }},
+            **outputs_paths(),  # with --airlock: the released output packages (proxy/outputs_door.py)
         },
         "components": {"schemas": {"Health": {
             "type": "object", "required": ["status", "sessions", "database"],
@@ -329,6 +334,10 @@ class Gateway:
         app.router.add_get(WS_PATH, self._websocket)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/openapi.json", self._openapi)
+        if self.airlock is not None:  # /outputs: released output packages (proxy/outputs_door.py)
+            from proxy.outputs_door import OutputsDoor
+
+            OutputsDoor(self, self.airlock).add_routes(app)
         for name in PAGE_ASSETS:
             app.router.add_get(f"/static/{name}", self._asset)
         if self.novnc_dir is not None and (self.novnc_dir / "core" / "rfb.js").is_file():
