@@ -30,7 +30,7 @@ def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str
     against the trust store `trust`, default the site's; its seal as the release `release`, DATASET/ID, default
     where it lies) or the database is refused. `site`: a folder whose outputs.yaml is the floor of the output rules
     (none: ACRO's defaults); `recipient`: who the outputs are recorded as made by."""
-    from . import api, output_routes, pages
+    from . import airlock_routes, api, output_routes, pages
     from .context import build_context
     from .security import SecurityMiddleware
 
@@ -67,8 +67,10 @@ def create_app(bundle_dir: str | Path, db_url: str | None = None, state_dir: str
 
     app.include_router(api.router)
     app.include_router(output_routes.router)
+    app.include_router(airlock_routes.router)
     app.include_router(pages.router)
     app.include_router(output_routes.page_router)
+    app.include_router(airlock_routes.page_router)
     app.add_middleware(SecurityMiddleware)
     return app
 
