@@ -1,4 +1,5 @@
-"""The app's outer shell: security headers on every response, only GET and POST, same-origin POSTs, bounded bodies.
+"""The app's outer shell: security headers on every response, only GET and POST (and PATCH for the JSON API's edits of
+a release request), same-origin POSTs and PATCHes, bounded bodies.
 
 Written as a plain ASGI middleware rather than per-route code so that nothing escapes it: static assets, JSON, error
 pages, 404s, the OpenAPI schema, and even an unhandled exception (answered here with a 500 that still carries the
@@ -36,6 +37,7 @@ SECURITY_HEADERS: dict[str, str] = {
                           "clipboard-read=(), clipboard-write=(), display-capture=(), fullscreen=(self)",
 }
 ALLOWED_METHODS = ("GET", "POST")
+API_METHODS = ("GET", "POST", "PATCH")  # under /api/ only: PATCH /api/requests/{n} edits a draft request
 MAX_BODY = 1 << 20
 _LENGTH = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit() also accepts '²', which int() refuses
 _CLOSE = [(b"connection", b"close")]
@@ -92,11 +94,12 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         method = scope["method"]
-        if method not in ALLOWED_METHODS:
-            await self._plain(scope, send, 405, "method not allowed: only GET and POST",
-                              [(b"allow", b"GET, POST")])
+        allowed = API_METHODS if str(scope.get("path", "")).startswith("/api/") else ALLOWED_METHODS
+        if method not in allowed:
+            await self._plain(scope, send, 405, f"method not allowed: only {' and '.join(allowed)}",
+                              [(b"allow", ", ".join(allowed).encode())])
             return
-        if method == "POST":
+        if method != "GET":
             if not _same_origin(scope):
                 await self._plain(scope, send, 403, "cross-origin request refused")
                 return
