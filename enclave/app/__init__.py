@@ -15,6 +15,9 @@ Content-Security-Policy. Modules, one job each:
 - outputs: `output_checks` (an analysis as a checked table: per-cell SDC checks from the `outputs` library,
   differencing against earlier outputs, remedies), `output_store` (STATE/outputs/<id>/: data.csv, meta.json,
   rendering.html, written atomically, bounded), `output_routes` (`/api/outputs` and the outputs pages)
+- release requests (the researcher's side of the airlock): `airlock_drafts` (drafts under STATE/airlock/requests,
+  their rules, the atomic outbox entry on submission, the host's status read for display), `airlock_routes`
+  (`/api/requests` and the /requests pages)
 - `security`: headers, allowed methods, same-origin POSTs, request bodies bounded as they stream
 - `api`, `pages`: JSON endpoints and HTML pages; `cli`: `safeshare app`
 """
