@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -67,12 +68,16 @@ NOTICES = {  # the only messages a redirect can ask a page to show (no text trav
     "voted": ("Your vote is recorded.", "ok"),
     "released": ("Every output is decided: the approved outputs were packaged and signed.", "ok"),
     "decided": ("Every output is decided.", "ok"),
-    "release-refused": ("The request is approved but its release was refused: see the audit log "
-                        "(checksum mismatch).", "error"),
+    "release-refused": ("The request is approved but its release was refused (checksum mismatch: a stored file is "
+                        "not the one hashed at submission); the refusal is in the airlock's audit log.", "error"),
+    "release-failed": ("The request is approved but its release failed (see the service's log); release it "
+                       "again below once the cause is fixed.", "error"),
     "expired": ("Your session has ended; sign in again.", "warn"),
     "signed-out": ("Signed out.", "ok"),
 }
 ROLE = "checker"
+
+log = logging.getLogger("safeshare.custodian.review")
 
 
 class Refusal(Exception):
@@ -125,13 +130,14 @@ def _cross_site(request: Request) -> bool:
 
 async def _form(request: Request) -> dict[str, str]:
     """An urlencoded form body of at most MAX_FORM_BYTES (counted as it arrives, so a chunked body is bounded too)."""
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
-        raise Refusal(415, "a form must be sent as application/x-www-form-urlencoded")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             raise Refusal(413, f"the form is larger than {MAX_FORM_BYTES} bytes")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if body and kind != "application/x-www-form-urlencoded":  # an empty body is an empty form, whatever its type
+        raise Refusal(415, "a form must be sent as application/x-www-form-urlencoded")
     try:
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20, strict_parsing=False)
     except (UnicodeDecodeError, ValueError):
@@ -155,15 +161,16 @@ class ReviewPages:
         r.add_api_route("/", self.queue, methods=["GET"])
         r.add_api_route("/requests/{request_id}", self.request_page, methods=["GET"])
         r.add_api_route("/requests/{request_id}/outputs/{output_id}/vote", self.vote, methods=["POST"])
+        r.add_api_route("/requests/{request_id}/release", self.release_again, methods=["POST"])
 
     # --- helpers -------------------------------------------------------------------------------------------------
 
-    def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+    def render(self, template: str, status_code: int = 200, **values: Any) -> HTMLResponse:
         values.setdefault("person", None)
         values.setdefault("csrf", "")
         values.setdefault("message", None)
         values.setdefault("message_kind", None)
-        return HTMLResponse(self.env.get_template(template).render(**values), status_code=status)
+        return HTMLResponse(self.env.get_template(template).render(**values), status_code=status_code)
 
     def error_page(self, status: int, detail: str, session: WebSession | None = None) -> HTMLResponse:
         return self.render("error.html", status, status=status, detail=detail,
@@ -319,6 +326,7 @@ class ReviewPages:
                            outputs=outputs, supporting=self.supporting_view(request_id, frozen),
                            is_requester=is_requester,
                            can_vote=shown["state"] == "submitted" and not is_requester,
+                           can_release=shown["state"] == "approved" and not is_requester,
                            message=message, message_kind=kind)
 
     def stored(self, request_id: str, output_id: str, name: str, listed: dict[str, Any]) -> tuple[bytes | None, str]:
@@ -431,15 +439,52 @@ class ReviewPages:
         notice = "voted"
         state = airlock.get(request_id).state
         if state == APPROVED:
-            try:
-                airlock.release(request_id, self.ctx.signing_key(), f"checker:{name}")
-                notice = "released"
-            except AirlockError:  # checksum mismatch: the library recorded release-refused
-                notice = "release-refused"
+            notice = self.release(request_id, name)
         elif state != "submitted":
             notice = "decided"
         return RedirectResponse(f"{PREFIX}/requests/{request_id}?notice={notice}#output-{output_id}",
                                 status_code=303)
+
+    def release(self, request_id: str, name: str) -> str:
+        """Ask the library to release an approved request as checker `name`; the notice to show. A refusal
+        (checksum mismatch) is recorded by the library; the request stays approved, and the release can be asked
+        again (the page's Release button, or `safeshare airlock release`)."""
+        from outputs.airlock.store import StoreError
+        from outputs.airlock.workflow import AirlockError
+
+        try:
+            self.ctx.airlock.release(request_id, self.ctx.signing_key(), f"checker:{name}")
+        except (AirlockError, StoreError) as exc:
+            log.warning("release of %s refused: %s", request_id, exc)
+            return "release-refused"
+        except Exception:  # the vote stands; the release did not happen
+            log.exception("release of %s failed", request_id)
+            return "release-failed"
+        return "released"
+
+    async def release_again(self, request: Request, request_id: str) -> Response:
+        """POST /review/requests/<id>/release: release an approved request whose release was refused or failed."""
+        from outputs.airlock.store import valid_request_id
+        from outputs.airlock.workflow import APPROVED, AirlockError, same_person
+
+        checked = await self.checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        session, _ = checked
+        if not valid_request_id(request_id):
+            return self.error_page(404, f"no request {request_id!r}", session)
+        try:
+            record = await run_in_threadpool(self.ctx.airlock.get, request_id)
+        except AirlockError as exc:
+            return self.error_page(404, str(exc), session)
+        if same_person(session.person.name, record.recipient):
+            return self.error_page(403, f"{session.person.name} requested {request_id}: a requester never releases "
+                                        f"their own request", session)
+        if record.state != APPROVED:
+            return self.error_page(409, f"{request_id} is {record.state}; only an approved request is released",
+                                   session)
+        notice = await run_in_threadpool(self.release, request_id, session.person.name)
+        return RedirectResponse(f"{PREFIX}/requests/{request_id}?notice={notice}", status_code=303)
 
 
 def _short_time(value: Any) -> str:
