@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from . import kernels
+
 if TYPE_CHECKING:
     from .encoding import EncodedTable
 
@@ -166,6 +168,10 @@ class ClassCache:
         self.peak_nbytes = 0
         self.budget = int(budget_bytes)
         self._last_view: tuple[tuple[int, ...], object] | None = None
+        # The compiled roll-up (engine.kernels) needs the fixed radix; without it, or with the reference path
+        # forced, the numpy roll-up runs.
+        self.kernels = kernels.load() if self.radix is not None else None
+        self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
         key = (attribute, source, target)
@@ -212,6 +218,10 @@ class ClassCache:
             entry = self._cache.get(candidate)
             if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
                 source, (codes, sizes, key) = candidate, entry
+        if self.kernels is not None:
+            new_codes, new_sizes, new_key = self._roll_up_compiled(codes, sizes, key, source, node)
+            self._store(node, new_codes, new_sizes, new_key)
+            return new_codes, new_sizes
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
         if key is not None:
             new_codes, new_sizes, new_key = roll_up_keyed(codes, sizes, key, maps, self.radix)
@@ -220,6 +230,31 @@ class ClassCache:
             new_key = None
         self._store(node, new_codes, new_sizes, new_key)
         return new_codes, new_sizes
+
+    def _flat_maps(self) -> tuple[np.ndarray, dict[tuple[int, int, int], int]]:
+        """Every code map (attribute, from level, to level) in one int64 array, and where each starts: the compiled
+        roll-up takes any combination of them without building arrays per check."""
+        if self._flat is None:
+            parts, starts, position = [], {}, 0
+            for i, cards in enumerate(self.cards):
+                for lo in range(len(cards)):
+                    for hi in range(lo + 1, len(cards)):
+                        mapping = self._map(i, lo, hi).astype(np.int64)
+                        starts[(i, lo, hi)] = position
+                        parts.append(mapping)
+                        position += mapping.size
+            flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            self._flat = (flat, starts)
+        return self._flat
+
+    def _roll_up_compiled(self, codes: np.ndarray, sizes: np.ndarray, key: np.ndarray, source: tuple[int, ...],
+                          node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`roll_up_keyed` in one compiled pass (engine.kernels): the same classes, in the same order."""
+        flat, starts = self._flat_maps()
+        offsets = np.array([-1 if lo == hi else starts[(i, lo, hi)] for i, (lo, hi) in enumerate(zip(source, node))],
+                           dtype=np.int64)
+        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, offsets, flat, self.radix, 0)
+        return new_codes, new_sizes, new_key
 
     @staticmethod
     def _size(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> int:

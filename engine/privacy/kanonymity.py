@@ -15,6 +15,7 @@ class KAnonymity(ClassModel):
     name = "k_anonymity"
     monotone_with_suppression = True
     monotone_without_suppression = True
+    size_only = True   # violating() is `sizes < minimal_class_size`: the compiled check decides it (engine.kernels)
 
     def __init__(self, k: int) -> None:
         if k < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 
@@ -29,6 +30,7 @@ class NonUniformEntropy(QualityModel):
                 terms.append(float(np.dot(original, np.log2(generalized / original))))
             self._generalization.append(np.array(terms))
             self._maximum[i] = float(np.dot(original, np.log2(self.n / original)))
+        self._kernels = kernels.load()   # compiled suppression counts, or None: the numpy reference
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -49,13 +51,17 @@ class NonUniformEntropy(QualityModel):
             # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
             cards = np.array([a.cardinality(lv) for a, lv in zip(self.table.attributes, levels)])
             offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-            from_kept = np.count_nonzero(suppressed) * 2 > suppressed.size
-            side = ~suppressed if from_kept else suppressed
-            flat = (codes[:, side] + offsets[:, None]).ravel()
-            counted = np.bincount(flat, weights=np.tile(sizes[side], self.d), minlength=int(cards.sum()))
-            if from_kept:
-                totals = np.concatenate([a.counts[lv] for a, lv in zip(self.table.attributes, levels)])
-                counted = totals - counted
+            if self._kernels is not None:   # the same integer counts, compiled (engine.kernels)
+                counted = self._kernels.suppressed_value_counts(codes, sizes, suppressed, offsets.astype(np.int64),
+                                                                int(cards.sum())).astype(np.float64)
+            else:
+                from_kept = np.count_nonzero(suppressed) * 2 > suppressed.size
+                side = ~suppressed if from_kept else suppressed
+                flat = (codes[:, side] + offsets[:, None]).ravel()
+                counted = np.bincount(flat, weights=np.tile(sizes[side], self.d), minlength=int(cards.sum()))
+                if from_kept:
+                    totals = np.concatenate([a.counts[lv] for a, lv in zip(self.table.attributes, levels)])
+                    counted = totals - counted
             for i in range(self.d):
                 per_value = counted[offsets[i]:offsets[i] + cards[i]]
                 per_value = per_value[per_value > 0.5]

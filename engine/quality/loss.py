@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 
@@ -28,10 +29,19 @@ class Loss(QualityModel):
         n = float(self.n)
         self._floor = np.array([n / a.domain_size for a in table.attributes])
         self._span = np.array([n - f for f in self._floor])
-        # S_a from generalization alone, per attribute and level.
-        self._generalized_sum = [
-            np.array([float(np.dot(a.counts[lv], a.share[lv])) for lv in range(a.levels)]) for a in table.attributes
+        # Sums of shares are kept as integers, Σ records x hierarchy rows under their label, and divided by the
+        # hierarchy's rows once: exact, so any order of summation (numpy's or the compiled path's) gives the same
+        # bits. `_rows[i][level]` holds the rows under each label.
+        self._domain = np.array([float(a.domain_size) for a in table.attributes])
+        self._rows = [[np.rint(share * a.domain_size).astype(np.int64) for share in a.share] for a in table.attributes]
+        # Σ records x rows from generalization alone, per attribute and level, and S_a from it.
+        self._generalized_rows = [
+            np.array([int(np.dot(a.counts[lv].astype(np.int64), rows[lv])) for lv in range(a.levels)], dtype=np.int64)
+            for a, rows in zip(table.attributes, self._rows)
         ]
+        self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
+        self._kernels = kernels.load()
+        self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _normalize(self, sums: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -65,19 +75,41 @@ class Loss(QualityModel):
         sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self._bound_weight
         return self.aggregate(self._normalize(sums))
 
-    def _attribute_array(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
-        n_suppressed = float(sizes[suppressed].sum())
-        # Sum shares over whichever side has fewer classes: the kept classes directly, or all records minus the
-        # suppressed ones (the all-records sum per level is precomputed).
+    def _kept_rows(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray
+                   ) -> tuple[np.ndarray, int]:
+        """Per attribute, Σ over the kept records of the hierarchy rows under their label (an integer), and the
+        suppressed records. The reference sums over whichever side has fewer classes (the kept ones directly, or
+        all records minus the suppressed ones); the compiled path over the kept classes; integers agree."""
+        if self._kernels is not None:
+            weights, offsets = self._weights(levels)
+            kept, removed = self._kernels.kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
+            return kept, int(removed)
+        n_suppressed = int(sizes[suppressed].sum())
         count_suppressed = int(np.count_nonzero(suppressed))
         from_kept = count_suppressed * 2 > suppressed.size
         side = ~suppressed if from_kept else suppressed
-        side_codes, side_sizes = codes[:, side], sizes[side].astype(float)
-        sums = np.empty(self.d)
-        for i, (attribute, level) in enumerate(zip(self.table.attributes, levels)):
-            side_share = float(np.dot(side_sizes, attribute.share[level][side_codes[i]])) if side_sizes.size else 0.0
-            kept = side_share if from_kept else self._generalized_sum[i][level] - side_share
-            sums[i] = self.generalization_weight * kept + self.suppression_weight * n_suppressed
+        side_codes, side_sizes = codes[:, side], sizes[side].astype(np.int64)
+        kept = np.empty(self.d, dtype=np.int64)
+        for i, (rows, level) in enumerate(zip(self._rows, levels)):
+            side_rows = int(np.dot(side_sizes, rows[level][side_codes[i]])) if side_sizes.size else 0
+            kept[i] = side_rows if from_kept else self._generalized_rows[i][level] - side_rows
+        return kept, n_suppressed
+
+    def _weights(self, levels: Levels) -> tuple[np.ndarray, np.ndarray]:
+        """Every attribute's and level's rows under each label in one array, and where attribute i at `levels[i]`
+        starts in it."""
+        if self._flat_rows is None:
+            parts = [rows for attribute in self._rows for rows in attribute]
+            starts = np.concatenate([[0], np.cumsum([part.size for part in parts])[:-1]]).astype(np.int64)
+            first = np.concatenate([[0], np.cumsum([len(attribute) for attribute in self._rows])[:-1]]).astype(int)
+            self._flat_rows = (np.concatenate(parts).astype(np.int64), starts, first)
+        flat, starts, first = self._flat_rows
+        return flat, starts[first + np.asarray(levels, dtype=int)]
+
+    def _attribute_array(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
+        kept_rows, n_suppressed = self._kept_rows(levels, codes, sizes, suppressed)
+        kept = kept_rows.astype(np.float64) / self._domain
+        sums = self.generalization_weight * kept + self.suppression_weight * float(n_suppressed)
         return self._normalize(sums)
 
     def loss(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import kernels
 from ..classes import ClassCache, Evaluation
 from ..encoding import EncodedTable
 from ..privacy.configuration import PrivacyConfiguration
@@ -33,6 +34,10 @@ class Evaluator:
         self.minimal_class_size = configuration.minimal_class_size
         self.cache = ClassCache(table) if cache_bytes is None else ClassCache(table, budget_bytes=cache_bytes)
         self.seen: set[Node] = set()
+        # The compiled per-check path (engine.kernels) when the class cache rolls up compiled; the class models'
+        # decision is then compiled too when every one of them only asks for a class size (`size_only`).
+        self.kernels = self.cache.kernels
+        self._size_only = all(getattr(m, "size_only", False) for m in configuration.class_models)
         # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
         # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.
         self._root_codes = [
@@ -53,6 +58,8 @@ class Evaluator:
         if self.minimal_class_size <= 1:
             return True   # no class size implied: nothing to compute, nothing checked
         _, sizes = self.classes(node, hint)
+        if self.kernels is not None:
+            return int(self.kernels.records_below(sizes, self.minimal_class_size)) <= self.max_suppressed
         return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
 
     def evaluate(self, node: Node, hint: Node | None = None, cannot_win: Callable[[Node, float], bool] | None = None
@@ -62,12 +69,16 @@ class Evaluator:
         self.seen.add(node)
         view = self.cache.view(node, hint)
         codes, sizes = view.codes, view.sizes
-        suppressed = sizes < self.minimal_class_size   # ARX checks the implied class size first
         blocked = False
-        for model in self.configuration.class_models:
-            suppressed |= model.violating(view)
-            blocked = blocked or model.blocks_release(view)
-        count = int(sizes[suppressed].sum())
+        if self.kernels is not None and self._size_only:
+            suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
+            count = int(count)
+        else:
+            suppressed = sizes < self.minimal_class_size   # ARX checks the implied class size first
+            for model in self.configuration.class_models:
+                suppressed |= model.violating(view)
+                blocked = blocked or model.blocks_release(view)
+            count = int(sizes[suppressed].sum())
         evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
         for model in self.configuration.risk_models:
             if not evaluation.solution:

@@ -1,0 +1,124 @@
+"""The numba functions behind engine.kernels (imported only through `engine.kernels.load()`, which imports numba).
+
+All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side) and numpy's
+error model; none uses fastmath, and all sums are integer, so results do not depend on the order of the loops.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing: multiply, keep the top bits
+
+
+@_jit
+def _capacity(m):
+    bits = 4
+    while (1 << bits) < 2 * m:
+        bits += 1
+    return bits
+
+
+@_jit
+def roll_up(codes, sizes, key, offsets, maps, places, minimal):
+    """Classes of a generalization from the classes (codes (d, m) int32, sizes, key in the fixed radix `places`) of a
+    specialization. `offsets[i]` is where attribute i's code map starts in `maps`, or -1 when the attribute keeps its
+    level. Returns the new classes' codes (d, u) int32, sizes, keys (first appearance order, as
+    engine.classes.roll_up_keyed) and the records in classes smaller than `minimal`."""
+    d, m = codes.shape
+    bits = _capacity(m)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    slots = np.full(1 << bits, -1, np.int64)
+    new_keys = np.empty(m, np.int64)
+    new_sizes = np.empty(m, np.int64)
+    member = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        k = key[j]
+        for i in range(d):
+            start = offsets[i]
+            if start >= 0:
+                v = np.int64(codes[i, j])
+                k += (maps[start + v] - v) * places[i]
+        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
+        while True:
+            slot = slots[h]
+            if slot < 0:
+                slots[h] = u
+                new_keys[u] = k
+                new_sizes[u] = sizes[j]
+                member[u] = j
+                u += 1
+                break
+            if new_keys[slot] == k:
+                new_sizes[slot] += sizes[j]
+                break
+            h = (h + 1) & mask
+    new_codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        start = offsets[i]
+        for t in range(u):
+            v = codes[i, member[t]]
+            new_codes[i, t] = v if start < 0 else maps[start + v]
+    below = np.int64(0)
+    for t in range(u):
+        if new_sizes[t] < minimal:
+            below += new_sizes[t]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below
+
+
+@_jit
+def records_below(sizes, minimal):
+    """Records in classes smaller than `minimal`."""
+    total = np.int64(0)
+    for t in range(sizes.size):
+        if sizes[t] < minimal:
+            total += sizes[t]
+    return total
+
+
+@_jit
+def suppress_below(sizes, minimal):
+    """The classes smaller than `minimal` (to suppress) and the records they hold."""
+    suppressed = np.empty(sizes.size, np.bool_)
+    total = np.int64(0)
+    for t in range(sizes.size):
+        small = sizes[t] < minimal
+        suppressed[t] = small
+        if small:
+            total += sizes[t]
+    return suppressed, total
+
+
+@_jit
+def kept_weighted_sums(codes, sizes, suppressed, weights, offsets):
+    """Per attribute i, Σ over kept classes of size x weights[offsets[i] + code] (integers: Loss's hierarchy rows
+    under each label), and the suppressed records."""
+    d, u = codes.shape
+    sums = np.zeros(d, np.int64)
+    removed = np.int64(0)
+    for t in range(u):
+        s = sizes[t]
+        if suppressed[t]:
+            removed += s
+            continue
+        for i in range(d):
+            sums[i] += s * weights[offsets[i] + codes[i, t]]
+    return sums, removed
+
+
+@_jit
+def suppressed_value_counts(codes, sizes, suppressed, offsets, total):
+    """Suppressed records per attribute value: entry offsets[i] + code counts attribute i's value `code` (Non-Uniform
+    Entropy's suppression term)."""
+    d, u = codes.shape
+    counts = np.zeros(total, np.int64)
+    for t in range(u):
+        if suppressed[t]:
+            s = sizes[t]
+            for i in range(d):
+                counts[offsets[i] + codes[i, t]] += s
+    return counts

@@ -1,0 +1,144 @@
+"""The compiled per-check path (engine.kernels) against the numpy reference, bit for bit.
+
+Both paths run in one process: the reference is forced by SAFESHARE_REFERENCE_PATH while the objects are built
+(the class cache, the evaluator and the quality models decide their path when they are constructed). Compared on
+every transformation of random tables, visited in random orders so that roll-ups start from varying cached
+specializations, and on ADULT: the classes (codes, sizes, keys and their order), the minimal-class-size decision,
+the suppression, the solution and the loss to the last bit; then whole searches (optimum, checks counted).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import kernels, load_policy
+from engine.classes import ClassCache
+from engine.deid import encode_policy_table
+from engine.encoding import encode_table
+from engine.lattice import Lattice
+from engine.privacy import KAnonymity, PrivacyConfiguration
+from engine.quality import make_quality_model
+from engine.search import Evaluator, search
+from engine.table import load_input
+from tests.engine.conftest import EXAMPLES
+from tests.engine.lattice_tables import seeded_table
+
+pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing or the reference path is forced")
+
+QUALITIES = [("loss", "geometric_mean"), ("loss", "arithmetic_mean"), ("loss", "sum"),
+             ("non_uniform_entropy", "geometric_mean"), ("discernibility", "geometric_mean"),
+             ("precision", "geometric_mean")]
+
+
+def both_paths(monkeypatch, build):
+    """`build()` once with the compiled path and once with the reference path forced."""
+    monkeypatch.delenv(kernels.REFERENCE_ENV, raising=False)
+    fast = build()
+    monkeypatch.setenv(kernels.REFERENCE_ENV, "1")
+    reference = build()
+    monkeypatch.delenv(kernels.REFERENCE_ENV)
+    return fast, reference
+
+
+def lattice_of(table) -> Lattice:
+    return Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
+
+
+def assert_same_evaluation(fast, reference) -> None:
+    assert fast.levels == reference.levels
+    assert np.array_equal(fast.codes, reference.codes) and fast.codes.dtype == reference.codes.dtype
+    assert np.array_equal(fast.sizes, reference.sizes) and fast.sizes.dtype == reference.sizes.dtype
+    assert np.array_equal(fast.suppressed, reference.suppressed)
+    assert fast.suppressed_records == reference.suppressed_records
+    assert fast.solution == reference.solution
+    if reference.loss is None:
+        assert fast.loss is None
+    else:
+        assert fast.loss == reference.loss, (fast.levels, fast.loss - reference.loss)   # the same bits
+
+
+def test_environment_variable_forces_the_reference_path(monkeypatch):
+    frame, hierarchies = seeded_table(1)
+    table = encode_table(frame, hierarchies)
+    fast, reference = both_paths(monkeypatch, lambda: Evaluator(table, PrivacyConfiguration([KAnonymity(2)], 0.1),
+                                                                 make_quality_model("loss", table)))
+    assert fast.kernels is not None and fast.quality._kernels is not None
+    assert reference.kernels is None and reference.cache.kernels is None and reference.quality._kernels is None
+    monkeypatch.setenv(kernels.REFERENCE_ENV, "0")   # "0" means: not forced
+    assert kernels.enabled()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_roll_ups_equal_the_reference_on_random_tables(monkeypatch, seed):
+    frame, hierarchies = seeded_table(seed)
+    table = encode_table(frame, hierarchies)
+    fast, reference = both_paths(monkeypatch, lambda: ClassCache(table, budget_bytes=1 << 12))
+    nodes = list(lattice_of(table))
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        rng.shuffle(nodes)
+        for position, node in enumerate(nodes):
+            hint = nodes[position - 1] if position else None
+            codes, sizes = fast.classes(node, hint)
+            expected_codes, expected_sizes = reference.classes(node, hint)
+            assert np.array_equal(codes, expected_codes) and codes.dtype == expected_codes.dtype
+            assert np.array_equal(sizes, expected_sizes) and sizes.dtype == expected_sizes.dtype
+            assert np.array_equal(fast._cache[node][2], reference._cache[node][2])   # keys, for later roll-ups
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_checks_equal_the_reference_on_random_tables(monkeypatch, seed):
+    rng = np.random.default_rng(500 + seed)
+    frame, hierarchies = seeded_table(seed)
+    table = encode_table(frame, hierarchies)
+    k = int(rng.integers(2, 5))
+    limit = float(rng.choice([0.0, 0.05, 0.2, 1.0]))
+    model, aggregation = QUALITIES[seed % len(QUALITIES)]
+    fast, reference = both_paths(monkeypatch, lambda: Evaluator(
+        table, PrivacyConfiguration([KAnonymity(k)], limit), make_quality_model(model, table, aggregation)))
+    nodes = list(lattice_of(table))
+    rng.shuffle(nodes)
+    for node in nodes:
+        assert fast.m_anonymous(node) == reference.m_anonymous(node)
+        assert_same_evaluation(fast.evaluate(node), reference.evaluate(node))
+        suppressed = rng.random(fast.cache.classes(node)[1].size) < 0.5   # any suppression, not only k's
+        codes, sizes = fast.cache.classes(node)
+        assert fast.quality.loss(node, codes, sizes, suppressed) == \
+            reference.quality.loss(node, codes, sizes, suppressed)
+    assert fast.checked == reference.checked
+
+
+def adult_table():
+    policy = load_policy(EXAMPLES / "adult-k5.yaml")
+    table, _, _ = encode_policy_table(policy, load_input(policy))
+    return table
+
+
+@pytest.mark.parametrize("model", ["loss", "non_uniform_entropy"])
+def test_checks_equal_the_reference_on_adult(monkeypatch, model):
+    table = adult_table()
+    configuration = PrivacyConfiguration([KAnonymity(5)], 0.05)
+    fast, reference = both_paths(monkeypatch, lambda: Evaluator(table, configuration,
+                                                                 make_quality_model(model, table)))
+    nodes = list(lattice_of(table))
+    rng = np.random.default_rng(7)
+    for index in rng.choice(len(nodes), 300, replace=False):
+        node = nodes[int(index)]
+        assert fast.m_anonymous(node) == reference.m_anonymous(node)
+        assert_same_evaluation(fast.evaluate(node), reference.evaluate(node))
+
+
+@pytest.mark.parametrize("k,limit,model", [(3, 0.0, "loss"), (5, 1.0, "loss"), (10, 0.05, "loss"),
+                                           (2, 0.02, "non_uniform_entropy")])
+def test_searches_equal_the_reference_on_adult(monkeypatch, k, limit, model):
+    table = adult_table()
+
+    def run():
+        return search(table, [KAnonymity(k)], make_quality_model(model, table), limit)
+
+    fast, reference = both_paths(monkeypatch, run)
+    assert fast.optimal and reference.optimal
+    assert fast.best.levels == reference.best.levels
+    assert fast.best.loss == reference.best.loss
+    assert fast.best.suppressed_records == reference.best.suppressed_records
+    assert fast.checked == reference.checked and fast.phases == reference.phases
