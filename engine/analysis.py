@@ -18,7 +18,7 @@ from .policy import DatasetPolicy, GateSpec, PopulationUniqueness
 from .svgcharts import Series, bar_chart, esc, grouped_bar_chart, percent
 from .table import load_input
 
-ESTIMATORS = ("pitman", "zayatz", "snb", "dankar")
+ESTIMATORS = ("pitman", "zayatz", "snb", "dankar", "calibrated")
 
 # Upper edges of the prosecutor risk intervals (as in ARX's risk profile), highest first.
 RISK_EDGES = [1.0, 0.5, 0.334, 0.25, 0.2, 0.167, 0.143, 0.125, 0.1, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.02,
@@ -92,6 +92,7 @@ def analyse(policy: DatasetPolicy, data=None) -> dict:
     """`safeshare risk`'s figures for the policy's input, or for `data` (a DataFrame given in its place)."""
     from .disclosure_report import input_disclosure
     from .risk import population_uniqueness
+    from .risk.accuracy import benchmark_finding
 
     loaded = load_input(policy, data)
     table = encode_table(loaded.frame, loaded.hierarchies, policy.source)
@@ -102,7 +103,9 @@ def analyse(policy: DatasetPolicy, data=None) -> dict:
     for population, size in population_sizes(policy, n):
         entry = {"population": str(population), "size": size, "sampling_fraction": n / size, "models": {}}
         for estimator in ESTIMATORS:
-            entry["models"][estimator] = population_uniqueness(sizes, size, estimator=estimator).to_dict()
+            # each model's figure with what the calibration benchmark found at this sampling fraction (issue 29)
+            entry["models"][estimator] = {**population_uniqueness(sizes, size, estimator=estimator).to_dict(),
+                                          "benchmark": benchmark_finding(estimator, n / size)}
         estimates.append(entry)
     return {
         "dataset": policy.dataset,
@@ -137,7 +140,7 @@ def format_analysis(report: dict) -> str:
         cells = []
         for name, model in entry["models"].items():
             value = model.get("population_uniqueness")
-            label = name if name != "dankar" else f"dankar->{model.get('model_used')}"
+            label = name if name not in ("dankar", "calibrated") else f"{name}->{model.get('model_used')}"
             cells.append(f"{label}={value:.6%}" if model.get("solved") and value is not None else f"{label}=no solution")
         lines.append(f"  {entry['population']} (N={entry['size']:.6g}, f={entry['sampling_fraction']:.3g}): "
                      + ", ".join(cells))
@@ -196,7 +199,8 @@ def _population_rows(report: dict) -> list[list[object]]:
             value = model.get("population_uniqueness")
             shown = percent(value, 4) if model.get("solved") and value is not None else "no solution"
             rows.append([entry["population"], f"{entry['size']:,.0f}", f"{entry['sampling_fraction']:.3g}",
-                         name if name != "dankar" else f"dankar -> {model.get('model_used')}", shown])
+                         name if name not in ("dankar", "calibrated") else f"{name} -> {model.get('model_used')}",
+                         shown])
     return rows
 
 

@@ -12,6 +12,11 @@ policy adds) each population is estimated under every one of them and the gate h
 figures are those of the largest estimate, and every estimate is listed under `estimates`. Anything the gate cannot
 establish (an estimator without a solution, an error) refuses the release: fail closed.
 
+Each figure says where it came from and how far to trust it: every estimate (and each population's entry) names the
+estimator and the model that produced it, whether it solved, and under `benchmark` what benchmarks/risk_accuracy.py
+found about that estimator's accuracy at this sampling fraction (engine.risk.accuracy; `measured: false` where the
+benchmark did not reach the fraction). These fields are added to the manifest's risk, none renamed.
+
 `safeshare release` calls `evaluate_gate` again on the classes of the released data file(s) themselves
 (engine.release_gate), so what is sealed is what the gate passed, whatever the manifest says.
 """
@@ -68,8 +73,10 @@ def check_required(models: list, view, kept: np.ndarray, visible: np.ndarray | N
 
 def population_estimates(kept_sizes: np.ndarray, size: float, estimators: tuple[str, ...]) -> list[dict]:
     """One population's estimate under each estimator, as the manifest records them: estimator, the model it used,
-    whether it solved, and population uniques, uniqueness and |PU|/|SU| (None when unsolved)."""
+    whether it solved, population uniques, uniqueness and |PU|/|SU| (None when unsolved), and the benchmark's
+    finding about the estimator at this sampling fraction."""
     from .risk import population_uniqueness
+    from .risk.accuracy import benchmark_finding
 
     n = int(kept_sizes.sum())
     sample_uniqueness = int((kept_sizes == 1).sum()) / n
@@ -81,7 +88,8 @@ def population_estimates(kept_sizes: np.ndarray, size: float, estimators: tuple[
         estimates.append({"estimator": estimator, "model": estimate.model_used, "solved": solved,
                           "population_uniques": float(estimate.population_uniques) if solved else None,
                           "population_uniqueness": float(pu) if solved else None,
-                          "pu_su_ratio": float(pu) / sample_uniqueness if solved else None})
+                          "pu_su_ratio": float(pu) / sample_uniqueness if solved else None,
+                          "benchmark": benchmark_finding(estimator, n / size)})
     return estimates
 
 
@@ -122,7 +130,8 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                 if chosen is None:
                     unsolved = [e for e in estimates if not e["solved"]]
                     entry.update({"model": unsolved[0]["model"], "solved": False, "population_uniques": None,
-                                  "population_uniqueness": None, "pu_su_ratio": None})
+                                  "population_uniqueness": None, "pu_su_ratio": None,
+                                  "estimator": unsolved[0]["estimator"], "benchmark": unsolved[0]["benchmark"]})
                     names = ", ".join(f"{e['estimator']}" + (f" ({e['model']})" if e["model"] not in
                                                                (None, e["estimator"]) else "") for e in unsolved)
                     reasons.append(f"{name}: no risk model found a solution ({names}); risk unknown")
@@ -130,7 +139,8 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                     pu, ratio = chosen["population_uniqueness"], chosen["pu_su_ratio"]
                     entry.update({"model": chosen["model"], "solved": True,
                                   "population_uniques": chosen["population_uniques"],
-                                  "population_uniqueness": pu, "pu_su_ratio": ratio})
+                                  "population_uniqueness": pu, "pu_su_ratio": ratio,
+                                  "estimator": chosen["estimator"], "benchmark": chosen["benchmark"]})
                     under = f"; the strictest estimator: {chosen['estimator']}" if several else ""
                     if not ratio <= max_ratio:
                         reasons.append(f"{name}: |PU|/|SU| = {ratio:.4f} above the allowed {max_ratio:g} "
@@ -174,5 +184,11 @@ def gate_result(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray, d
     population-uniqueness estimate, when the search decided one, is recorded with the risk)."""
     risk, gate = evaluate_gate(spec, kept_sizes, site=site, required=required)
     if details and "population_uniqueness" in details:
-        risk["privacy_model_estimate"] = details["population_uniqueness"]
+        from .risk.accuracy import benchmark_finding
+
+        estimate = dict(details["population_uniqueness"])
+        if "estimator" in estimate and "benchmark" not in estimate:
+            estimate["benchmark"] = benchmark_finding(str(estimate["estimator"]),
+                                                      float(estimate.get("sampling_fraction") or 0.0))
+        risk["privacy_model_estimate"] = estimate
     return Risk.model_validate(finite_json(risk)), Gate.model_validate(finite_json(gate))

@@ -47,9 +47,10 @@ def _one_character_separator(value: str) -> str:
 Separator = Annotated[str, Field(min_length=1, max_length=1), AfterValidator(_one_character_separator)]
 
 
-# Population-uniqueness estimators (engine.risk): Pitman, Zayatz, SNB, or Dankar's rule choosing among them.
-ESTIMATOR_NAMES = ("pitman", "zayatz", "snb", "dankar")
-Estimator = Literal["pitman", "zayatz", "snb", "dankar"]
+# Population-uniqueness estimators (engine.risk): Pitman, Zayatz, SNB, Dankar's rule choosing among them, or
+# `calibrated` (the smallest of the three raised to a 99 % upper bound; engine.risk.calibrated).
+ESTIMATOR_NAMES = ("pitman", "zayatz", "snb", "dankar", "calibrated")
+Estimator = Literal["pitman", "zayatz", "snb", "dankar", "calibrated"]
 
 
 def _estimator_choice(value: object) -> object:
@@ -232,7 +233,7 @@ class PopulationUniqueness(_Strict):
 
     model: Literal["population_uniqueness"]
     threshold: Annotated[float, Field(gt=0, le=1)]
-    estimator: Literal["pitman", "zayatz", "snb", "dankar"] = "dankar"
+    estimator: Estimator = "dankar"
     population: Population
 
 

@@ -190,9 +190,40 @@ def populations(manifest: Manifest, data: ReportData) -> dict | None:
         notes.append(f"Privacy model estimate used by the search: population uniqueness "
                      f"{estimate_text(estimate.get('population_uniqueness'), 'uniqueness')} "
                      f"({estimate.get('model_used')}, N = {float(estimate.get('population_size', 0)):,.0f}).")
-    return {"risk": risk, "rows": rows, "notes": notes,
+    return {"risk": risk, "rows": rows, "notes": notes, "accuracy": accuracy_rows(risk),
             "fields": [("population_uniques", "uniques"), ("population_uniqueness", "uniqueness"),
                        ("pu_su_ratio", "ratio")]}
+
+
+def accuracy_rows(risk) -> list[list[str]]:
+    """How far to trust each released risk figure (issue 29): per population and estimator, the model that produced
+    the figure, whether it solved, and what benchmarks/risk_accuracy.py found about that estimator at this sampling
+    fraction (engine.risk.accuracy). Manifests written before the findings existed are looked up now."""
+    from .risk.accuracy import benchmark_finding, finding_text
+
+    rows = []
+    n = risk.released_records
+    for entry in risk.populations:
+        fraction = n / float(entry.size) if float(entry.size) > 0 else 0.0
+        estimates = entry.estimates or [{"estimator": getattr(entry, "estimator", None) or
+                                         (risk.estimator if isinstance(risk.estimator, str) else None),
+                                         "model": entry.model, "solved": entry.solved,
+                                         "benchmark": getattr(entry, "benchmark", None)}]
+        for estimate in estimates:
+            estimator = estimate.get("estimator")
+            if estimate.get("model") is None and entry.model is None:
+                continue   # no sample uniques: no model was needed
+            finding = estimate.get("benchmark") or (benchmark_finding(estimator, fraction) if estimator else None)
+            rows.append([entry.population, estimator or "?", estimate.get("model") or "none",
+                         "yes" if estimate.get("solved") else "no", f"{fraction:.3g}", finding_text(finding)])
+    model_estimate = risk.privacy_model_estimate
+    if model_estimate and model_estimate.get("estimator"):
+        fraction = float(model_estimate.get("sampling_fraction") or 0.0)
+        finding = model_estimate.get("benchmark") or benchmark_finding(str(model_estimate["estimator"]), fraction)
+        rows.append([f"privacy model (N = {float(model_estimate.get('population_size', 0)):,.0f})",
+                     str(model_estimate["estimator"]), str(model_estimate.get("model_used") or "none"),
+                     "yes" if model_estimate.get("solved") else "no", f"{fraction:.3g}", finding_text(finding)])
+    return rows
 
 
 def distribution_table(name: str, side: str, caption: str, values: Sequence[tuple[str, int]], records: int,

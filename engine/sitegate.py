@@ -9,7 +9,7 @@ whose records are nearly all unique). The custodian states that requirement once
     max_population_uniqueness: 1.0   # largest estimated population uniqueness in every checked population
     min_k: 1                         # smallest class a release may hold (1: no minimum)
     required_populations: [USA, California, Los Angeles]   # always checked, whatever the policy lists
-    estimator: dankar                # the estimator(s) that decide: one of pitman, zayatz, snb, dankar, or a list
+    estimator: dankar                # the estimator(s) that decide: pitman, zayatz, snb, dankar, calibrated, or a list
 
 Every key is optional; a key left out keeps the built-in value below, so a custodian relaxes the built-in floor only
 by writing a number down. The file is validated as strictly as a dataset policy (unknown keys, numbers as text or

@@ -1,0 +1,165 @@
+"""`estimator: calibrated` (issue 29, item 3): the smallest solved of Pitman, Zayatz and SNB raised to a 99 % upper
+bound for the sampling noise of the count behind it; offered in privacy models, gates, site gates and `risk --json`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from engine.risk import ESTIMATORS, SizeHistogram, population_uniqueness
+from engine.risk import calibrated as calibrated_module
+from engine.risk.calibrated import Z, calibrated_uniques, count_upper_bound
+from engine.risk.pitman_arx import arx_pitman_uniques
+from engine.risk.snb import SNBFit, fit_snb
+from engine.risk.zayatz import zayatz_uniques
+
+
+def _histogram(seed: int = 1, classes: int = 3000, p: float = 0.35) -> SizeHistogram:
+    sizes = np.random.default_rng(seed).geometric(p, size=classes)
+    return SizeHistogram.from_class_sizes(sizes)
+
+
+def test_z_is_the_99_percent_normal_quantile():
+    assert Z == pytest.approx(norm.ppf(0.99), abs=1e-12)
+
+
+@pytest.mark.parametrize("count, fraction", [(0.0, 0.0), (0.0, 0.3), (3.0, 0.01), (40.5, 0.2), (12345.0, 0.05)])
+def test_count_upper_bound_is_the_larger_root_of_the_score_equation(count, fraction):
+    """Independent: solve (k - mu)^2 = z^2 (1 - f) mu for mu >= k numerically."""
+    variance_factor = Z * Z * (1.0 - fraction)
+    upper = count_upper_bound(count, fraction)
+    expected = brentq(lambda mu: (count - mu) ** 2 - variance_factor * mu, max(count, 1e-12), count + 10 * (
+        variance_factor + math.sqrt(variance_factor * (count + 1))) + 10)
+    assert upper == pytest.approx(expected, rel=1e-9)
+    assert upper > count
+
+
+def test_count_upper_bound_shrinks_relative_to_the_count_and_with_the_fraction():
+    relative = [count_upper_bound(k, 0.01) / k for k in (10, 100, 1000, 10000)]
+    assert relative == sorted(relative, reverse=True)
+    assert relative[-1] < 1.03
+    assert count_upper_bound(50, 0.3) < count_upper_bound(50, 0.01)
+    assert count_upper_bound(50, 1.0) == 50   # a census: no sampling noise
+    with pytest.raises(ValueError):
+        count_upper_bound(-1, 0.1)
+    with pytest.raises(ValueError):
+        count_upper_bound(1, 1.5)
+
+
+def test_calibrated_takes_the_smallest_solved_model_and_raises_it_to_the_bound():
+    histogram = _histogram()
+    population = 1_000_000.0
+    f = histogram.n / population
+    pitman, _ = arx_pitman_uniques(histogram, population)
+    snb = fit_snb(histogram, population)
+    candidates = {"pitman": pitman, "zayatz": zayatz_uniques(histogram, population),
+                  "snb": snb.population_uniques if snb.solved else None}
+    solved = {k: v for k, v in candidates.items() if v is not None}
+    base = min(solved, key=solved.get)
+    model, value, parameters = calibrated_uniques(histogram, population)
+    assert parameters["base"] == base and model == f"{base} (99% upper bound)"
+    assert value == pytest.approx(count_upper_bound(f * solved[base], f) / f, rel=1e-12)
+    assert value >= max(solved[base], 0.0)
+
+    estimate = population_uniqueness(histogram, population, estimator="calibrated")
+    assert estimate.estimator == "calibrated" and estimate.solved and estimate.model_used == model
+    assert estimate.population_uniques == pytest.approx(value) and estimate.population_uniqueness == value / population
+
+
+def test_calibrated_skips_an_unsolved_model_and_is_unsolved_when_none_solves(monkeypatch):
+    histogram = _histogram(seed=2)
+    population = 500_000.0
+    f = histogram.n / population
+    monkeypatch.setattr(calibrated_module, "arx_pitman_uniques", lambda h, N: (None, {}))
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 900.0)
+    model, value, parameters = calibrated_uniques(histogram, population)
+    snb = fit_snb(histogram, population)
+    expected_base = "snb" if snb.solved and snb.population_uniques < 900.0 else "zayatz"
+    expected = snb.population_uniques if expected_base == "snb" else 900.0
+    assert parameters["base"] == expected_base and parameters["pitman"] is None
+    assert value == pytest.approx(count_upper_bound(f * expected, f) / f)
+
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: None)
+    monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(False, None, None, None, None))
+    estimate = population_uniqueness(histogram, population, estimator="calibrated")
+    assert not estimate.solved and estimate.population_uniques is None and estimate.population_uniqueness is None
+    assert "no solution" in estimate.note
+
+
+def test_calibrated_is_capped_at_the_population_and_zero_without_sample_uniques(monkeypatch):
+    no_uniques = SizeHistogram.from_counts({2: 10, 5: 3})
+    estimate = population_uniqueness(no_uniques, 1000, estimator="calibrated")
+    assert estimate.solved and estimate.population_uniques == 0.0
+
+    histogram = SizeHistogram.from_counts({1: 50, 2: 5})
+    monkeypatch.setattr(calibrated_module, "arx_pitman_uniques", lambda h, N: (N * 0.99, {}))
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: N * 0.999)
+    _, value, _ = calibrated_uniques(histogram, 70.0)
+    assert value == 70.0
+
+
+def test_calibrated_never_below_its_base_and_above_dankar_when_dankar_takes_the_same_model():
+    """Where Dankar's rule picks the model calibrated also picks, calibrated is that estimate raised: it can only be
+    more conservative than the model it starts from."""
+    for seed in range(4):
+        histogram = _histogram(seed=seed, classes=1500 + 500 * seed)
+        for population in (2e4, 1e5, 1e6):
+            estimate = population_uniqueness(histogram, population, estimator="calibrated")
+            base = estimate.parameters["base_population_uniques"]
+            assert estimate.population_uniques >= base
+            dankar = population_uniqueness(histogram, population, estimator="dankar")
+            if dankar.model_used == estimate.parameters["base"]:
+                assert estimate.population_uniques >= dankar.population_uniques
+
+
+def test_calibrated_is_an_estimator_everywhere_estimators_are_named():
+    from engine.analysis import ESTIMATORS as ANALYSIS_ESTIMATORS
+    from engine.policy import ESTIMATOR_NAMES, GateSpec, PopulationUniqueness
+    from engine.sitegate import SiteGate
+
+    assert "calibrated" in ESTIMATORS and "calibrated" in ESTIMATOR_NAMES and "calibrated" in ANALYSIS_ESTIMATORS
+    assert PopulationUniqueness(model="population_uniqueness", threshold=0.01, population="USA",
+                                estimator="calibrated").estimator == "calibrated"
+    assert GateSpec(estimator="calibrated").estimator == "calibrated"
+    assert GateSpec(estimator=["dankar", "calibrated"]).estimator == ["dankar", "calibrated"]
+    assert SiteGate(estimator="calibrated").estimator == "calibrated"
+    # Dankar stays the default everywhere
+    assert PopulationUniqueness(model="population_uniqueness", threshold=0.01, population="USA").estimator == "dankar"
+    assert SiteGate().estimator == "dankar"
+    with pytest.raises(ValueError, match="unknown estimator 'calibrate'"):
+        GateSpec(estimator="calibrate")
+
+
+def test_gate_with_calibrated_names_the_model_and_the_benchmark_finding():
+    from engine.gate import evaluate_gate
+    from engine.policy import GateSpec
+
+    sizes = np.random.default_rng(5).geometric(0.4, size=4000)
+    risk, gate = evaluate_gate(GateSpec(populations=[2_000_000], estimator="calibrated"), sizes)
+    entry = next(e for e in risk["populations"] if e["size"] == 2_000_000)   # the site's populations come too
+    assert risk["estimator"] == ["dankar", "calibrated"]
+    calibrated = next(e for e in entry["estimates"] if e["estimator"] == "calibrated")
+    dankar = next(e for e in entry["estimates"] if e["estimator"] == "dankar")
+    assert calibrated["model"].endswith("(99% upper bound)") and calibrated["solved"]
+    for estimate in (calibrated, dankar):
+        assert "measured" in estimate["benchmark"]
+    # the entry's figure is the strictest estimate's, and names its estimator and finding
+    top = max(entry["estimates"], key=lambda e: e["population_uniqueness"])
+    assert entry["estimator"] == top["estimator"] and entry["benchmark"] == top["benchmark"]
+    assert entry["population_uniqueness"] == top["population_uniqueness"]
+
+
+def test_population_uniqueness_privacy_model_accepts_calibrated():
+    from engine.privacy.population import PopulationUniquenessModel
+
+    sizes = np.random.default_rng(7).geometric(0.5, size=3000)
+    model = PopulationUniquenessModel(threshold=1.0, population_size=5e6, estimator="calibrated")
+    holds, details = model.assess(sizes)
+    assert details["estimator"] == "calibrated" and details["solved"]
+    assert holds
+    strict = PopulationUniquenessModel(threshold=details["population_uniqueness"] * 0.5, population_size=5e6,
+                                       estimator="calibrated")
+    assert not strict.assess(sizes)[0]
