@@ -88,9 +88,12 @@ def population_sizes(policy: DatasetPolicy, records: int) -> list[tuple[str | fl
     return sizes
 
 
-def analyse(policy: DatasetPolicy, data=None) -> dict:
-    """`safeshare risk`'s figures for the policy's input, or for `data` (a DataFrame given in its place)."""
+def analyse(policy: DatasetPolicy, data=None, loglinear: str = "main", top: int = 10) -> dict:
+    """`safeshare risk`'s figures for the policy's input, or for `data` (a DataFrame given in its place);
+    `loglinear` and `top` choose the per-record risk's log-linear model and how many riskiest records it lists
+    (engine.individual_report)."""
     from .disclosure_report import input_disclosure
+    from .individual_report import individual_risk_report
     from .risk import population_uniqueness
     from .risk.accuracy import benchmark_finding
 
@@ -100,7 +103,8 @@ def analyse(policy: DatasetPolicy, data=None) -> dict:
     n = int(sizes.sum())
     c1 = int((sizes == 1).sum())
     estimates = []
-    for population, size in population_sizes(policy, n):
+    sized = population_sizes(policy, n)
+    for population, size in sized:
         entry = {"population": str(population), "size": size, "sampling_fraction": n / size, "models": {}}
         for estimator in ESTIMATORS:
             # each model's figure with what the calibration benchmark found at this sampling fraction (issue 29)
@@ -118,6 +122,8 @@ def analyse(policy: DatasetPolicy, data=None) -> dict:
         "prosecutor_risk": prosecutor_profile(sizes),
         "population_estimates": estimates,
         "attribute_disclosure": input_disclosure(policy, table, loaded.frame),
+        "individual_risk": individual_risk_report(loaded.frame, policy.quasi_identifiers,
+                                                  [(str(p), size) for p, size in sized], loglinear, top),
     }
 
 
@@ -145,7 +151,9 @@ def format_analysis(report: dict) -> str:
         lines.append(f"  {entry['population']} (N={entry['size']:.6g}, f={entry['sampling_fraction']:.3g}): "
                      + ", ".join(cells))
     from .disclosure_report import format_disclosure
+    from .individual_report import format_individual
 
+    lines += format_individual(report.get("individual_risk"))
     lines += format_disclosure(report.get("attribute_disclosure") or [])
     return "\n".join(lines)
 
@@ -215,6 +223,7 @@ def render_risk_html(report: dict) -> str:
     """`safeshare risk --html`: the report's figures as one self-contained page (inline CSS and SVG, no scripts,
     like a release's report.html), built from the same dict `--json` prints so the two never disagree."""
     from .disclosure_report import DISCLOSURE_STYLE, INPUT_INTRO, disclosure_section
+    from .individual_report import INPUT_INTRO as RECORD_RISK_INTRO, individual_section
 
     profile = report["prosecutor_risk"]
     summary = [["records", f"{report['records']:,}"], ["equivalence classes", f"{report['equivalence_classes']:,}"],
@@ -239,6 +248,7 @@ def render_risk_html(report: dict) -> str:
 <h2>Equivalence classes</h2><figure>{sizes}</figure>
 <h2 id="risk">Prosecutor risk</h2><figure>{_risk_profile_chart(profile)}</figure>
 <h2 id="populations">Population uniqueness per population</h2>{population_html}
+{individual_section(report.get("individual_risk"), RECORD_RISK_INTRO)}
 {disclosure_section(report.get("attribute_disclosure") or [], INPUT_INTRO)}
 </body></html>
 """

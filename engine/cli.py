@@ -129,7 +129,7 @@ def run_risk(args: argparse.Namespace) -> int:
     try:
         if args.html is not None:
             check_html_target(args.html)   # before the analysis: a page that cannot be written should fail fast
-        report = analyse(load_policy(args.policy))
+        report = analyse(load_policy(args.policy), loglinear=args.loglinear, top=args.top)
         if args.html is not None:
             try:
                 write_text(args.html, render_risk_html(report))   # temporary file, then one rename
@@ -247,13 +247,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, and for each "
                     "attribute declared sensitive its attribute disclosure (per class distinct values, entropy and "
                     "distance to the table's distribution; share of records in classes failing l-diversity for "
-                    "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), on the input without any transformation "
+                    "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), each record's re-identification risk "
+                    "(negative-binomial model of Benedetti and Franconi, Skinner and Shlomo's log-linear Poisson "
+                    "model: expected re-identifications, tau1, tau2, the riskiest records, a histogram), "
+                    "on the input without any transformation "
                     "(any input kind safeshare deid reads). From Python without a policy file: "
                     "engine.risk_report(frame, quasi_identifiers=[...], population=...).")
     risk.add_argument("policy", help="dataset policy (YAML)")
     risk.add_argument("--json", action="store_true", help="print JSON with stable field names")
     risk.add_argument("--html", metavar="FILE", default=None,
                       help="also write the figures as a self-contained HTML page with plots (written atomically)")
+    risk.add_argument("--loglinear", choices=("main", "two_way", "none"), default="main",
+                      help="per-record risk: the Skinner-Shlomo log-linear model's terms (main effects, every "
+                           "two-way interaction: fitted on the full table, at most 5 million cells; none)")
+    risk.add_argument("--top", type=_positive(int), default=10, metavar="N",
+                      help="per-record risk: how many of the riskiest classes to list (default 10)")
     risk.set_defaults(func=run_risk)
 
     release = subparsers.add_parser(

@@ -131,7 +131,7 @@ def test_json_keeps_every_field_and_adds_attribute_disclosure(policy, capsys):
     report = risk_json(policy, capsys)
     assert list(report) == ["dataset", "records", "quasi_identifiers", "equivalence_classes", "sample_uniques",
                             "sample_uniqueness", "class_size_histogram", "prosecutor_risk", "population_estimates",
-                            "attribute_disclosure"]
+                            "attribute_disclosure", "individual_risk"]
     assert report["records"] == 8 and report["equivalence_classes"] == 3 and report["sample_uniques"] == 1
     # Every declared sensitive attribute, T included although no model names it.
     assert [e["attribute"] for e in report["attribute_disclosure"]] == ["S", "T"]
