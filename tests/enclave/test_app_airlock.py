@@ -346,3 +346,26 @@ def test_drafts_survive_a_restart_and_a_crashed_create(bundle, tmp_path) -> None
         assert [r["number"] for r in client.get("/api/requests").json()] == [number]
         assert client.get(f"/api/requests/{number}").json()["context"] == "kept"
     assert not (Layout(state).requests / ".new-crashed").exists()
+
+
+def test_withdrawing_a_submitted_request_tells_the_airlock_through_the_outbox(app_and_state) -> None:
+    client, state = app_and_state
+    number, _, _ = ready_request(client)
+    layout = Layout(state)
+    client.post(f"/api/requests/{number}/submit")
+    # withdrawn before the intake took it: the pending submit entry is replaced, never two entries for one request
+    withdrawn = client.post(f"/requests/{number}/withdraw", follow_redirects=False)
+    assert withdrawn.status_code == 303
+    assert [p.name for p in layout.outbox.iterdir()] == [f"{number}.json"]
+    entry = json.loads(layout.outbox_file(number).read_text())
+    assert entry["action"] == "withdraw" and entry["number"] == number and entry["submission"] == 1
+    assert client.get(f"/api/requests/{number}").json()["state"] == "withdrawing"
+    layout.outbox_file(number).unlink()
+    write_status(state, number, {"state": "withdrawn", "request_id": "r1-0001-0badcafe"})
+    view = client.get(f"/api/requests/{number}").json()
+    assert view["state"] == "withdrawn" and not view["editable"]
+    assert 'id="withdraw-request"' not in client.get(f"/requests/{number}").text
+    # a draft never submitted closes without a word to the airlock
+    other = client.post("/api/requests").json()["number"]
+    assert client.post(f"/api/requests/{other}/withdraw").json()["state"] == "withdrawn"
+    assert not layout.outbox_file(other).exists()
