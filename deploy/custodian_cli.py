@@ -355,7 +355,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sv = sub.add_parser("serve", help="serve the custodian HTTP API (/openapi.json); enforces expiry every minute",
                         description="FastAPI service with the provisioning commands as endpoints. Every request "
                                     "needs `Authorization: Bearer <key>` (`safeshare custodian key add`); "
-                                    "custodian keys may change things, auditor keys only read.")
+                                    "custodian keys may change things, auditor keys only read. The airlock's "
+                                    "review pages are at /review: checkers sign in as people "
+                                    "(`safeshare custodian person add NAME --role checker`).")
     _site_args(sv)
     sv.add_argument("--listen", default="127.0.0.1:8070", help="HOST:PORT (default 127.0.0.1:8070)")
     sv.add_argument("--expiry-interval", type=float, default=60.0, help="seconds between expiry checks (default 60)")

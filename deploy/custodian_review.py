@@ -288,7 +288,7 @@ class ReviewPages:
         for item in self.ctx.airlock.list():
             mine = sum(1 for v in self.ctx.airlock.records.votes(item["request_id"], round=item["round"])
                        if v.checker == session.person.name)
-            rows.append({**item, "submitted_at": _short_time(item.get("updated_at") or item.get("created_at")),
+            rows.append({**item, "submitted_at": _short_time(item.get("created_at")),
                          "my_votes": mine})
         rows.sort(key=lambda r: (STATE_ORDER.get(r["state"], 9), r.get("created_at") or ""))
         return self.render("queue.html", person=session.person, csrf=session.csrf, requests=rows)
@@ -318,7 +318,7 @@ class ReviewPages:
         is_requester = same_person(viewer, shown["recipient"])
         release = frozen.get("release") if isinstance(frozen.get("release"), dict) else {}
         req = {**shown, "context": frozen.get("context", ""), "controls": frozen.get("controls", ""),
-               "seal_sha256": release.get("seal_sha256"), "submitted_at": frozen.get("submitted_at", ""),
+               "seal_sha256": release.get("seal_sha256"), "submitted_at": _short_time(frozen.get("submitted_at")),
                "released_at": _short_time(shown.get("released_at")),
                "download_until": _short_time(shown.get("download_until"))}
         outputs = [self.output_view(request_id, output, viewer) for output in shown["outputs"]]
