@@ -2,7 +2,10 @@
 bound for the sampling noise of the count behind it; offered in privacy models, gates, site gates and `risk --json`."""
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +166,86 @@ def test_population_uniqueness_privacy_model_accepts_calibrated():
     strict = PopulationUniquenessModel(threshold=details["population_uniqueness"] * 0.5, population_size=5e6,
                                        estimator="calibrated")
     assert not strict.assess(sizes)[0]
+
+
+# --- through the CLI: `safeshare risk --json` and a release's manifest and report --------------------------------
+ADULT_K5 = Path(__file__).resolve().parents[2] / "policies" / "examples" / "adult-k5.yaml"
+
+
+def _adult_policy(tmp_path: Path, extra: str = "") -> Path:
+    text = ADULT_K5.read_text()
+    text = re.sub(r"(?<=path: |file: )([^\s},]+)",
+                  lambda m: str((ADULT_K5.parent / m.group(1)).resolve()), text)
+    table = re.search(r"(?<=path: )(\S+)", text).group(1)
+    if not Path(table).is_file():
+        pytest.fail(f"the demo ADULT table is not at {table}")
+    policy = tmp_path / "adult.yaml"
+    policy.write_text(text + extra)
+    return policy
+
+
+@pytest.fixture
+def no_site(tmp_path, monkeypatch):
+    """An empty site folder: the built-in gate floor, never the machine's own site."""
+    (tmp_path / "site").mkdir()
+    monkeypatch.setenv("SAFESHARE_SITE", str(tmp_path / "site"))
+
+
+def test_risk_json_lists_calibrated_beside_the_others_with_each_models_finding(tmp_path, capsys):
+    from safeshare.cli import main
+
+    policy = _adult_policy(tmp_path, "gate: {populations: [USA, 300000]}\n")
+    assert main(["risk", str(policy), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for entry in report["population_estimates"]:
+        assert list(entry["models"]) == ["pitman", "zayatz", "snb", "dankar", "calibrated"]
+        calibrated = entry["models"]["calibrated"]
+        assert calibrated["estimator"] == "calibrated" and calibrated["solved"]
+        assert calibrated["model_used"].endswith("(99% upper bound)")
+        assert calibrated["population_uniques"] >= calibrated["parameters"]["base_population_uniques"]
+        for model in entry["models"].values():
+            assert model["benchmark"]["measured"] is (entry["sampling_fraction"] >= 0.001 / 1.5)
+    usa = next(e for e in report["population_estimates"] if e["population"] == "USA")
+    assert "was not measured" in usa["models"]["calibrated"]["benchmark"]["note"]   # n / N = 1e-4
+    local = next(e for e in report["population_estimates"] if e["population"] != "USA")
+    assert local["models"]["calibrated"]["benchmark"]["fraction"] == 0.1            # 30,162 / 300,000
+
+
+def test_release_manifest_and_report_say_which_model_solved_and_what_the_benchmark_found(tmp_path, no_site, capsys):
+    from safeshare.cli import main
+
+    # k = 1 keeps sample uniques (so every population needs a model); the site allows them for this test
+    (tmp_path / "site" / "gate.yaml").write_text("max_pu_su_ratio: 1.0\n")
+    policy = _adult_policy(tmp_path, "gate: {populations: [300000], estimator: calibrated, max_pu_su_ratio: 1.0}\n")
+    policy.write_text(policy.read_text().replace("{model: k_anonymity, k: 5}", "{model: k_anonymity, k: 1}"))
+    out = tmp_path / "release"
+    code = main(["deid", str(policy), "--out", str(out), "--quiet", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, (captured.out[-2000:], captured.err)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["risk"]["estimator"] == ["dankar", "calibrated"]
+    assert manifest["risk"]["sample_uniques"] > 0
+    for entry in manifest["risk"]["populations"]:
+        # the fields that were there stay, with their names
+        assert {"population", "size", "model", "solved", "population_uniques", "population_uniqueness",
+                "pu_su_ratio"} <= set(entry)
+        assert entry["estimator"] in ("dankar", "calibrated") and "measured" in entry["benchmark"]
+        for estimate in entry["estimates"]:
+            assert estimate["benchmark"]["measured"] is (entry["size"] < 30_162 / 0.001 * 1.5)
+    text = (out / "report.html").read_text()
+    assert 'id="risk-accuracy"' in text and 'class="risk-accuracy"' in text
+    assert "below the truth in" in text and "(99% upper bound)" in text
+
+
+def test_the_search_models_estimate_in_the_manifest_carries_its_finding_too():
+    from engine.gate import gate_result
+    from engine.policy import GateSpec
+
+    sizes = np.random.default_rng(11).geometric(0.5, size=3000)
+    estimate = population_uniqueness(sizes, 100_000, estimator="calibrated")   # f about 6 %: measured (5 %)
+    risk, _ = gate_result(GateSpec(populations=[100_000]), sizes,
+                          details={"population_uniqueness": estimate.to_dict()})
+    recorded = risk.privacy_model_estimate
+    assert recorded["estimator"] == "calibrated" and recorded["model_used"] == estimate.model_used
+    assert recorded["benchmark"]["measured"] and recorded["benchmark"]["fraction"] == 0.05
+    assert recorded["population_uniques"] == pytest.approx(estimate.population_uniques)
