@@ -14,7 +14,7 @@ import numpy as np
 from .classes import group
 from .encoding import encode_table
 from .errors import InputError
-from .policy import DatasetPolicy, GateSpec, PopulationUniqueness
+from .policy import DatasetPolicy, GateSpec, IndividualRisk, PopulationUniqueness
 from .svgcharts import Series, bar_chart, esc, grouped_bar_chart, percent
 from .table import load_input
 
@@ -66,7 +66,8 @@ def _populations_with_fields(policy: DatasetPolicy) -> list[tuple[str | float, s
     gate = policy.gate or GateSpec()
     populations = [(p, f"gate.populations[{i}]") for i, p in enumerate(gate.populations)]
     for index, spec in enumerate(policy.privacy):
-        if isinstance(spec, PopulationUniqueness) and spec.population not in [p for p, _ in populations]:
+        if isinstance(spec, (PopulationUniqueness, IndividualRisk)) and spec.population not in [
+                p for p, _ in populations]:
             populations.append((spec.population, f"privacy[{index}].population"))
     return populations
 

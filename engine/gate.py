@@ -93,6 +93,27 @@ def population_estimates(kept_sizes: np.ndarray, size: float, estimators: tuple[
     return estimates
 
 
+def record_risk_entry(kept_sizes: np.ndarray, size: float, effective: EffectiveGate, name: str,
+                      reasons: list[str]) -> dict:
+    """The per-record risk figures of one population (engine.privacy.individual.measure: highest record risk,
+    expected re-identifications, records above the record limit), with a reason added for each limit exceeded.
+    Computed for every population whether or not the release has sample uniques: records in classes of two or more
+    carry a risk too."""
+    from .privacy.individual import measure
+
+    limit, expected_limit = effective.max_record_risk, effective.max_expected_reidentifications
+    figures = measure(kept_sizes, size, limit)
+    if limit is not None and not figures["max_risk"] <= limit:
+        reasons.append(f"{name}: {figures['records_above_limit']} released record(s) with a re-identification risk "
+                       f"above the allowed {limit:g} (highest {figures['max_risk']:.6g}, negative-binomial model; set "
+                       f"by the {effective.where('max_record_risk')})")
+    if expected_limit is not None and not figures["expected_reidentifications"] <= expected_limit:
+        reasons.append(f"{name}: {figures['expected_reidentifications']:.6g} expected re-identifications, above the "
+                       f"allowed {expected_limit:g} (negative-binomial model; set by the "
+                       f"{effective.where('max_expected_reidentifications')})")
+    return figures
+
+
 def strictest(estimates: list[dict]) -> dict | None:
     """The estimate the gate holds for: the largest population uniqueness (None when any estimator is unsolved:
     the risk is then unknown, and an unknown risk refuses)."""
@@ -150,6 +171,8 @@ def evaluate_gate(spec: GateSpec | EffectiveGate | None, kept_sizes: np.ndarray,
                                        f"(set by the {effective.where('max_population_uniqueness')}{under})")
                 if several:
                     entry["estimates"] = estimates
+            if effective.limits_individual_risk:
+                entry["individual_risk"] = record_risk_entry(kept_sizes, size, effective, name, reasons)
             populations.append(entry)
         smallest = int(kept_sizes.min()) if kept_sizes.size else 0
         if n and smallest < effective.min_k:

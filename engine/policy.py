@@ -237,6 +237,30 @@ class PopulationUniqueness(_Strict):
     population: Population
 
 
+# Per-record risk limits (engine.risk.individual): the largest re-identification risk of any released record, and the
+# largest expected number of re-identifications (the sum of the records' risks), under the negative-binomial model.
+RecordRiskLimit = Annotated[float, Field(gt=0, le=1)]
+ExpectedReidentifications = Annotated[float, Field(ge=0)]
+
+
+class IndividualRisk(_Strict):
+    """Per-record re-identification risk under the negative-binomial model of Benedetti and Franconi (mu-Argus,
+    sdcMicro) with equal sampling weights N / n (engine.risk.individual): no released record's risk E(1/F | f)
+    above `max_record_risk`, and the expected number of re-identifications (the sum of the released records' risks)
+    at most `max_expected_reidentifications`. At least one of the two."""
+
+    model: Literal["individual_risk"]
+    population: Population
+    max_record_risk: RecordRiskLimit | None = None
+    max_expected_reidentifications: ExpectedReidentifications | None = None
+
+    @model_validator(mode="after")
+    def _a_limit(self) -> "IndividualRisk":
+        if self.max_record_risk is None and self.max_expected_reidentifications is None:
+            raise ValueError("individual_risk needs max_record_risk, max_expected_reidentifications or both")
+        return self
+
+
 class SubsetSpec(_Strict):
     """A research subset (delta-presence, k-map): the input table is the population, the subset the records that
     are released. Exactly one of: `file` (one 0-based row number of the input per line; `subset: FILE` is short for
@@ -368,7 +392,8 @@ class DeltaPresence(_Strict):
 
 
 PrivacySpec = Annotated[Union[KAnonymity, PopulationUniqueness, LDiversity, TCloseness, DeltaDisclosure, BetaLikeness,
-                              AverageRisk, SampleUniqueness, KMap, DeltaPresence], Field(discriminator="model")]
+                              AverageRisk, SampleUniqueness, KMap, DeltaPresence, IndividualRisk],
+                        Field(discriminator="model")]
 SENSITIVE_MODELS = ("l_diversity", "t_closeness", "delta_disclosure", "beta_likeness")
 
 
@@ -474,6 +499,10 @@ class GateSpec(_Strict):
     # Estimators the policy adds to the site gate's (SITE/gate.yaml `estimator:`, default Dankar's rule): the gate
     # holds for the strictest of all of them, so naming a laxer one than the site's changes nothing. None: the site's.
     estimator: EstimatorChoice | None = None
+    # Per-record risk (engine.risk.individual, negative-binomial model) in every checked population: no released
+    # record above this risk, at most this many expected re-identifications. None: no such limit (the site's, if any).
+    max_record_risk: RecordRiskLimit | None = None
+    max_expected_reidentifications: ExpectedReidentifications | None = None
     # Privacy models the released table must satisfy, checked again on the release (engine.gate): e.g. an
     # l-diversity the search did not optimize for, or the search's own models re-verified.
     require: list[PrivacySpec] = Field(default_factory=list)
@@ -525,7 +554,7 @@ class DatasetPolicy(_Strict):
 
 _UNION_TAGS = {"file", "intervals", "masking", "dates", "ordered", "k_anonymity", "population_uniqueness",
                "l_diversity", "t_closeness", "delta_disclosure", "beta_likeness", "average_risk", "sample_uniqueness",
-               "k_map", "delta_presence", "str", "float", "int", "constrained-float"}
+               "k_map", "delta_presence", "individual_risk", "str", "float", "int", "constrained-float"}
 
 
 def _field_path(loc: tuple) -> str:

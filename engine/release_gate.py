@@ -316,6 +316,14 @@ def recheck_release(folder: str | Path, manifest: Manifest, site: SiteGateSource
         if size < n:
             problems.append(f"{where}: size {size:g} is smaller than the {n} released records")
             continue
+        recorded_individual = (entry.model_extra or {}).get("individual_risk")
+        if recorded_individual is not None:
+            from .privacy.individual import measure
+
+            written = recorded_individual if isinstance(recorded_individual, dict) else {}
+            actual = measure(kept, size, effective.max_record_risk)
+            for name in ("max_risk", "expected_reidentifications", "global_risk"):
+                differs(f"{where}.individual_risk.{name}", written.get(name), actual[name])
         if c1 == 0 or n == 0:
             for name in ("population_uniques", "population_uniqueness", "pu_su_ratio"):
                 differs(f"{where}.{name}", getattr(entry, name), 0.0)

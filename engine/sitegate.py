@@ -10,6 +10,8 @@ whose records are nearly all unique). The custodian states that requirement once
     min_k: 1                         # smallest class a release may hold (1: no minimum)
     required_populations: [USA, California, Los Angeles]   # always checked, whatever the policy lists
     estimator: dankar                # the estimator(s) that decide: pitman, zayatz, snb, dankar, calibrated, or a list
+    max_record_risk: 0.05            # per-record risk (negative binomial) of every released record, each population
+    max_expected_reidentifications: 10   # sum of the released records' risks, in every checked population
 
 Every key is optional; a key left out keeps the built-in value below, so a custodian relaxes the built-in floor only
 by writing a number down. The file is validated as strictly as a dataset policy (unknown keys, numbers as text or
@@ -27,7 +29,8 @@ estimators (the site's, default Dankar's rule, plus any the policy's `gate.estim
 the gate holds for the strictest: each population's risk is the largest of their estimates, so a policy that names a
 laxer estimator than the site's (SNB where Dankar's rule picks Pitman) adds an estimate and relaxes nothing. The
 manifest records the effective gate, the site gate and where it came from (`gate.site_gate.source`: the file, or
-`built-in`).
+`built-in`). The per-record risk limits (`max_record_risk`, `max_expected_reidentifications`; engine.risk.individual)
+have no built-in value: a limit either gate sets is in force, the smaller one where both set it.
 
 Where the site is: `safeshare deid --site SITE`, else `$SAFESHARE_SITE`, else `/var/lib/safeshare` when that folder
 exists (the same default as `deploy.site`, which the engine does not import); `seal_release` uses the folder above
@@ -47,7 +50,8 @@ from typing import Annotated
 from pydantic import Field, ValidationError
 
 from .errors import InputError
-from .policy import EstimatorChoice, GateSpec, Population, _field_path, _Strict, estimator_names, load_yaml
+from .policy import (EstimatorChoice, ExpectedReidentifications, GateSpec, Population, RecordRiskLimit, _field_path,
+                     _Strict, estimator_names, load_yaml)
 
 SITE_ENV = "SAFESHARE_SITE"
 DEFAULT_SITE = Path("/var/lib/safeshare")
@@ -65,6 +69,9 @@ class SiteGate(_Strict):
         default_factory=lambda: ["USA", "California", "Los Angeles"])
     # The estimator(s) whose estimates decide; a policy can add estimators, never replace these.
     estimator: EstimatorChoice = "dankar"
+    # Per-record risk (negative-binomial model, engine.risk.individual) in every checked population; None: no limit.
+    max_record_risk: RecordRiskLimit | None = None
+    max_expected_reidentifications: ExpectedReidentifications | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,13 @@ class EffectiveGate:
     site: SiteGateSource
     origin: dict[str, str] = field(default_factory=dict)
     policy: GateSpec | None = None   # the dataset policy's own gate, as written (None: it has none)
+    # Per-record risk limits (None: none in force); each is the smaller of the site's and the policy's.
+    max_record_risk: float | None = None
+    max_expected_reidentifications: float | None = None
+
+    @property
+    def limits_individual_risk(self) -> bool:
+        return self.max_record_risk is not None or self.max_expected_reidentifications is not None
 
     @property
     def estimator(self) -> str | list[str]:
@@ -179,6 +193,7 @@ class EffectiveGate:
             "max_pu_su_ratio": self.max_pu_su_ratio,
             "max_population_uniqueness": self.max_population_uniqueness,
             "min_k": self.min_k,
+            **{name: getattr(self, name) for name in RECORD_RISK_LIMITS if getattr(self, name) is not None},
             "populations": [p.label for p in self.populations],
             "estimator": self.estimator,
             "limits_from": dict(self.origin),
@@ -211,9 +226,27 @@ def combine(policy_gate: GateSpec | None, site: SiteGateSource = BUILT_IN_GATE, 
             populations.append(GatePopulation(value, file, field_name))
     estimators = estimator_names([*estimator_names(floor.estimator), *estimator_names(spec.estimator)])
     origin["estimator"] = "site" if set(estimators) == set(estimator_names(floor.estimator)) else "site+policy"
+    record_limits = {}
+    for name in RECORD_RISK_LIMITS:
+        value, where = _stricter_limit(getattr(floor, name), getattr(spec, name))
+        if value is not None:
+            record_limits[name] = value
+            origin[name] = where
     return EffectiveGate(tuple(populations), min(floor.max_pu_su_ratio, spec.max_pu_su_ratio),
                          min(floor.max_population_uniqueness, spec.max_population_uniqueness),
-                         max(floor.min_k, spec.min_k), estimators, site, origin, policy_gate)
+                         max(floor.min_k, spec.min_k), estimators, site, origin, policy_gate, **record_limits)
+
+
+RECORD_RISK_LIMITS = ("max_record_risk", "max_expected_reidentifications")
+
+
+def _stricter_limit(site: float | None, policy: float | None) -> tuple[float | None, str]:
+    """The smaller of two optional upper limits (None: no limit) and who set it ("site" on a tie)."""
+    if site is None:
+        return policy, "policy"
+    if policy is None or site <= policy:
+        return site, "site"
+    return policy, "policy"
 
 
 def population_size(population: GatePopulation, records: int) -> float:
@@ -295,11 +328,33 @@ def manifest_violations(manifest: dict, site: SiteGateSource) -> list[str]:
         if uniqueness > floor.max_population_uniqueness:
             problems.append(f"{name}: population uniqueness {uniqueness:.6f} above the {where}'s "
                             f"{floor.max_population_uniqueness:g}")
+    problems += _record_risk_violations(entries, floor, where)
     if floor.min_k > 1:
         smallest = manifest.get("smallest_class")
         released = _number(risk.get("released_records"))
         if _number(smallest) is None or (released and smallest < floor.min_k):
             problems.append(f"smallest class {smallest!r} below the {where}'s min_k = {floor.min_k}")
+    return problems
+
+
+def _record_risk_violations(entries: list[dict], floor: SiteGate, where: str) -> list[str]:
+    """The site's per-record risk limits against the figures each population entry records (engine.gate): an entry
+    without them was not checked against the limit."""
+    limits = {name: getattr(floor, name) for name in RECORD_RISK_LIMITS if getattr(floor, name) is not None}
+    if not limits:
+        return []
+    problems = []
+    measured = {"max_record_risk": "max_risk", "max_expected_reidentifications": "expected_reidentifications"}
+    for entry in entries:
+        name = entry.get("population")
+        figures = entry.get("individual_risk")
+        for limit, value in limits.items():
+            recorded = _number(figures.get(measured[limit])) if isinstance(figures, dict) else None
+            if recorded is None:
+                problems.append(f"{name}: per-record risk not recorded ({limit} {value:g} is set by the {where})")
+            elif recorded > value:
+                problems.append(f"{name}: {measured[limit].replace('_', ' ')} {recorded:.6g} above the {where}'s "
+                                f"{limit} = {value:g}")
     return problems
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 Builder = Callable[..., "PrivacyModel"]   # (spec, source, index, context=None)
 _BUILDERS: dict[str, Builder] = {}
 # Imported on first use, so that they register themselves.
-_MODULES = ("kanonymity", "population", "ldiversity", "tcloseness", "disclosure", "sample_risk", "kmap")
+_MODULES = ("kanonymity", "population", "ldiversity", "tcloseness", "disclosure", "sample_risk", "kmap", "individual")
 
 
 def register(name: str) -> Callable[[Builder], Builder]:
