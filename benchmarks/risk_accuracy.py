@@ -65,6 +65,7 @@ FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
 # the synthetic population is large enough for the small fractions a national population gives (n / N < 0.5 %)
 SYNTHETIC_FRACTIONS = (0.001, 0.002) + FRACTIONS
 SYNTHETIC_SIZE = 10_000_000
+SYNTHETIC_SEED = 20261126
 
 
 def benchmark_data() -> Path:
@@ -146,7 +147,7 @@ def chow_liu_parents(population: Population) -> list[int]:
     return parents
 
 
-def synthesize(real: Population, size: int, seed: int = 20261126) -> Population:
+def synthesize(real: Population, size: int, seed: int = SYNTHETIC_SEED) -> Population:
     """`size` records drawn from the Chow-Liu tree of `real` (ancestral sampling, one vectorized draw per attribute:
     the child's value is the inverse CDF of its conditional distribution given the parent's value)."""
     rng = np.random.default_rng(seed)
@@ -177,13 +178,13 @@ def synthesize(real: Population, size: int, seed: int = 20261126) -> Population:
 
 # --- the runs -------------------------------------------------------------------------------------------------------
 def run_population(population: Population, fractions: list[float], seeds: int, estimators: tuple[str, ...],
-                   progress=None) -> list[dict]:
+                   progress=None, first_seed: int = 0) -> list[dict]:
     """One row per (QI set, fraction, seed, estimator): truth, estimate, relative error, model used, solved."""
     rows = []
     qi_ids = {name: population.class_ids(qi) for name, qi in QI_SETS.items()}
     for fraction in fractions:
         n = int(round(fraction * population.size))
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             rng = np.random.default_rng([seed, int(fraction * 1e6), population.size])
             sample = rng.choice(population.size, size=n, replace=False)
             for qi_name, (ids, classes, truth) in qi_ids.items():
@@ -367,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic-fractions", default=",".join(f"{f:g}" for f in SYNTHETIC_FRACTIONS),
                         help="sampling fractions for synth (default %(default)s)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed .. first-seed + seeds - 1 "
+                        "(another range checks the findings on samples they were not tuned on)")
     parser.add_argument("--synthetic-size", type=int, default=SYNTHETIC_SIZE)
+    parser.add_argument("--synthetic-seed", type=int, default=SYNTHETIC_SEED, help="seed of the synthetic population")
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--json", metavar="FILE", help="write cells, totals and the accuracy table as JSON")
     parser.add_argument("--runs", metavar="FILE", help="write every run as JSON lines")
@@ -378,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fractions = {"census": _fractions(parser, "--fractions", args.fractions),
                  "synth": _fractions(parser, "--synthetic-fractions", args.synthetic_fractions)}
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error("--seeds must be at least 1 and --first-seed at least 0")
+    if args.synthetic_size < 1000:
+        parser.error(f"--synthetic-size: at least 1000 records, got {args.synthetic_size}")
     estimators = tuple(e.strip() for e in args.estimators.split(",") if e.strip())
     unknown = [e for e in estimators if e not in ESTIMATORS]
     if unknown:
@@ -396,18 +404,19 @@ def main(argv: list[str] | None = None) -> int:
             populations.append(census)
         else:
             t0 = time.perf_counter()
-            populations.append(synthesize(census, args.synthetic_size))
+            populations.append(synthesize(census, args.synthetic_size, args.synthetic_seed))
             print(f"synthetic population: {populations[-1].description} ({time.perf_counter() - t0:.1f} s)",
                   file=sys.stderr)
     rows: list[dict] = []
     total = sum(len(fractions[p.name]) for p in populations) * args.seeds * len(QI_SETS)
     with tqdm(total=total, desc="samples x QI sets", disable=args.no_progress, file=sys.stderr) as progress:
         for population in populations:
-            rows += run_population(population, fractions[population.name], args.seeds, estimators, progress)
+            rows += run_population(population, fractions[population.name], args.seeds, estimators, progress,
+                                   args.first_seed)
     cells, totals = summarize(rows), overall(rows, estimators)
     print(f"risk accuracy: {'; '.join(p.description for p in populations)}; fractions "
           + "; ".join(f"{p.name} {', '.join(f'{f:g}' for f in fractions[p.name])}" for p in populations)
-          + f"; {args.seeds} seeds; {time.perf_counter() - started:.0f} s")
+          + f"; seeds {args.first_seed}..{args.first_seed + args.seeds - 1}; {time.perf_counter() - started:.0f} s")
     print(format_tables(cells, totals, estimators))
     table = accuracy_table(rows, estimators, populations)
     if args.json:
