@@ -41,9 +41,10 @@ def table_codes(frame: pd.DataFrame, quasi_identifiers: Sequence[str]) -> tuple[
 
 def individual_risk_report(frame: pd.DataFrame, quasi_identifiers: Sequence[str],
                            populations: Sequence[tuple[str, float]], loglinear: str = "main",
-                           top: int = TOP_RECORDS) -> dict:
+                           top: int = TOP_RECORDS, row_numbers: np.ndarray | None = None) -> dict:
     """Per-record risk of the records of `frame` (the released ones only: the caller leaves suppressed ones out)
-    over `quasi_identifiers`, for each (label, size) population. `loglinear`: main, two_way or none."""
+    over `quasi_identifiers`, for each (label, size) population. `loglinear`: main, two_way or none.
+    `row_numbers`: each record's row in the file the caller shows (default: its position in `frame`)."""
     from .classes import group
     from .risk.individual import individual_risk, key_risk
     from .risk.loglinear import LogLinearError, fit, poisson_measures
@@ -98,7 +99,8 @@ def individual_risk_report(frame: pd.DataFrame, quasi_identifiers: Sequence[str]
         first = int(members[starts[rank - 1]])
         row = {"rank": rank, "class_size": int(sizes[k]),
                "values": {name: _text(frame[name].iloc[first]) for name in quasi_identifiers},
-               "rows": members[starts[rank - 1]:starts[rank - 1] + min(int(sizes[k]), ROWS_PER_CLASS)].tolist(),
+               "rows": _rows(members[starts[rank - 1]:starts[rank - 1] + min(int(sizes[k]), ROWS_PER_CLASS)],
+                             row_numbers),
                "negative_binomial_risk": float(nb[k])}
         if ll is not None:
             row["loglinear_risk"] = float(ll["risk"][k])
@@ -113,6 +115,35 @@ def individual_risk_report(frame: pd.DataFrame, quasi_identifiers: Sequence[str]
                           "share_of_expected_reidentifications": carried / total if total else 0.0,
                           "records": records}
     return report
+
+
+def _rows(positions: np.ndarray, row_numbers: np.ndarray | None) -> list[int]:
+    return (positions if row_numbers is None else np.asarray(row_numbers)[positions]).astype(int).tolist()
+
+
+def class_size_report(sizes: np.ndarray, populations: Sequence[tuple[str, float]]) -> dict:
+    """The negative-binomial figures alone, from class sizes (a partitioned release, whose records stay on the
+    workers: no log-linear fit, no records to list)."""
+    from .risk.individual import individual_risk
+
+    sizes = np.asarray(sizes, dtype=np.int64)
+    n = int(sizes.sum())
+    entries = [{"population": str(label), "size": float(size), "sampling_fraction": n / float(size),
+                "negative_binomial": individual_risk(sizes, size)} for label, size in populations] if n else []
+    return {"records": n, "weights": "equal (N / n)", "loglinear_model": "none", "populations": entries,
+            "riskiest": None}
+
+
+def released_individual_risk(result) -> dict | None:
+    """Per-record risk of a release (engine.deid.DeidResult): its released records over the released values, in
+    every population the gate checked; rows are those of the released data file. None without populations."""
+    populations = [(entry.population, float(entry.size)) for entry in result.risk.populations]
+    if not populations:
+        return None
+    kept = ~np.asarray(result.record_suppressed, dtype=bool)
+    names = list(result.table.names)
+    frame = result.released.loc[kept, names].reset_index(drop=True)
+    return individual_risk_report(frame, names, populations, row_numbers=np.flatnonzero(kept))
 
 
 def _text(value: object) -> str:
@@ -180,7 +211,7 @@ def individual_section(report: dict | None, intro: str) -> str:
     for entry in report["populations"]:
         nb, ll = entry["negative_binomial"], entry.get("loglinear") or {}
         rows.append(
-            f'<tr data-population="{esc(entry["population"])}" '
+            f'<tr class="record-risk" data-population="{esc(entry["population"])}" '
             f'data-expected="{number(nb["expected_reidentifications"])}" data-max="{number(nb["max_risk"])}">'
             f'<td>{esc(entry["population"])}</td><td class="num">{entry["size"]:,.0f}</td>'
             f'<td class="num">{entry["sampling_fraction"]:.3g}</td>'
@@ -190,10 +221,9 @@ def individual_section(report: dict | None, intro: str) -> str:
             f'<td class="num">{_figure(ll, "tau1")}</td><td class="num">{_figure(ll, "tau2")}</td></tr>')
     parts = [f'<section id="record-risk"><h2>Per-record risk</h2><p>{esc(intro)}</p>',
              f"<table>{head}{''.join(rows)}</table>"]
+    parts.append(f"<figure>{histogram_chart(min(report['populations'], key=lambda e: e['size']))}</figure>")
     riskiest = report.get("riskiest")
     if riskiest:
-        entry = next(e for e in report["populations"] if e["population"] == riskiest["population"])
-        parts.append(f"<figure>{histogram_chart(entry)}</figure>")
         names = list(riskiest["records"][0]["values"]) if riskiest["records"] else []
         header = ("<tr><th>rank</th>" + "".join(f"<th>{esc(n)}</th>" for n in names)
                   + "<th>class size</th><th>risk (log-linear)</th><th>risk (negative binomial)</th><th>rows</th></tr>")

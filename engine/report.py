@@ -9,6 +9,9 @@ enclave under a strict Content-Security-Policy. Besides the summary, transformat
   quasi-identifiers as they are, "after" the released (non-suppressed) records;
 * per gate population its size, the model used, the estimated population uniques, population uniqueness and the
   |PU|/|SU| ratio, before and after (Table II of the paper);
+* per-record risk of the released records per gate population (engine.individual_report): expected
+  re-identifications, global risk, highest record risk, tau1 and tau2, a histogram of records by risk, and the
+  released records that carry the most risk (their released values and rows in the data file);
 * per attribute the top values of the input and of the output, with the number of distinct values;
 * per declared sensitive attribute, attribute disclosure over the released classes (engine.disclosure_report).
 
@@ -28,6 +31,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from .disclosure_report import DISCLOSURE_STYLE, RELEASE_INTRO, disclosure_section
+from .individual_report import RELEASE_INTRO as RECORD_RISK_INTRO, individual_section
 from .manifest import Manifest, PopulationRisk
 from .report_data import SUPPRESSED_LABEL, TOP_VALUES, ClassSizes, ReportData
 from .svgcharts import Series, bar_chart, grouped_bar_chart, number, percent, step_chart
@@ -342,7 +346,8 @@ def render_report(manifest: Manifest, data: ReportData) -> str:
                    models=models, attribute_quality=attribute_quality, class_chart=class_chart(data),
                    search=search(manifest), parallel=parallel(manifest), top_values=TOP_VALUES,
                    suppressed_label=SUPPRESSED_LABEL, distributions=distributions(data),
-                   disclosure=Markup(disclosure_section(data.disclosure, RELEASE_INTRO)))
+                   disclosure=Markup(disclosure_section(data.disclosure, RELEASE_INTRO)),
+                   individual=Markup(individual_section(data.individual, RECORD_RISK_INTRO)))
 
 
 def render_dataset_report(manifest: Manifest, data: ReportData) -> str:
@@ -371,7 +376,8 @@ def render_dataset_report(manifest: Manifest, data: ReportData) -> str:
                  for low, high in edges] if kept.size else []
     return _render("dataset_report.html.j2", manifest, kind="partitioned dataset", summary=summary,
                    transformation=[[name, level] for name, level in manifest.transformation.items()],
-                   quality=quality, class_chart=class_chart(data), risk_rows=risk_rows, parallel=parallel(manifest))
+                   quality=quality, class_chart=class_chart(data), risk_rows=risk_rows, parallel=parallel(manifest),
+                   individual=Markup(individual_section(data.individual, RECORD_RISK_INTRO)))
 
 
 __all__ = ["TOP_VALUES", "class_size_distribution", "render_dataset_report", "render_report"]

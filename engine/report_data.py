@@ -6,8 +6,9 @@ input itself pass?"), prosecutor risk profiles before and after, per attribute t
 and attribute disclosure of the released classes. `report_data` computes all of it from the DeidResult, in the run,
 once; `engine.report` only formats it, and never needs the input table or re-runs a risk model.
 
-Costs: one grouping of the input's level-0 codes, one estimator call per gate population on it, and, with sensitive
-attributes declared, one grouping of the released classes with their sensitive values.
+Costs: one grouping of the input's level-0 codes, one estimator call per gate population on it, one grouping of the
+released values for the per-record risk (engine.individual_report, with its main-effects log-linear fit in closed
+form), and, with sensitive attributes declared, one grouping of the released classes with their sensitive values.
 """
 from __future__ import annotations
 
@@ -83,12 +84,14 @@ class ReportData:
     transformation: tuple[TransformationRow, ...] = ()
     distributions: tuple[dict, ...] = ()
     disclosure: tuple[dict, ...] = ()
+    individual: dict | None = None               # per-record risk (engine.individual_report), None: no population
 
 
 def report_data(result: "DeidResult") -> ReportData:
     """Compute, once, what the report of an in-memory release shows besides its manifest."""
     from .disclosure_report import released_disclosure
     from .gate import gate_result
+    from .individual_report import released_individual_risk
 
     best, table = result.best, result.table
     before = ClassSizes.of(table.base_classes()[1])
@@ -103,14 +106,20 @@ def report_data(result: "DeidResult") -> ReportData:
         rows.append(TransformationRow(attribute.name, int(level), int(attribute.hierarchy.max_level),
                                       int(labels.size), examples))
     return ReportData(best.sizes, best.suppressed, ClassSizes.of(best.sizes[~best.suppressed]), before, input_gate,
-                      tuple(rows), tuple(attribute_distributions(result)), tuple(released_disclosure(result)))
+                      tuple(rows), tuple(attribute_distributions(result)), tuple(released_disclosure(result)),
+                      released_individual_risk(result))
 
 
-def dataset_report_data(release: "P4DatasetResult") -> ReportData:
-    """What the report of a partitioned dataset release shows besides its manifest: the merged release's classes."""
+def dataset_report_data(release: "P4DatasetResult", risk: Risk | None = None) -> ReportData:
+    """What the report of a partitioned dataset release shows besides its manifest: the merged release's classes,
+    and their per-record risk in each population of `risk` (the manifest's)."""
+    from .individual_report import class_size_report
+
     evaluation = release.release
-    return ReportData(evaluation.sizes, evaluation.suppressed,
-                      ClassSizes.of(np.asarray(evaluation.sizes)[~np.asarray(evaluation.suppressed)]))
+    kept = np.asarray(evaluation.sizes)[~np.asarray(evaluation.suppressed)]
+    populations = [(entry.population, float(entry.size)) for entry in risk.populations] if risk is not None else []
+    return ReportData(evaluation.sizes, evaluation.suppressed, ClassSizes.of(kept),
+                      individual=class_size_report(kept, populations) if populations else None)
 
 
 def top_values(labels: np.ndarray, counts: np.ndarray, limit: int = TOP_VALUES) -> list[tuple[str, int]]:

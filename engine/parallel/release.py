@@ -93,7 +93,7 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
                                 parallel=record)
             parts = {f"data/{name}": digest for name, digest in p4.sha256.items()}
             manifest = build_manifest(result, dataset_digest(parts), dict(parts), layout="dataset")
-            html = render_dataset_report(manifest, dataset_report_data(p4))
+            html = render_dataset_report(manifest, dataset_report_data(p4, manifest.risk))
             (staging / "report.html").write_text(html, encoding="utf-8")
             manifest = manifest.with_file("report.html", hashlib.sha256(html.encode("utf-8")).hexdigest())
             (staging / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")

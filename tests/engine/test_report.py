@@ -283,8 +283,9 @@ def test_synthetic_release_has_generalization_and_suppression(tiny):
 def test_synthetic_report_is_self_contained_and_balanced(tiny):
     check_self_contained(tiny["html"])
     root = parse(tiny["html"])
-    # class sizes, risk profile, search progress; and four attribute-disclosure plots for the sensitive diagnosis
-    assert len(list(root.iter("svg"))) == 3 + 4
+    # class sizes, risk profile, per-record risk histogram, search progress; and four attribute-disclosure plots for
+    # the sensitive diagnosis
+    assert len(list(root.iter("svg"))) == 4 + 4
 
 
 def test_synthetic_report_escapes_user_values(tiny):
