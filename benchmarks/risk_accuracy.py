@@ -317,7 +317,7 @@ def format_tables(cells: list[dict], totals: list[dict], estimators: tuple[str, 
     return "\n".join(lines)
 
 
-def render_svg(cells: list[dict], estimators: tuple[str, ...]) -> str:
+def render_svg(cells: list[dict], estimators: tuple[str, ...], sizes: dict[str, int] | None = None) -> str:
     """One grouped bar chart per population: median |relative error| per sampling fraction (over the QI sets and
     seeds) for each estimator, on a log-like scale clipped at 300 %, titled with the runs below the truth."""
     from engine.svgcharts import Series, grouped_bar_chart
@@ -337,13 +337,14 @@ def render_svg(cells: list[dict], estimators: tuple[str, ...]) -> str:
                           and c["median_relative_error"] is not None]
                 values.append(min(float(np.median(errors)), 3.0) if errors else 0.0)
             below = sum(c["below_truth"] for c in mine if c["estimator"] == estimator)
-            series.append(Series(f"{estimator} ({below} runs below truth)", values,
+            series.append(Series(f"{estimator} ({below} below)", values,
                                  colors.get(estimator, "#475569")))
         charts.append(grouped_bar_chart(
             [f"{f * 100:g}%" for f in fractions], series,
-            title=f"{population}: median |relative error| of population uniques over QI sets A, A+, B, C "
-                  "(clipped at 300%)",
-            x_label="sampling fraction", y_label="median |relative error|", chart_id=f"risk-accuracy-{population}",
+            title=f"{population}{f' (N = {sizes[population]:,})' if sizes and population in sizes else ''}: "
+                  "median |relative error| of population uniques, QI sets A to C (clipped at 300%)",
+            x_label="sampling fraction; (n below): runs below the truth", y_label="median |relative error|",
+            chart_id=f"risk-accuracy-{population}",
             width=900, height=380))
     body = "".join(f'<g transform="translate(0,{i * 390})">{chart}</g>' for i, chart in enumerate(charts))
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="900" height="{390 * len(charts)}" '
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         write_text_atomic(Path(args.runs), "".join(json.dumps(r) + "\n" for r in rows))
     if args.svg:
-        write_text_atomic(Path(args.svg), render_svg(cells, estimators))
+        write_text_atomic(Path(args.svg), render_svg(cells, estimators, {p.name: p.size for p in populations}))
     if args.write_accuracy:
         write_text_atomic(Path(args.write_accuracy), json.dumps(table, indent=1) + "\n")
     return 0
