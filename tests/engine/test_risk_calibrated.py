@@ -249,3 +249,35 @@ def test_the_search_models_estimate_in_the_manifest_carries_its_finding_too():
     assert recorded["estimator"] == "calibrated" and recorded["model_used"] == estimate.model_used
     assert recorded["benchmark"]["measured"] and recorded["benchmark"]["fraction"] == 0.05
     assert recorded["population_uniques"] == pytest.approx(estimate.population_uniques)
+
+
+def test_a_site_gate_on_calibrated_seals_exact_figures_and_refuses_lowered_ones(tmp_path, monkeypatch, capsys):
+    """SITE/gate.yaml `estimator: calibrated`: `safeshare release` recomputes the calibrated estimate on the released
+    data; the untouched output seals, one whose calibrated figure was lowered by hand does not."""
+    import shutil
+
+    from safeshare.cli import main
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gate.yaml").write_text("max_pu_su_ratio: 1.0\nestimator: calibrated\nrequired_populations: [300000]\n")
+    monkeypatch.setenv("SAFESHARE_SITE", str(site))
+    policy = _adult_policy(tmp_path, "gate: {populations: [300000], max_pu_su_ratio: 1.0}\n")
+    policy.write_text(policy.read_text().replace("{model: k_anonymity, k: 5}", "{model: k_anonymity, k: 1}"))
+    out = tmp_path / "out"
+    assert main(["deid", str(policy), "--out", str(out), "--quiet", "--site", str(site)]) == 0, \
+        capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = manifest["risk"]["populations"]
+    assert manifest["risk"]["estimator"] == "calibrated" and entry["estimator"] == "calibrated"
+    assert entry["model"].endswith("(99% upper bound)") and entry["benchmark"]["fraction"] == 0.1
+
+    lowered = tmp_path / "lowered"
+    shutil.copytree(out, lowered)
+    edited = json.loads((lowered / "manifest.json").read_text())
+    edited["risk"]["populations"][0]["population_uniqueness"] *= 0.5
+    (lowered / "manifest.json").write_text(json.dumps(edited, indent=2) + "\n")
+    capsys.readouterr()
+    assert main(["release", str(lowered), "--to", str(site / "releases")]) == 1
+    assert "population_uniqueness" in capsys.readouterr().err
+    assert main(["release", str(out), "--to", str(site / "releases")]) == 0, capsys.readouterr().err
