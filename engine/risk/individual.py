@@ -32,6 +32,10 @@ from scipy.special import hyp2f1
 
 # Below this q the closed forms for f = 2 and 3 cancel badly (q^2, q^3 in the denominators); the series is exact.
 _CLOSED_FORM_MIN_Q = 1e-2
+# From this f on the series is summed here (its terms fall at least as fast as 8! j! / (j+8)!, so a few hundred
+# terms reach double precision whatever q); scipy's hyp2f1 returns NaN for large f (c = f + 1 in the hundreds).
+_SUMMED_FROM_F = 8
+_SERIES_TERMS = 2000
 # Histogram of per-record risk: upper edges of the intervals ]lower, upper], lowest first.
 RISK_BINS = (0.0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 HIGH_RISK_FLOOR = 0.1   # sdcMicro: a record is "high risk" only above this, whatever the median and MAD say
@@ -72,14 +76,39 @@ def negative_binomial_risk(f: np.ndarray, weight_totals: np.ndarray) -> np.ndarr
         pt, qt = p[three], q[three]
         risk[three] = pt / (2 * qt ** 3) * (qt * (1 - 3 * pt) - 2 * pt ** 2 * np.log(pt))
     series = rest & ~(one | two | three)
-    risk[series] = p[series] / f[series] * hyp2f1(1.0, 1.0, f[series] + 1.0, q[series])
+    small = series & (f < _SUMMED_FROM_F)
+    risk[small] = p[small] / f[small] * hyp2f1(1.0, 1.0, f[small] + 1.0, q[small])
+    large = series & (f >= _SUMMED_FROM_F)
+    risk[large] = p[large] / f[large] * _series_2f1_11(f[large], q[large])
     return risk
 
 
+def _series_2f1_11(f: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """2F1(1, 1; f+1; q) = sum_j j! q^j / ((f+1)...(f+j)) for f >= 8 and 0 <= q < 1, summed term by term (every term
+    positive, no cancellation) until the terms no longer change the sums; vectorized over keys."""
+    total = np.ones_like(f)
+    term = np.ones_like(f)
+    active = np.arange(f.size)
+    for j in range(_SERIES_TERMS):
+        term[active] *= q[active] * (j + 1) / (f[active] + 1 + j)
+        total[active] += term[active]
+        active = active[term[active] > total[active] * 1e-17]
+        if active.size == 0:
+            return total
+    raise ArithmeticError("the negative-binomial series did not converge")   # not reached for f >= 8, q < 1
+
+
 def key_risk(sizes: np.ndarray, population: float) -> np.ndarray:
-    """Per-key negative-binomial risk with equal weights N / n (the records of key k share risk[k])."""
+    """Per-key negative-binomial risk with equal weights N / n (the records of key k share risk[k]). Every key has
+    the same p = n / N, so the risk is computed once per distinct class size."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    return negative_binomial_risk(sizes, equal_weight_totals(sizes, population))
+    if sizes.size == 0:
+        return np.zeros(0)
+    distinct, inverse = np.unique(sizes, return_inverse=True)
+    n = float(sizes.sum())
+    if not np.isfinite(population) or population < n:
+        raise ValueError(f"a population of {population!r} cannot hold the {n:g} records of the sample")
+    return negative_binomial_risk(distinct, distinct * (float(population) / n))[inverse]
 
 
 def high_risk_threshold(sizes: np.ndarray, risk: np.ndarray) -> float:

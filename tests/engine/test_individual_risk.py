@@ -51,6 +51,24 @@ def test_closed_forms_and_series_equal_the_summed_negative_binomial(f, p):
     assert got == pytest.approx(nb_series(f, p), rel=1e-9)
 
 
+@pytest.mark.parametrize("f", [7, 8, 9, 120, 400])
+@pytest.mark.parametrize("p", [0.3, 0.7, 0.999])
+def test_large_classes_equal_the_summed_negative_binomial(f, p):
+    """The series summed in numpy from f = 8 on (scipy's hyp2f1 returns NaN there for large f), on both sides."""
+    got = float(negative_binomial_risk(np.array([f]), np.array([f / p]))[0])
+    assert got == pytest.approx(nb_series(f, p), rel=1e-9)
+
+
+@pytest.mark.parametrize("f", [500, 5_000, 200_000])
+@pytest.mark.parametrize("p", [1e-6, 1e-3, 0.05, 0.5, 0.99])
+def test_very_large_classes_follow_the_asymptote(f, p):
+    """For large f, E(1/F | f) = p / (f - q) + O(q^2 p / f^3) (sdcMicro's approximation becomes exact): finite,
+    positive, never above 1/f, whatever the sampling fraction."""
+    got = float(negative_binomial_risk(np.array([f]), np.array([f / p]))[0])
+    assert got == pytest.approx(p / (f - (1 - p)), rel=4 / f ** 2)
+    assert 0 < got <= 1 / f
+
+
 def test_closed_forms_written_as_sdcmicro_writes_them():
     """f = 1: p/q log(1/p); f = 2: p/q - (p/q)^2 log(1/p) (sdcMicro's spelling of the same closed form)."""
     p = np.array([0.03, 0.3, 0.7])
@@ -131,8 +149,8 @@ def poisson_expected_inverse(f: int, a: float) -> float:
     return float(np.sum(np.exp(log_pmf) / (f + m)))
 
 
-@pytest.mark.parametrize("f", [1, 2, 3, 7, 40])
-@pytest.mark.parametrize("a", [1e-6, 0.01, 0.5, 3.0, 40.0, 900.0])
+@pytest.mark.parametrize("f", [1, 2, 3, 7, 40, 600, 5_000])
+@pytest.mark.parametrize("a", [1e-6, 0.01, 0.5, 3.0, 40.0, 900.0, 20_000.0])
 def test_poisson_expected_inverse_equals_the_direct_sum(f, a):
     assert float(expected_inverse(np.array([f]), np.array([a]))[0]) == pytest.approx(
         poisson_expected_inverse(f, a), rel=1e-9)
