@@ -289,8 +289,8 @@ def format_tables(cells: list[dict], totals: list[dict], estimators: tuple[str, 
             mine = [c for c in cells if c["population"] == population and c["qi"] == qi]
             if not mine:
                 continue
-            what = ("median relative error" if mine[0]["truth"] else
-                    "no population uniques: median estimate of population uniques")
+            what = ("median estimate (median relative error)" if mine[0]["truth"] else
+                    "no population uniques: median estimate")
             lines.append(f"\n{population} / QI {qi} ({len(QI_SETS[qi])} attributes), true population uniques "
                          f"{mine[0]['truth']:,}: {what} [runs below truth, unsolved]")
             lines.append("| fraction | " + " | ".join(estimators) + " |")
@@ -304,8 +304,8 @@ def format_tables(cells: list[dict], totals: list[dict], estimators: tuple[str, 
                         marks.append(f"{c['below_truth']} below")
                     if c["unsolved"]:
                         marks.append(f"{c['unsolved']} unsolved")
-                    shown = (_pct(c["median_relative_error"]) if c["truth"] else
-                             "n/a" if c["median_estimate"] is None else f"est. {c['median_estimate']:.3g}")
+                    estimate = "n/a" if c["median_estimate"] is None else f"{c['median_estimate']:,.0f}"
+                    shown = f"{estimate} ({_pct(c['median_relative_error'])})" if c["truth"] else estimate
                     row.append(shown + (f" [{', '.join(marks)}]" if marks else ""))
                 lines.append("| " + " | ".join(row) + " |")
     lines.append("\nevery run: median |relative error|, runs below the truth, unsolved, worst underestimate")
