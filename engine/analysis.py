@@ -202,6 +202,8 @@ def _risk_profile_chart(profile: dict) -> str:
 
 
 def _population_rows(report: dict) -> list[list[object]]:
+    from .risk.accuracy import finding_text
+
     rows = []
     for entry in report["population_estimates"]:
         for name, model in entry["models"].items():
@@ -209,7 +211,7 @@ def _population_rows(report: dict) -> list[list[object]]:
             shown = percent(value, 4) if model.get("solved") and value is not None else "no solution"
             rows.append([entry["population"], f"{entry['size']:,.0f}", f"{entry['sampling_fraction']:.3g}",
                          name if name not in ("dankar", "calibrated") else f"{name} -> {model.get('model_used')}",
-                         shown])
+                         shown, finding_text(model.get("benchmark"))])
     return rows
 
 
@@ -237,7 +239,8 @@ def render_risk_html(report: dict) -> str:
     sizes = bar_chart(labels, values, "Records by equivalence-class size", "class size")
     populations = _population_rows(report)
     population_html = (_rows(populations, ["population", "size N", "sampling fraction", "model",
-                                           "population uniqueness"]) if populations
+                                           "population uniqueness",
+                                           "benchmark finding (benchmarks/risk_accuracy.py)"]) if populations
                        else "<p>No population is configured.</p>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

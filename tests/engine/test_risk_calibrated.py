@@ -281,3 +281,15 @@ def test_a_site_gate_on_calibrated_seals_exact_figures_and_refuses_lowered_ones(
     assert main(["release", str(lowered), "--to", str(site / "releases")]) == 1
     assert "population_uniqueness" in capsys.readouterr().err
     assert main(["release", str(out), "--to", str(site / "releases")]) == 0, capsys.readouterr().err
+
+
+def test_risk_html_gives_each_models_benchmark_finding(tmp_path, capsys):
+    from safeshare.cli import main
+
+    policy = _adult_policy(tmp_path, "gate: {populations: [USA, 300000]}\n")
+    page = tmp_path / "risk.html"
+    assert main(["risk", str(policy), "--html", str(page)]) == 0, capsys.readouterr().err
+    text = page.read_text()
+    assert "benchmark finding" in text and "calibrated -&gt; " in text
+    assert "sampling fraction 9.46e-05 was not measured" in text          # USA
+    assert text.count("below the truth in") == 5                          # 300,000: each of the five models
