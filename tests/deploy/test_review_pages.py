@@ -324,3 +324,12 @@ def test_a_file_changed_in_the_store_blocks_the_release_until_it_is_restored(ser
     assert airlock.get(request_id).state == "released"
     assert dave.post(f"/review/requests/{request_id}/release", data={"csrf": csrf_of(page)},
                      follow_redirects=False).status_code == 409
+
+
+def test_disabling_a_person_ends_their_signed_in_session(service) -> None:
+    app, provisioner, _ = service
+    client = signed_in(app, "carol")
+    assert client.get("/review").status_code == 200
+    People(provisioner.records.engine).disable("carol")
+    assert client.get("/review", follow_redirects=False).headers["location"] == "/review/login"
+    assert sign_in(client_of(app), "carol").status_code == 401
