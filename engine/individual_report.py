@@ -188,7 +188,7 @@ def format_individual(report: dict | None) -> list[str]:
 
 
 # --- HTML -----------------------------------------------------------------------------------------------------------
-def histogram_chart(entry: dict, chart_id: str = "record-risk") -> str:
+def histogram_chart(entry: dict, chart_id: str = "record-risk-histogram") -> str:
     """Records per negative-binomial risk interval, as a bar chart tagged with the population."""
     histogram = entry["negative_binomial"]["histogram"]
     labels = [f"≤{row['upper']:g}" if row["lower"] == 0 else f"{row['lower']:g}-{row['upper']:g}" for row in histogram]

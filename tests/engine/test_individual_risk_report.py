@@ -81,7 +81,7 @@ def test_report_lists_the_riskiest_released_records_and_a_histogram(tmp_path, si
     assert float(row["data-expected"]) == pytest.approx(float(np.dot(sizes.to_numpy(), risk)), rel=1e-12)
     assert float(row["data-max"]) == pytest.approx(float(risk.max()), rel=1e-12)
     # histogram: one bar per risk interval, the bars' records add up to the released records
-    bars = re.search(r'<svg class="chart" id="record-risk".*?</svg>', html, re.S).group(0)
+    bars = re.search(r'<svg class="chart" id="record-risk-histogram".*?</svg>', html, re.S).group(0)
     values = [float(v) for v in re.findall(r'class="bar"[^>]*data-value="([^"]+)"', bars)]
     assert sum(values) == 280
     assert 'data-population="1000.0"' in bars
@@ -96,7 +96,7 @@ def test_report_excludes_suppressed_records(tmp_path, site, capsys):
     assert main(["deid", str(policy), "--out", str(out), "--quiet", "--site", str(site)]) == 0, \
         capsys.readouterr().err
     html = (out / "report.html").read_text()
-    bars = re.search(r'<svg class="chart" id="record-risk".*?</svg>', html, re.S).group(0)
+    bars = re.search(r'<svg class="chart" id="record-risk-histogram".*?</svg>', html, re.S).group(0)
     assert sum(float(v) for v in re.findall(r'class="bar"[^>]*data-value="([^"]+)"', bars)) == 279
     assert "<td>a39</td>" not in re.search(r'id="record-risk".*?</section>', html, re.S).group(0)
 
