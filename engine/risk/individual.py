@@ -16,8 +16,10 @@ which has closed forms (Franconi and Polettini 2004; q = 1 - p)
     f = 3:  r = p/(2 q^3) * (q (1 - 3p) - 2 p^2 log p)
 
 and for every f the hypergeometric series r = (p/f) * 2F1(1, 1; f+1; q) = (p/f) * sum_j j! q^j / ((f+1)...(f+j)),
-used here for f >= 4 (exact, not sdcMicro's default approximation p / (f - q)) and wherever the closed forms lose
-digits to cancellation (q close to 0). A key whose weights add up to its sample frequency (p = 1: the sample is the
+used here for f >= 4 and wherever the closed forms lose digits to cancellation (q close to 0). mu-Argus (manual 4.1)
+sums seven terms of that series; sdcMicro's `indivRisk` (method "approx", its default) and `measure_risk` take
+p / (f - q) for f >= 3, and `measure_risk` also lowers p by 0.0001 first. Summing the series to the end gives the
+exact expectation, slightly below p / (f - q) (a relative gap of about p q / f^2 wherever measured). A key whose weights add up to its sample frequency (p = 1: the sample is the
 population there) has r = 1/f exactly, as in sdcMicro.
 
 The global measures are those of sdcMicro's `measure_risk`: the expected number of re-identifications, the sum of the

@@ -3,6 +3,8 @@ published test figures, the negative-binomial series summed term by term, the Po
 statsmodels' Poisson GLM fitted to the full contingency table."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.special import gammaln
@@ -67,6 +69,24 @@ def test_very_large_classes_follow_the_asymptote(f, p):
     got = float(negative_binomial_risk(np.array([f]), np.array([f / p]))[0])
     assert got == pytest.approx(p / (f - (1 - p)), rel=4 / f ** 2)
     assert 0 < got <= 1 / f
+
+
+@pytest.mark.parametrize("f", [4, 5, 10, 50])
+@pytest.mark.parametrize("p", [0.3, 0.7, 0.95])
+def test_mu_argus_truncated_series_agrees_to_its_truncation_error(f, p):
+    """The mu-Argus manual (4.1, as sdcMicro's measure_risk C++ code carries it) sums seven terms of
+    (p/f) * (1 + q/(f+1) + 2q^2/((f+1)(f+2)) + ...) for f > 3; the engine sums the series to the end, so the two
+    differ by at most the tail after seven terms."""
+    q = 1 - p
+    term, total, denominator = 1.0, 1.0, 1.0
+    for j in range(1, 8):
+        denominator *= f + j
+        term = math.factorial(j) * q ** j / denominator
+        total += term
+    truncated = p / f * total
+    next_term = math.factorial(8) * q ** 8 / (denominator * (f + 8))
+    got = float(negative_binomial_risk(np.array([f]), np.array([f / p]))[0])
+    assert truncated <= got <= truncated + p / f * next_term / (1 - q) + 1e-15
 
 
 def test_closed_forms_written_as_sdcmicro_writes_them():
