@@ -244,7 +244,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     risk = subparsers.add_parser(
         "risk", help="analyse the re-identification risk of a policy's input table as it is",
         description="Class-size histogram, sample uniques, prosecutor risk profile and every population model's "
-                    "estimate (Pitman, Zayatz, SNB, Dankar's rule) for every configured population, and for each "
+                    "estimate (Pitman, Zayatz, SNB, Dankar's rule, calibrated), with what the calibration benchmark "
+                    "found about each at that sampling fraction, for every configured population, and for each "
                     "attribute declared sensitive its attribute disclosure (per class distinct values, entropy and "
                     "distance to the table's distribution; share of records in classes failing l-diversity for "
                     "l = 2, 3, 5 and t-closeness for t = 0.1, 0.2, 0.5), each record's re-identification risk "
