@@ -118,6 +118,19 @@ def _output_id(value: object, where: str) -> int:
     return int(text)
 
 
+_ATTACHED = re.compile(r"output-([1-9][0-9]{0,8})-data\.csv")
+
+
+def supporting_item(name: str) -> dict:
+    """What a supporting file's name says it is: the typed note, another output's data, or a file."""
+    if name == NOTE_NAME:
+        return {"name": name, "kind": "note"}
+    match = _ATTACHED.fullmatch(name)
+    if match:
+        return {"name": name, "kind": "output", "output_id": int(match.group(1))}
+    return {"name": name, "kind": "file"}
+
+
 def _fingerprint(path: Path) -> list | None:
     """What identifies one version of a status file: its bytes' sha256, its inode and its mtime (a rewrite by
     rename gives another inode; a rewrite in place another mtime)."""
@@ -186,9 +199,11 @@ def display_status(status: dict) -> dict:
         "download_until": _short(status.get("download_until"), 40),
         "outputs": [],
     }
-    reasons = status.get("reasons")
-    if out["reason"] is None and isinstance(reasons, list):
-        out["reason"] = "; ".join(str(r)[:1000] for r in reasons[:20]) or None
+    refusal = status.get("refusal")
+    if isinstance(refusal, dict):  # the intake refused the last submission: the reason, and it can be fixed
+        out["reason"] = out["reason"] or _short(refusal.get("reason")) or "refused"
+        if state in (None, "draft", "refused"):
+            out["state"] = "refused"
     outputs = status.get("outputs")
     if isinstance(outputs, dict):
         outputs = [{"output_id": key, **(value if isinstance(value, dict) else {"decision": value})}
@@ -287,6 +302,7 @@ class Drafts:
                             "needs_justification": bool(saved and saved["status"] in NEEDS_JUSTIFICATION)})
         editable = state in EDITABLE
         return {**{k: v for k, v in record.items() if k != "status_seen"}, "state": state,
+                "supporting": [supporting_item(str(name)) for name in record.get("supporting", [])],
                 "editable": editable, "outputs": outputs, "host_status": status, "status_is_new": fresh,
                 "missing": self.missing_for_submission(record) if editable else [], "url": f"/requests/{number}"}
 
@@ -352,8 +368,8 @@ class Drafts:
         total = 0
         for item in record["outputs"]:
             total += sum(len(b) for b in self.output_files(item["output_id"]).values())
-        for item in record["supporting"]:
-            path = folder / layout.SUPPORTING_DIR / item["name"]
+        for name in record["supporting"]:
+            path = folder / layout.SUPPORTING_DIR / name
             total += path.stat().st_size if path.is_file() else 0
         try:
             airlock_store.check_total(total, "the request's files")
@@ -467,7 +483,7 @@ class Drafts:
         """Write the supporting files asked for and remove those no longer listed (checkers only)."""
         support = folder / layout.SUPPORTING_DIR
         support.mkdir(exist_ok=True)
-        wanted: dict[str, dict] = {item["name"]: item for item in record.get("supporting", [])}
+        wanted: dict[str, dict] = {name: supporting_item(name) for name in record.get("supporting", [])}
         payloads: dict[str, bytes] = {}
         if "note" in changes:
             note = clean_text(changes["note"], "supporting note")
@@ -499,7 +515,7 @@ class Drafts:
         for path in support.iterdir():
             if path.name not in wanted and not path.name.startswith("."):
                 path.unlink()
-        record["supporting"] = sorted(wanted.values(), key=lambda item: item["name"])
+        record["supporting"] = sorted(wanted)
 
     def submit(self, number: object) -> dict:
         """Ask the host to take the request: refused with every reason when it is incomplete; otherwise the
@@ -511,11 +527,11 @@ class Drafts:
                 raise DraftError("the request cannot be submitted: " + "; ".join(problems))
             for item in record["outputs"]:
                 self._check_output(item["output_id"])
-            for item in record["supporting"]:
-                path = folder / layout.SUPPORTING_DIR / item["name"]
+            for name in record["supporting"]:
+                path = folder / layout.SUPPORTING_DIR / name
                 if not path.is_file() or path.is_symlink():
-                    raise DraftError(f"the supporting file {item['name']} is missing")
-                _check_file("supporting file", item["name"], path.read_bytes())
+                    raise DraftError(f"the supporting file {name} is missing")
+                _check_file("supporting file", name, path.read_bytes())
             self._check_size(folder, record)
             others = self.open_for_release(exclude=record["number"])
             if others:
@@ -528,7 +544,7 @@ class Drafts:
             record["status_seen"] = _fingerprint(self._status_path(record["number"]))
             self._write(folder, record)
             body = (folder / layout.REQUEST_FILE).read_bytes()
-            entry = {"number": record["number"], "action": "submit", "submission": record["submissions"],
+            entry = {"request": record["number"], "action": "submit", "submission": record["submissions"],
                      "at": record["submitted_at"], "request_sha256": hashlib.sha256(body).hexdigest()}
             try:
                 atomic_write(self.layout.outbox_file(record["number"]), _json_bytes(entry))
@@ -559,7 +575,7 @@ class Drafts:
             record["withdrawn_at"] = now()
             self._write(folder, record)
             if submitted:
-                entry = {"number": record["number"], "action": "withdraw", "submission": record["submissions"],
+                entry = {"request": record["number"], "action": "withdraw", "submission": record["submissions"],
                          "at": record["withdrawn_at"]}
                 try:
                     atomic_write(self.layout.outbox_file(record["number"]), _json_bytes(entry))

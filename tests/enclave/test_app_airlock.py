@@ -188,7 +188,7 @@ def test_submission_writes_one_outbox_entry_atomically_and_freezes_the_request(a
     assert [p.name for p in layout.outbox.iterdir()] == [f"{number}.json"]  # no temp file left beside it
     entry = json.loads(layout.outbox_file(number).read_text())
     request_bytes = layout.request_file(number).read_bytes()
-    assert entry["number"] == number and entry["action"] == "submit" and entry["submission"] == 1
+    assert entry["request"] == number and entry["action"] == "submit" and entry["submission"] == 1
     assert entry["request_sha256"] == hashlib.sha256(request_bytes).hexdigest()
     draft = json.loads(request_bytes)
     assert draft["state"] == "submitted" and draft["context"] == "Table 1 of the ward study"
@@ -265,7 +265,8 @@ def test_status_is_shown_and_bounded(app_and_state) -> None:
         page = client.get(f"/requests/{number}")
         assert f'id="host-state">{status}<' in page.text and text in page.text
         assert f'class="status status-{status}">{status}<' in client.get("/requests").text
-    write_status(state, number, {"state": "refused", "reason": "output 1: no justification"})
+    write_status(state, number, {"request": number, "request_id": None, "state": "draft",
+                                 "refusal": {"reason": "output 1: no justification", "at": "2026-11-26T14:00:00"}})
     view = client.get(f"/api/requests/{number}").json()
     assert view["state"] == "refused" and view["editable"]  # refused by the intake: fix it and submit again
     assert "output 1: no justification" in client.get(f"/requests/{number}").text
@@ -290,6 +291,9 @@ def test_supporting_note_and_output_data_for_the_checkers(app_and_state) -> None
     names = [s["name"] for s in changed.json()["supporting"]]
     assert names == ["note.txt", f"output-{failing['id']}-data.csv"]
     assert (support / "note.txt").read_text() == "the cohort is 2019 admissions\n"
+    # the draft lists the names (the intake's format), the view says what each is
+    assert json.loads(Layout(state).request_file(number).read_text())["supporting"] == names
+    assert changed.json()["supporting"][1] == {"name": names[1], "kind": "output", "output_id": failing["id"]}
     assert (support / names[1]).read_bytes() == (state / "outputs" / str(failing["id"]) / "data.csv").read_bytes()
     page = client.post(f"/requests/{number}/detach", data={"output_id": str(failing["id"])},
                        follow_redirects=False)
@@ -358,7 +362,7 @@ def test_withdrawing_a_submitted_request_tells_the_airlock_through_the_outbox(ap
     assert withdrawn.status_code == 303
     assert [p.name for p in layout.outbox.iterdir()] == [f"{number}.json"]
     entry = json.loads(layout.outbox_file(number).read_text())
-    assert entry["action"] == "withdraw" and entry["number"] == number and entry["submission"] == 1
+    assert entry["action"] == "withdraw" and entry["request"] == number and entry["submission"] == 1
     assert client.get(f"/api/requests/{number}").json()["state"] == "withdrawing"
     layout.outbox_file(number).unlink()
     write_status(state, number, {"state": "withdrawn", "request_id": "r1-0001-0badcafe"})
