@@ -36,16 +36,16 @@ class Host:
         seal = json.loads((bundle / "seal.json").read_text())
         release = f"{bundle.parent.name}/{bundle.name}"
         self.site = site
+        self.db_url = f"sqlite:///{site / 'site.sqlite'}"
         self.workspace = Workspace(state, "alice", "r1", release, _seal_sha256(seal))
 
     def run_intake(self) -> None:
-        intake.run_intake(self.site, [self.workspace])
+        intake.run_intake(self.site, self.db_url, [self.workspace])
 
     def vote_changes(self, request_id: str, output_id: str) -> None:
         from outputs.airlock.workflow import Airlock
 
-        airlock = intake.open_airlock(self.site) if hasattr(intake, "open_airlock") else Airlock.open(
-            self.site, intake.database_url(self.site))
+        airlock = Airlock.open(self.site, self.db_url)
         try:
             airlock.vote(request_id, output_id, "carol", "changes", "please suppress the small cell")
             airlock.vote(request_id, output_id, "dave", "changes", "round or suppress <b>it</b>")
