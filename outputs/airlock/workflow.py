@@ -453,7 +453,9 @@ class Airlock:
         against request.json), refuse with "checksum mismatch" (and a `release-refused` event) on any difference;
         else build and sign the package of the approved outputs, write package.zip atomically, and mark the request
         released with its download deadline."""
-        from .package import build_package, write_package
+        from safeshare.signing import append_to_ledger
+
+        from .package import build_package, signature_of, write_package
 
         record = self.get(request_id)
         if record.state != APPROVED:
@@ -475,6 +477,8 @@ class Airlock:
         votes = {oid: [v for v in latest_votes(self.counted_votes(request_id, oid)).values()] for oid in approved}
         data = build_package(frozen, {oid: contents[oid] for oid in approved}, votes, signing_key,
                              released_at=now.isoformat(timespec="seconds"))
+        # the key's ledger records the signature before the package is published: a rotation keeps it verifying
+        append_to_ledger(signing_key, [signature_of(data)], request_id=request_id, purpose="outputs")
         write_package(self.store.package_file(request_id), data)
         package_sha = sha256(data)
         return self._move(request_id, APPROVED, RELEASED, actor,
