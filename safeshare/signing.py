@@ -5,7 +5,9 @@ recomputes it. A signature does, as long as the private key is out of the writer
 site, each held by the component that signs and readable by nobody else:
 
 * the **release key** (`SITE/keys/release-signing.key`, mode 0600, the custodian's user) signs release seals;
-* the **gateway key** (`SITE/secrets/gateway/signing.key`, mode 0600, the gateway's uid) signs session seals.
+* the **gateway key** (`SITE/secrets/gateway/signing.key`, mode 0600, the gateway's uid) signs session seals;
+* the **outputs key** (`SITE/keys/outputs-signing.key`, mode 0600, the custodian's user) signs the airlock's output
+  packages (outputs.airlock.package), made on first use (`ensure_outputs_key`).
 
 Verifiers read only public keys, from the **trust store** (`SITE/trust.json`, written by the custodian, mounted
 read-only into the app container). Rotating a key adds a new one and retires the old one, recording in the trust
@@ -38,11 +40,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 KEYS_DIR = Path("keys")
 RELEASE_KEY = KEYS_DIR / "release-signing.key"
 GATEWAY_KEY = Path("secrets") / "gateway" / "signing.key"
+OUTPUTS_KEY = KEYS_DIR / "outputs-signing.key"
 TRUST_FILE = Path("trust.json")
 
 ALGORITHM = "ed25519"
 TRUST_FORMAT = "safeshare-trust/1"
-PURPOSES = ("release", "gateway")
+PURPOSES = ("release", "gateway", "outputs")
 
 
 class SignatureError(ValueError):
@@ -438,6 +441,31 @@ def ensure_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: 
         trust.add(purpose, key, comment, signed=signed)
         trust.save(trust_path)
     return key
+
+
+def ensure_outputs_key(site_root: str | Path, uid: int | None = None) -> SigningKey:
+    """The site's outputs key (SITE/keys/outputs-signing.key, 0600, in the 0700 keys folder), made and trusted in
+    SITE/trust.json on first use. A replaced key file retires the old key with the signatures its ledger lists (every
+    package it signed is appended there), so the packages it released keep verifying."""
+    site_root = Path(site_root)
+    keys = site_root / KEYS_DIR
+    keys.mkdir(parents=True, exist_ok=True)
+    os.chmod(keys, 0o700)
+    key_path = site_root / OUTPUTS_KEY
+    trust_path = site_root / TRUST_FILE
+
+    def signed() -> Iterable[Any]:
+        return ledger_signatures(key_path) or []
+
+    trust = TrustStore.load_or_empty(trust_path)
+    if key_path.exists():
+        key = SigningKey.load(key_path)
+        if any(k.key_id == key.key_id for k in trust.trusted("outputs")):
+            return key
+    live = trust.current("outputs")
+    records = signed() if live is not None else []
+    return ensure_key(key_path, trust_path, "outputs", uid=uid, comment="outputs key of the site (airlock)",
+                      signed=records)
 
 
 def rotate_key(key_path: str | Path, trust_path: str | Path, purpose: str, uid: int | None = None,
