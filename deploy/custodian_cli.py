@@ -254,13 +254,28 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     from deploy.records import Records
 
-    events = Records(_site(args).db_url).events(recipient=args.recipient, action=args.action, limit=args.limit)
+    site = _site(args)
+    events = Records(site.db_url).events(recipient=args.recipient, action=args.action, limit=args.limit)
+    # the airlock's events (outputs saved, requested, voted, released, downloaded) beside the custodian's, by time
+    from outputs.airlock.records import AirlockRecords
+
+    airlock = AirlockRecords(site.db_url)
+    try:
+        airlock_events = airlock.events(recipient=args.recipient, action=args.action, limit=args.limit)
+    finally:
+        airlock.dispose()
+    merged = sorted([(e.at, 0, e.id, e) for e in events] + [(e.at, 1, e.id, e) for e in airlock_events],
+                    key=lambda item: item[:3])[-args.limit:] if args.limit > 0 else []
+    events = [item[3] for item in merged]
     if args.json:
-        print(json.dumps([event.as_dict() for event in events], indent=2))
+        print(json.dumps([{**event.as_dict(), "source": "airlock"} if hasattr(event, "request_id")
+                          else event.as_dict() for event in events], indent=2))
     else:
         for event in events:  # nested details (an auth-failed summary's reasons) compactly, as JSON
             detail = ", ".join(f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
                                for k, v in event.detail.items() if k not in ("containers",))
+            if getattr(event, "request_id", None):
+                detail = f"request={event.request_id}, {detail}" if detail else f"request={event.request_id}"
             line = (f"{event.at:%Y-%m-%d %H:%M:%S} {event.actor:<20} {event.action:<14} {event.outcome:<9} "
                     f"{event.recipient or '-':<20} {detail}")
             # details can hold what a client sent (a path, a reason): no control characters reach the terminal
@@ -405,7 +420,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kt.set_defaults(func=_guarded('key rotate', cmd_key_rotate))
 
     ev = sub.add_parser("events", help="the custodian audit log: who did what, when (also failed "
-                                       "authentications, auth-failed, and session views, session-viewed)")
+                                       "authentications, auth-failed, session views, session-viewed, and the "
+                                       "airlock's events: output-saved, submitted, voted, released, downloaded ...)")
     ev.add_argument("--recipient")
     ev.add_argument("--action")
     ev.add_argument("--limit", type=int, default=1000)
