@@ -167,9 +167,18 @@ def verify_package_bytes(data: bytes, trust: TrustStore, where: str = "package")
             files.setdefault(match.group(1), {})[match.group(2)] = archive.read(name)
     except PackageError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, KeyError, UnicodeDecodeError, EOFError,
-            NotImplementedError, OSError) as exc:
-        raise PackageError(f"{where}: not an intact package: {exc}") from None
+    except Exception as exc:  # anything zipfile or json raise on changed bytes (even "encrypted"): not intact
+        raise PackageError(f"{where}: not an intact package: {exc!r}") from None
+    try:
+        return _verify_parts(data, trust, where, manifest, signature_doc, files)
+    except PackageError:
+        raise
+    except Exception as exc:  # a manifest of unexpected shape
+        raise PackageError(f"{where}: manifest.json is malformed: {exc!r}") from None
+
+
+def _verify_parts(data: bytes, trust: TrustStore, where: str, manifest: Any, signature_doc: Any,
+                  files: dict[str, dict[str, bytes]]) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != PACKAGE_FORMAT:
         raise PackageError(f"{where}: manifest.json is not a {PACKAGE_FORMAT} manifest")
     if not isinstance(signature_doc, dict) or not isinstance(signature_doc.get("signature"), dict):
