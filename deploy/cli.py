@@ -73,7 +73,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(json.dumps(ready.as_dict()), flush=True)
         else:
             say(f"\nready in {ready.seconds:.1f} s. Researcher URL (give it to {ready.recipient} only):\n\n"
-                f"    {ready.url}\n\nlogs: {config.home / 'logs'}   sessions: {config.home / 'sessions'}\n"
+                f"    {ready.url}\n\nreleased outputs: {ready.gateway.rstrip('/')}/outputs (same token)   "
+                f"checkers' review pages: {ready.review}\n"
+                f"logs: {config.home / 'logs'}   sessions: {config.home / 'sessions'}\n"
                 f"`safeshare status` shows what runs; Ctrl+C stops everything.")
         enclave.supervise()
         if enclave.failure:
@@ -104,6 +106,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  recipient  {report['recipient']} (token id {report['token_id']})")
         print(f"  gateway    {report['gateway']}")
         print(f"  app        {report['app']} (reachable only from this machine and the kiosk)")
+        if report.get("review"):
+            print(f"  review     {report['review']} (checkers sign in: safeshare custodian person add)")
         for name, info in report["components"].items():
             answers = {True: ", answers", False: ", DOES NOT ANSWER"}.get(info.get("answers"), "")
             print(f"  {name:<10} pid {info['pid']} {'running' if info['alive'] else 'GONE'}{answers}   {info['log']}")

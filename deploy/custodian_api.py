@@ -12,7 +12,9 @@ configured trusted proxy only: `serve(trusted_proxies=...)`; rate-limited per so
 without the role 403 (recorded as `api-denied`, an attempt by a known holder). Every endpoint that serves a recorded
 session's content records `session-viewed` with the key, its role, the session and the endpoint (once per key,
 session and endpoint every few minutes, not once per byte range). The service also enforces expiry: every
-`expiry_interval` seconds it revokes recipients whose policy expired, as the actor `system:expiry`.
+`expiry_interval` seconds it revokes recipients whose policy expired, as the actor `system:expiry`, and (`serve`)
+the airlock's intake freezes what enclaves submitted from every active recipient's workspace into SITE/airlock
+(deploy/airlock_intake.py).
 
 Provisioning takes seconds and talks to the Docker engine synchronously, so the endpoints are plain functions
 (FastAPI runs them in its thread pool) and the site lock in Provisioner orders them against each other and the CLI.
@@ -80,9 +82,11 @@ def bearer_token(header: str | None) -> tuple[str | None, str]:
 
 
 def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0,
-               auth_log: AuthFailureLog | None = None, view_log: ViewLog | None = None) -> FastAPI:
+               auth_log: AuthFailureLog | None = None, view_log: ViewLog | None = None,
+               intake_interval: float | None = None) -> FastAPI:
     """The service for one site. `auth_log` and `view_log` bound what unauthenticated requests and session views
-    write to the audit log (tests pass their own, with a clock they control)."""
+    write to the audit log (tests pass their own, with a clock they control). With `intake_interval` the airlock's
+    intake reads every active recipient's workspace that often (deploy/airlock_intake.py; `serve` turns it on)."""
     records = provisioner.records
     auth_log = auth_log or AuthFailureLog(records)
     view_log = view_log or ViewLog(records)
@@ -138,9 +142,16 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(_expiry_loop(provisioner, expiry_interval, auth_log)) if expiry_interval else None
+        intake = None
+        if intake_interval:  # submissions from enclaves' workspaces into SITE/airlock, in a thread of its own
+            from deploy.airlock_intake import site_intake
+
+            intake = await asyncio.to_thread(site_intake, provisioner.site, records, intake_interval)
         try:
             yield
         finally:
+            if intake is not None:
+                await asyncio.to_thread(intake.stop)
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -338,13 +349,14 @@ def uvicorn_proxy_settings(trusted_proxies: Sequence[str]) -> dict[str, Any]:
 
 
 def serve(site: Site, host: str, port: int, *, expiry_interval: float = 60.0,
-          trusted_proxies: Sequence[str] = ()) -> int:
+          trusted_proxies: Sequence[str] = (), intake_interval: float = 1.0) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     provisioner = Provisioner(site)
     try:
-        uvicorn.run(create_app(provisioner, expiry_interval=expiry_interval), host=host, port=port,
+        uvicorn.run(create_app(provisioner, expiry_interval=expiry_interval, intake_interval=intake_interval),
+                    host=host, port=port,
                     log_level="info", **uvicorn_proxy_settings(trusted_proxies))
     finally:
         provisioner.close()

@@ -13,6 +13,13 @@ the demo recipient bound to the kiosk's VNC endpoint, and start the gateway. Eve
                          every other tool pointed at HOME with --site open this file; an old home's
                          HOME/safeshare.db is moved there on start
     HOME/up.json         what runs (pids, URLs), for `safeshare status` and `safeshare down`; removed on stop
+    HOME/app/            the app's workspace (saved analyses, outputs, airlock drafts and outbox)
+    HOME/airlock/        the airlock store: requests frozen by the intake, packages released by the checkers
+
+The airlock runs as at a site: the intake (deploy/airlock_intake.py) freezes what the app submits from HOME/app
+into HOME/airlock (a thread of this process, which, like the custodian side, is not the enclave), the custodian
+service (`safeshare custodian serve --site HOME`) serves the checkers' review pages at /review, and the gateway
+serves released packages to the recipient at /outputs with their token.
 
 Any component that exits ends the whole enclave (fail closed), and stopping goes gateway first (live sessions are
 ended and sealed), then kiosk, then app; the demo token is revoked so the printed URL stops working.
@@ -27,9 +34,10 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subreaper, pid_alive, reap_strays,
                              safeshare_argv)
@@ -64,6 +72,8 @@ class UpConfig:
     db_url: str | None = None
     token_ttl: timedelta = timedelta(hours=8)
     novnc_dir: str = "/usr/share/novnc"
+    review_listen: str = "127.0.0.1:0"  # the custodian service (review pages); port 0: a free one
+    intake_interval: float = 1.0  # seconds between the intake's looks at HOME/app
 
     @property
     def db(self) -> str:
@@ -85,6 +95,7 @@ class Ready:
     home: str
     seconds: float
     pids: dict[str, int] = field(default_factory=dict)
+    review: str = ""  # the checkers' review pages (custodian service), /review
 
     def as_dict(self) -> dict:
         return {"event": "ready", **self.__dict__}
@@ -159,6 +170,8 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int,
                                                release=release_ref(bundle), recipient=recipient,
                                                site=str(home) if (home / OUTPUTS_FILE).is_file() else None)),
         "kiosk": safeshare_argv("kiosk", *kiosk),
+        "custodian": safeshare_argv("custodian", "serve", "--site", str(home), "--listen", config.review_listen,
+                                    *(("--db", config.db_url) if config.db_url else ())),
         "gateway": safeshare_argv("gateway", *gateway_argv(
             listen=config.gateway_listen, sessions=str(home / "sessions"), db=config.db,
             signing_key=str(home / GATEWAY_KEY), limits=str(config.recipient_policy), novnc=config.novnc_dir,
@@ -176,6 +189,7 @@ class LocalEnclave:
         self.token_id: int | None = None
         self.ready: Ready | None = None
         self.failure: str | None = None
+        self.intake: Any = None  # the airlock intake over HOME/app (deploy/airlock_intake.py), once started
         self._stop = threading.Event()
         self._reaper = OrphanReaper(lambda: {child.pid for child in self.children.values() if child.pid})
 
@@ -191,7 +205,7 @@ class LocalEnclave:
                                  f"`safeshare down --home {home}` stops it")
         if cfg.db_url is None and (moved := migrate_legacy(home)) is not None:  # refuses a home with two
             self.say(f"moved the database of the old layout to {moved}")
-        for sub in ("logs", "releases", "sessions", "kiosk", "app"):
+        for sub in ("logs", "releases", "sessions", "kiosk", "app", AIRLOCK_DIR):
             (home / sub).mkdir(parents=True, exist_ok=True)
         if become_subreaper():
             self._reaper.start()
@@ -199,24 +213,27 @@ class LocalEnclave:
 
         recipient = load_recipient_policy(cfg.recipient_policy)  # bad input before anything starts
 
-        self.say(f"[1/5] de-identifying with {cfg.policy}")
+        self.say(f"[1/6] de-identifying with {cfg.policy}")
         bundle = seal_demo_release(cfg.policy, home, self.say)
         self.say(f"      sealed release {bundle}")
 
         app_port = cfg.app_port or free_port()
         app_url = f"http://127.0.0.1:{app_port}/"
+        review_host, _, review_port = cfg.review_listen.rpartition(":")
+        if review_port == "0":
+            cfg = self.config = replace(cfg, review_listen=f"{review_host}:{free_port(review_host)}")
         argv = component_argv(cfg, bundle, app_port, recipient=recipient.recipient)
-        self.say(f"[2/5] analytics app on {app_url}")
+        self.say(f"[2/6] analytics app on {app_url}")
         app = self._spawn("app", argv["app"])
         app.wait_for(lambda text: "app ready" in text, READY_TIMEOUT, "the app's ready line")
         _wait_http(app_url, READY_TIMEOUT, app)
 
-        self.say("[3/5] kiosk: Xvfb, VNC server, Chromium")
+        self.say("[3/6] kiosk: Xvfb, VNC server, Chromium")
         kiosk = self._spawn("kiosk", argv["kiosk"])
         endpoint = kiosk.wait_for(find_ready, READY_TIMEOUT, "a browser window on the app")
         assert isinstance(endpoint, dict)
 
-        self.say(f"[4/5] token for {recipient.recipient}")
+        self.say(f"[4/6] token for {recipient.recipient}")
         from proxy.tokens import TokenStore, issue_for_policy
 
         store = TokenStore(cfg.db)
@@ -229,19 +246,28 @@ class LocalEnclave:
             store.dispose()
         self.token_id = issued.token_id
 
-        self.say(f"[5/5] gateway on {cfg.gateway_listen}")
+        self.say(f"[5/6] gateway on {cfg.gateway_listen}")
         ensure_gateway_key(home)
         gateway = self._spawn("gateway", argv["gateway"])
         base = gateway.wait_for(_gateway_ready, READY_TIMEOUT, "the gateway's listening line")
         assert isinstance(base, str)
+
+        review = f"http://{cfg.review_listen}/review"
+        self.say(f"[6/6] airlock: intake over {home / 'app'}, review pages on {review}")
+        from deploy.airlock_intake import local_intake
+
+        self.intake = local_intake(home, cfg.db, recipient.recipient, bundle, cfg.intake_interval)
+        custodian = self._spawn("custodian", argv["custodian"])
+        _wait_http(f"http://{cfg.review_listen}/healthz", READY_TIMEOUT, custodian)
         self.ready = Ready(url=f"{base}?token={issued.token}", gateway=base, app=app_url, release=str(bundle),
                            recipient=recipient.recipient, token_id=issued.token_id, vnc=endpoint["upstream"],
                            display=endpoint.get("display", ""), home=str(home),
                            seconds=round(time.monotonic() - began, 2),
-                           pids={name: child.pid for name, child in self.children.items() if child.pid})
+                           pids={name: child.pid for name, child in self.children.items() if child.pid},
+                           review=review)
         write_state(home, {"pid": os.getpid(), "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "gateway": base, "app": app_url, "release": str(bundle), "recipient": recipient.recipient,
-                           "token_id": issued.token_id, "vnc": endpoint["upstream"],
+                           "token_id": issued.token_id, "vnc": endpoint["upstream"], "review": review,
                            "components": {name: {"pid": child.pid, "log": str(child.log)}
                                           for name, child in self.children.items()}})
         return self.ready
@@ -268,13 +294,19 @@ class LocalEnclave:
                     return
 
     def stop(self) -> list[int]:
-        """Gateway, kiosk, app, in that order; revoke the token; collect strays. Returns stray pids found."""
-        for name in ("gateway", "kiosk", "app"):
+        """Gateway, custodian service, kiosk, app, in that order, then the intake (a submission the app made last
+        is still taken in); revoke the token; collect strays. Returns stray pids found."""
+        for name in ("gateway", "custodian", "kiosk", "app"):
             child = self.children.get(name)
             if child is not None:
                 began = time.monotonic()
                 code = child.stop()
                 self.say(f"stopped {name} (exit {code}, {time.monotonic() - began:.1f} s)")
+        if self.intake is not None:
+            began = time.monotonic()
+            self.intake.stop()
+            self.say(f"stopped the airlock intake ({time.monotonic() - began:.1f} s)")
+            self.intake = None
         if self.token_id is not None:
             try:
                 from proxy.tokens import TokenStore
@@ -327,7 +359,9 @@ def status(home: Path) -> dict:
     for name, info in (state.get("components") or {}).items():
         components[name] = {"pid": info.get("pid"), "alive": pid_alive(info.get("pid")), "log": info.get("log")}
     answers = {}
-    for name, url in (("gateway", f"{state.get('gateway', '').rstrip('/')}/healthz"), ("app", state.get("app"))):
+    review = state.get("review") or ""
+    for name, url in (("gateway", f"{state.get('gateway', '').rstrip('/')}/healthz"), ("app", state.get("app")),
+                      *((("custodian", review.removesuffix("/review") + "/healthz"),) if review else ())):
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 answers[name] = response.status == 200
@@ -340,7 +374,7 @@ def status(home: Path) -> dict:
     return {"home": str(home), "running": running, "healthy": healthy, "pid": state.get("pid"),
             "started_at": state.get("started_at"), "gateway": state.get("gateway"), "app": state.get("app"),
             "release": state.get("release"), "recipient": state.get("recipient"), "token_id": state.get("token_id"),
-            "components": components}
+            "review": state.get("review"), "components": components}
 
 
 def down(home: Path, timeout: float = 60.0) -> bool:

@@ -129,7 +129,8 @@ class OutputsDoor:
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get(OUTPUTS_PATH, self._list)
-        app.router.add_get(f"{OUTPUTS_PATH}/{{request_id}}/{PACKAGE_NAME}", self._download)
+        # no HEAD: it would be audited as a download that sent nothing
+        app.router.add_get(f"{OUTPUTS_PATH}/{{request_id}}/{PACKAGE_NAME}", self._download, allow_head=False)
 
     # --- tokens, as the index page takes them ------------------------------------------------------------------
 
