@@ -1,0 +1,101 @@
+"""`safeshare airlock ...` acts as a named checker under the same rules as the pages; `custodian events` shows the
+airlock's events (issue 27)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deploy.people import People
+from safeshare.cli import main
+from safeshare.sitedb import site_db_url
+from tests.outputs.airlock_helpers import frozen_output, open_airlock, submit
+
+
+@pytest.fixture()
+def site(tmp_path: Path) -> Path:
+    root = tmp_path / "site"
+    airlock = open_airlock(root)
+    assert airlock.records.engine.url.database == str(root / "db" / "safeshare.db")
+    airlock.close()
+    people = People(site_db_url(root))
+    for name in ("bob", "carol"):
+        people.add(name, "checker", "a long enough password")
+    people.add("dave", "checker", "a long enough password")
+    people.disable("dave")
+    return root
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_review_from_the_command_line(site: Path, capsys) -> None:
+    airlock = open_airlock(site)
+    request_id = submit(airlock, [frozen_output("1"), frozen_output("2", "fail", justification="structural")]
+                        ).request_id
+    airlock.close()
+    s = ("--site", str(site))
+    code, out, _ = run(capsys, "airlock", "list", "--state", "submitted", "--json", *s)
+    assert code == 0 and [i["request_id"] for i in json.loads(out)] == [request_id]
+    # the requester, an unknown person and a disabled checker are refused (exit 1) and audited
+    for name in ("alice", "mallory", "dave"):
+        code, _, err = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", name, *s)
+        assert code == 1 and "refused" in err
+    code, _, err = run(capsys, "airlock", "vote", "ab12cd34ef-0001-00000000", "1", "approve", "--checker", "bob", *s)
+    assert code == 2 and "no airlock request" in err
+    code, out, _ = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "bob",
+                       "--comment", "fine", "--json", *s)
+    assert code == 0 and json.loads(out)["decision"] is None  # hidden until a second checker voted
+    code, out, _ = run(capsys, "airlock", "show", request_id, "--checker", "carol", "--json", *s)
+    assert code == 0 and json.loads(out)["outputs"][0]["votes"] == []
+    for output in ("1", "2"):
+        for checker in ("bob", "carol"):
+            if (output, checker) != ("1", "bob"):
+                assert run(capsys, "airlock", "vote", request_id, output, "approve", "--checker", checker, *s)[0] == 0
+    code, out, _ = run(capsys, "airlock", "show", request_id, "--json", *s)
+    assert json.loads(out)["state"] == "approved"
+    code, out, err = run(capsys, "airlock", "release", request_id, "--json", *s)
+    assert code == 0, err
+    released = json.loads(out)
+    assert released["state"] == "released" and Path(released["package"]).is_file()
+    assert (site / "keys" / "outputs-signing.key").stat().st_mode & 0o777 == 0o600
+    assert run(capsys, "verify-output", released["package"], "--site", str(site))[0] == 0
+    code, out, _ = run(capsys, "airlock", "history", "alice", *s)
+    assert code == 0 and "left the site" in out and "bob" in out and "carol" in out
+    code, out, _ = run(capsys, "custodian", "events", "--json", *s)
+    events = [e for e in json.loads(out) if e.get("source") == "airlock"]
+    assert [e["action"] for e in events if e["outcome"] == "ok"] == \
+        ["submitted", "voted", "voted", "voted", "voted", "approved", "released"]
+    assert sum(e["action"] == "voted" and e["outcome"] == "refused" for e in events) == 3
+    code, out, _ = run(capsys, "custodian", "events", *s)
+    assert "released" in out and f"request={request_id}" in out
+
+
+def test_release_refused_on_checksum_mismatch_exits_1(site: Path, capsys) -> None:
+    airlock = open_airlock(site)
+    request_id = submit(airlock).request_id
+    airlock.vote(request_id, "1", "bob", "approve")
+    airlock.vote(request_id, "1", "carol", "approve")
+    path = airlock.store.output_file(request_id, "1", "data.csv")
+    path.write_bytes(path.read_bytes() + b"extra,1\n")
+    airlock.close()
+    code, _, err = run(capsys, "airlock", "release", request_id, "--site", str(site))
+    assert code == 1 and "checksum mismatch" in err
+    code, out, _ = run(capsys, "custodian", "events", "--action", "release-refused", "--json", "--site", str(site))
+    assert len(json.loads(out)) == 1
+
+
+def test_return_and_withdraw(site: Path, capsys) -> None:
+    airlock = open_airlock(site)
+    request_id = submit(airlock).request_id
+    airlock.close()
+    s = ("--site", str(site))
+    assert run(capsys, "airlock", "return", request_id, "--reason", "name the table", *s)[0] == 0
+    assert run(capsys, "airlock", "return", request_id, *s)[0] == 1  # already returned
+    code, out, _ = run(capsys, "airlock", "withdraw", request_id, "--json", *s)
+    assert code == 0 and json.loads(out)["state"] == "withdrawn"
+    assert run(capsys, "airlock", "show", "not-a-request", *s)[0] == 2
