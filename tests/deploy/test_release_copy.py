@@ -96,7 +96,9 @@ def test_provisioning_mounts_a_verified_copy_that_the_releases_writer_cannot_cha
         assert _mounted(new_plan).name == other.name and new_plan.app.spec_hash != plan.app.spec_hash
         assert not copy.exists() and _mounted(new_plan).is_dir()
         provisioner.revoke("alice", "test")
-        assert not (site.enclaves / plan.rid).exists()
+        # every release copy goes; the app's workspace (outputs, airlock drafts) stays (tests/deploy/test_plan_airlock)
+        assert not (site.enclaves / plan.rid / "release").exists()
+        assert [p.name for p in (site.enclaves / plan.rid).iterdir()] == ["workspace"]
     finally:
         provisioner.close()
 
