@@ -22,47 +22,50 @@ def _capacity(m):
 
 
 @_jit
-def roll_up(codes, sizes, key, offsets, maps, places, minimal):
+def roll_up(codes, sizes, key, changed, starts, maps, places, minimal):
     """Classes of a generalization from the classes (codes (d, m) int32, sizes, key in the fixed radix `places`) of a
-    specialization. `offsets[i]` is where attribute i's code map starts in `maps`, or -1 when the attribute keeps its
-    level. Returns the new classes' codes (d, u) int32, sizes, keys (first appearance order, as
-    engine.classes.roll_up_keyed) and the records in classes smaller than `minimal`."""
+    specialization. Attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns
+    the new classes' codes (d, u) int32, sizes, keys (first appearance order, as engine.classes.roll_up_keyed) and
+    the records in classes smaller than `minimal`."""
     d, m = codes.shape
     bits = _capacity(m)
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
-    slots = np.full(1 << bits, -1, np.int64)
+    # Open addressing, linear probing; slot h holds (key, class) at [2h, 2h + 1], key -1 when empty (keys are >= 0).
+    table = np.full(2 << bits, -1, np.int64)
     new_keys = np.empty(m, np.int64)
     new_sizes = np.empty(m, np.int64)
     member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
         k = key[j]
-        for i in range(d):
-            start = offsets[i]
-            if start >= 0:
-                v = np.int64(codes[i, j])
-                k += (maps[start + v] - v) * places[i]
+        for c in range(changed.size):
+            i = changed[c]
+            v = np.int64(codes[i, j])
+            k += (maps[starts[c] + v] - v) * places[i]
         h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
         while True:
-            slot = slots[h]
-            if slot < 0:
-                slots[h] = u
+            stored = table[2 * h]
+            if stored == k:
+                new_sizes[table[2 * h + 1]] += sizes[j]
+                break
+            if stored < 0:
+                table[2 * h] = k
+                table[2 * h + 1] = u
                 new_keys[u] = k
                 new_sizes[u] = sizes[j]
                 member[u] = j
                 u += 1
                 break
-            if new_keys[slot] == k:
-                new_sizes[slot] += sizes[j]
-                break
             h = (h + 1) & mask
     new_codes = np.empty((d, u), np.int32)
     for i in range(d):
-        start = offsets[i]
         for t in range(u):
-            v = codes[i, member[t]]
-            new_codes[i, t] = v if start < 0 else maps[start + v]
+            new_codes[i, t] = codes[i, member[t]]
+    for c in range(changed.size):
+        i = changed[c]
+        for t in range(u):
+            new_codes[i, t] = maps[starts[c] + new_codes[i, t]]
     below = np.int64(0)
     for t in range(u):
         if new_sizes[t] < minimal:

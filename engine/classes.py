@@ -139,7 +139,10 @@ class ClassCache:
 
     DEFAULT_BUDGET_BYTES = 256 << 20
 
-    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.load
+                 ) -> None:
+        """`compiled`: engine.kernels' functions for the compiled roll-up, None for the numpy one; by default
+        `kernels.load()` decides (compiled unless the reference path is forced)."""
         self.table = table
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
         # Sensitive attributes ride along as rows that never generalize (engine.distributions projects them away).
@@ -170,7 +173,7 @@ class ClassCache:
         self._last_view: tuple[tuple[int, ...], object] | None = None
         # The compiled roll-up (engine.kernels) needs the fixed radix; without it, or with the reference path
         # forced, the numpy roll-up runs.
-        self.kernels = kernels.load() if self.radix is not None else None
+        self.kernels = (compiled() if callable(compiled) else compiled) if self.radix is not None else None
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
@@ -251,9 +254,10 @@ class ClassCache:
                           node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`roll_up_keyed` in one compiled pass (engine.kernels): the same classes, in the same order."""
         flat, starts = self._flat_maps()
-        offsets = np.array([-1 if lo == hi else starts[(i, lo, hi)] for i, (lo, hi) in enumerate(zip(source, node))],
-                           dtype=np.int64)
-        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, offsets, flat, self.radix, 0)
+        changed = [i for i, (lo, hi) in enumerate(zip(source, node)) if lo != hi]
+        where = np.array([starts[(i, source[i], node[i])] for i in changed], dtype=np.int64)
+        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, np.array(changed, dtype=np.int64),
+                                                                where, flat, self.radix, 0)
         return new_codes, new_sizes, new_key
 
     @staticmethod

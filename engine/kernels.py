@@ -12,30 +12,38 @@ sums are integers (the Loss sums are Σ size x hierarchy rows under the label, d
 suppressed records per value are counts), and what is floating point after that runs through the same numpy code on
 both paths. tests/engine/test_compiled_checks.py compares the two.
 
-Which path runs: the compiled one when numba is importable (a core dependency) unless the environment variable
-SAFESHARE_REFERENCE_PATH is set to anything but "" or "0" (or SAFESHARE_NO_NUMBA, which hides numba from the whole
-engine). numba is imported only when a search asks for the path, so commands that never search do not pay for
-it, and the kernels are compiled once per machine (`cache=True`: later processes load them from numba's cache).
+Which path runs (`for_search`): the numpy reference when the environment variable SAFESHARE_REFERENCE_PATH is set
+to anything but "" or "0" (or SAFESHARE_NO_NUMBA hides numba from the whole engine); otherwise the compiled one for
+every search once numba is loaded in the process, and for the first search of a process when it is big enough to pay
+for loading numba (lattice size x records >= MIN_WORK; about a second: importing numba and loading the kernels, which
+are compiled once per machine, `cache=True`) or when SAFESHARE_COMPILED_PATH is set (tests use it to run small
+searches compiled). Commands that never search, and small searches, never import numba.
 """
 from __future__ import annotations
 
 import os
 
-import numpy as np
-
 REFERENCE_ENV = "SAFESHARE_REFERENCE_PATH"
+COMPILED_ENV = "SAFESHARE_COMPILED_PATH"
+# Lattice size x records from which a search loads numba: ADULT's 12,960 transformations x 30,162 records (3.9e8)
+# save more than the load costs; the small tables of the tests (< 1e5) finish before numba would be imported.
+MIN_WORK = 1e8
 
 _kernels = None          # the compiled functions, once loaded
 _unavailable = False     # numba could not be imported
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
 def reference_forced() -> bool:
     """True when the environment asks for the numpy reference path."""
-    return os.environ.get(REFERENCE_ENV, "") not in ("", "0") or bool(os.environ.get("SAFESHARE_NO_NUMBA"))
+    return _flag(REFERENCE_ENV) or bool(os.environ.get("SAFESHARE_NO_NUMBA"))
 
 
 def load():
-    """The compiled kernels (a namespace), or None when the reference path is forced or numba is missing. Importing
+    """The compiled kernels (a module), or None when the reference path is forced or numba is missing. Importing
     numba and loading the kernels happens on the first call only."""
     global _kernels, _unavailable
     if reference_forced() or _unavailable:
@@ -50,6 +58,20 @@ def load():
 
         _kernels = _kernels_numba
     return _kernels
+
+
+def loaded():
+    """The kernels if already loaded in this process and the reference path is not forced; never imports numba."""
+    return None if reference_forced() else _kernels
+
+
+def for_search(lattice_size: int, records: int):
+    """The kernels a search of this size should use, or None for the reference path (see the module's docstring)."""
+    if reference_forced():
+        return None
+    if _kernels is not None or _flag(COMPILED_ENV) or float(lattice_size) * float(records) >= MIN_WORK:
+        return load()
+    return None
 
 
 def enabled() -> bool:

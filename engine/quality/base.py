@@ -15,6 +15,7 @@ import numpy as np
 from ..encoding import EncodedTable
 
 Levels = Sequence[int]
+BOUND_MEMO_LIMIT = 1 << 20   # transformations whose bound QualityModel.bound remembers
 
 
 class QualityModel(ABC):
@@ -52,6 +53,19 @@ class QualityModel(ABC):
     @abstractmethod
     def lower_bound(self, levels: Levels) -> float:
         """Loss from generalization alone (suppression ignored); monotone in every level."""
+
+    def bound(self, levels: Levels) -> float:
+        """`lower_bound`, remembered per transformation: a search asks for the same transformations' bounds many
+        times (queue keys, pruning, tie-breaking), and each costs a few small numpy calls. At most
+        BOUND_MEMO_LIMIT are kept, so a heuristic's long walk does not grow memory without bound."""
+        memo = self.__dict__.setdefault("_bound_memo", {})
+        key = tuple(levels)
+        value = memo.get(key)
+        if value is None:
+            value = self.lower_bound(key)
+            if len(memo) < BOUND_MEMO_LIMIT:
+                memo[key] = value
+        return value
 
     def lower_bound_from_classes(self, sizes: np.ndarray) -> float:
         """A bound valid for every generalization of the transformation whose class sizes are `sizes`."""

@@ -30,7 +30,7 @@ class NonUniformEntropy(QualityModel):
                 terms.append(float(np.dot(original, np.log2(generalized / original))))
             self._generalization.append(np.array(terms))
             self._maximum[i] = float(np.dot(original, np.log2(self.n / original)))
-        self._kernels = kernels.load()   # compiled suppression counts, or None: the numpy reference
+        self._reference = kernels.reference_forced()   # else compiled counts once a search loaded engine.kernels
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -51,8 +51,9 @@ class NonUniformEntropy(QualityModel):
             # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
             cards = np.array([a.cardinality(lv) for a, lv in zip(self.table.attributes, levels)])
             offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-            if self._kernels is not None:   # the same integer counts, compiled (engine.kernels)
-                counted = self._kernels.suppressed_value_counts(codes, sizes, suppressed, offsets.astype(np.int64),
+            compiled = None if self._reference else kernels.loaded()
+            if compiled is not None:   # the same integer counts, compiled (engine.kernels)
+                counted = compiled.suppressed_value_counts(codes, sizes, suppressed, offsets.astype(np.int64),
                                                                 int(cards.sum())).astype(np.float64)
             else:
                 from_kept = np.count_nonzero(suppressed) * 2 > suppressed.size

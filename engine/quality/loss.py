@@ -40,8 +40,11 @@ class Loss(QualityModel):
             for a, rows in zip(table.attributes, self._rows)
         ]
         self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
-        self._kernels = kernels.load()
+        # Compiled sums when a search loaded engine.kernels (same integers), unless the reference is forced now.
+        self._reference = kernels.reference_forced()
         self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
+        self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
 
     def _normalize(self, sums: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -67,22 +70,36 @@ class Loss(QualityModel):
             return values.mean(axis=0)
         return values.sum(axis=0)
 
+    def _level_terms(self, weight: float, plus: float | None = None) -> list[np.ndarray]:
+        """Per attribute and level, the normalized loss of generalization alone weighted by `weight`: the same
+        elementwise operations `_normalize` applies to a vector of levels, done once for every level."""
+        terms = []
+        for i, sums in enumerate(self._generalized_sum):
+            weighted = sums * weight if plus is None else sums * weight + plus
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = np.where(self._span[i] > 0, (weighted - self._floor[i]) / self._span[i], 0.0)
+            terms.append(np.clip(values, 0.0, 1.0))
+        return terms
+
     def loss_without_suppression(self, levels: Levels) -> float:
-        sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self.generalization_weight + 0.0
-        return self.aggregate(self._normalize(sums))
+        if self._unsuppressed_terms is None:
+            self._unsuppressed_terms = self._level_terms(self.generalization_weight, 0.0)
+        return self.aggregate(np.array([t[lv] for t, lv in zip(self._unsuppressed_terms, levels)]))
 
     def lower_bound(self, levels: Levels) -> float:
-        sums = np.array([s[lv] for s, lv in zip(self._generalized_sum, levels)]) * self._bound_weight
-        return self.aggregate(self._normalize(sums))
+        if self._bound_terms is None:
+            self._bound_terms = self._level_terms(self._bound_weight)
+        return self.aggregate(np.array([t[lv] for t, lv in zip(self._bound_terms, levels)]))
 
     def _kept_rows(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray
                    ) -> tuple[np.ndarray, int]:
         """Per attribute, Σ over the kept records of the hierarchy rows under their label (an integer), and the
         suppressed records. The reference sums over whichever side has fewer classes (the kept ones directly, or
         all records minus the suppressed ones); the compiled path over the kept classes; integers agree."""
-        if self._kernels is not None:
+        compiled = None if self._reference else kernels.loaded()
+        if compiled is not None:
             weights, offsets = self._weights(levels)
-            kept, removed = self._kernels.kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
+            kept, removed = compiled.kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
             return kept, int(removed)
         n_suppressed = int(sizes[suppressed].sum())
         count_suppressed = int(np.count_nonzero(suppressed))

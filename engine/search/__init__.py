@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .. import kernels
 from ..classes import Evaluation
 from ..encoding import EncodedTable
 from ..lattice import Lattice
@@ -231,7 +232,8 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     chosen = resolve_algorithm(configuration, quality, algorithm, lattice.size)
     deadline = Deadline(time_limit, memory_mb)
     cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
-    evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)))
+    evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)),
+                          compiled=kernels.for_search(lattice.size, table.n))
     incumbent = Incumbent(quality, started=deadline.started)
     bar = Progress(lattice.size, progress, "transformations")
     options = dict(options or {})

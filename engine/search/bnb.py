@@ -42,7 +42,7 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     seen: set[Node] = set()
     for node in seeds:
         seen.add(node)
-        heapq.heappush(queue, (quality.lower_bound(node), sum(node), node, None))
+        heapq.heappush(queue, (quality.bound(node), sum(node), node, None))
     while queue:
         bound, _, node, parent = heapq.heappop(queue)
         if bound > incumbent.loss:
@@ -70,7 +70,7 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
             if successor in seen or (admissible is not None and not admissible(successor)):
                 continue
             seen.add(successor)
-            key = max(quality.lower_bound(successor), class_bound)
+            key = max(quality.bound(successor), class_bound)
             if incumbent.rules_out(successor, key) or successor in ruled_out:
                 ruled_out.tag(successor)
                 counters["pruned_by_bound"] += 1

@@ -55,7 +55,7 @@ class Incumbent:
 
     def _key(self, evaluation: Evaluation) -> tuple:
         levels = tuple(evaluation.levels)
-        return (evaluation.loss, self.quality.lower_bound(levels), sum(levels), levels)
+        return (evaluation.loss, self.quality.bound(levels), sum(levels), levels)
 
     def offer(self, evaluation: Evaluation) -> bool:
         if not evaluation.solution or evaluation.loss is None:
@@ -78,7 +78,7 @@ class Incumbent:
         if bound != loss:
             return bound > loss
         # A generalization y can only tie: loss(y) = loss, and its level bound and rank are at least node's.
-        level_bound = self.quality.lower_bound(node)
+        level_bound = self.quality.bound(node)
         if best_bound != level_bound:
             return best_bound < level_bound
         rank = sum(node)

@@ -26,13 +26,16 @@ SUPPRESSED_LABEL = "*"
 
 class Evaluator:
     def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel,
-                 cache_bytes: int | None = None) -> None:
+                 cache_bytes: int | None = None, compiled=kernels.load) -> None:
+        """`compiled`: engine.kernels' functions, None for the numpy reference path; by default `kernels.load()`
+        decides (search() passes `kernels.for_search`'s choice for the search's size)."""
         self.table = table
         self.configuration = configuration
         self.quality = quality
         self.max_suppressed = configuration.max_suppressed(table.n)
         self.minimal_class_size = configuration.minimal_class_size
-        self.cache = ClassCache(table) if cache_bytes is None else ClassCache(table, budget_bytes=cache_bytes)
+        budget = ClassCache.DEFAULT_BUDGET_BYTES if cache_bytes is None else cache_bytes
+        self.cache = ClassCache(table, budget_bytes=budget, compiled=compiled)
         self.seen: set[Node] = set()
         # The compiled per-check path (engine.kernels) when the class cache rolls up compiled; the class models'
         # decision is then compiled too when every one of them only asks for a class size (`size_only`).

@@ -45,19 +45,23 @@ class Strategy:
     def __init__(self, evaluator: Evaluator, lattice: Lattice) -> None:
         attributes = evaluator.table.attributes
         self.lower = lattice.lower
+        self.lower_sum = sum(lattice.lower)
         self.max_rank = max(sum(lattice.upper) - sum(lattice.lower), 1)
         self.tops = [max(hi, 1) for hi in lattice.upper]
         self.distinct = [[a.cardinality(lv) / a.cardinality(0) for lv in range(a.levels)] for a in attributes]
+        # level / top per attribute and level, the same floats the key sums (computed once, not per key)
+        self.relative = [[level / top for level in range(a.levels)] for a, top in zip(attributes, self.tops)]
+        self.d = len(attributes)
         self._keys: dict[Node, tuple] = {}
 
     def key(self, node: Node) -> tuple:
         key = self._keys.get(node)
         if key is None:
-            d = len(node)
-            rank = (sum(node) - sum(self.lower)) / self.max_rank
-            precision = sum(level / top for level, top in zip(node, self.tops)) / d
-            lost = 1.0 - sum(share[level] for share, level in zip(self.distinct, node)) / d
-            key = self._keys[node] = (rank, precision, lost, tuple(-level for level in node))
+            d = self.d
+            rank = (sum(node) - self.lower_sum) / self.max_rank
+            precision = sum([relative[level] for relative, level in zip(self.relative, node)]) / d
+            lost = 1.0 - sum([share[level] for share, level in zip(self.distinct, node)]) / d
+            key = self._keys[node] = (rank, precision, lost, tuple([-level for level in node]))
         return key
 
 
@@ -106,7 +110,7 @@ class FlashSearch:
             return False
         if node in self.insufficient:
             return True
-        if self.incumbent.rules_out(node, self.quality.lower_bound(node)):
+        if self.incumbent.rules_out(node, self.quality.bound(node)):
             self.insufficient.tag(node)
             self.pruned_by_bound += 1
             return True
@@ -143,7 +147,7 @@ class FlashSearch:
             class_bound = self.class_bounds.get(node)   # set when the check evaluated the node fully
             if class_bound is None:
                 class_bound = self.quality.lower_bound_from_classes(self.evaluator.cache.classes(node)[1])
-            bound = max(self.quality.lower_bound(node), class_bound)
+            bound = max(self.quality.bound(node), class_bound)
             if self.incumbent.rules_out(node, bound):
                 self.insufficient.tag(node)
         return has_property

@@ -125,7 +125,7 @@ class LightningSearch(GreedySearch):
 
     def bound(self, node: Node, parent: Node | None) -> float:
         """A lower bound of the loss of `node` and of all its generalizations."""
-        bound = self.quality.lower_bound(node)
+        bound = self.quality.bound(node)
         if parent is not None:
             bound = max(bound, self.class_bounds.get(parent, 0.0))
         return bound

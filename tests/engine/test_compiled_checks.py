@@ -8,6 +8,10 @@ the suppression, the solution and the loss to the last bit; then whole searches 
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,7 +24,7 @@ from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search import Evaluator, search
 from engine.table import load_input
-from tests.engine.conftest import EXAMPLES
+from tests.engine.conftest import EXAMPLES, REPO
 from tests.engine.lattice_tables import seeded_table
 
 pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing or the reference path is forced")
@@ -31,8 +35,9 @@ QUALITIES = [("loss", "geometric_mean"), ("loss", "arithmetic_mean"), ("loss", "
 
 
 def both_paths(monkeypatch, build):
-    """`build()` once with the compiled path and once with the reference path forced."""
+    """`build()` once with the compiled path (even for small searches) and once with the reference path forced."""
     monkeypatch.delenv(kernels.REFERENCE_ENV, raising=False)
+    monkeypatch.setenv(kernels.COMPILED_ENV, "1")
     fast = build()
     monkeypatch.setenv(kernels.REFERENCE_ENV, "1")
     reference = build()
@@ -62,10 +67,55 @@ def test_environment_variable_forces_the_reference_path(monkeypatch):
     table = encode_table(frame, hierarchies)
     fast, reference = both_paths(monkeypatch, lambda: Evaluator(table, PrivacyConfiguration([KAnonymity(2)], 0.1),
                                                                  make_quality_model("loss", table)))
-    assert fast.kernels is not None and fast.quality._kernels is not None
-    assert reference.kernels is None and reference.cache.kernels is None and reference.quality._kernels is None
+    assert fast.kernels is not None and not fast.quality._reference
+    assert reference.kernels is None and reference.cache.kernels is None and reference.quality._reference
+    monkeypatch.setenv(kernels.REFERENCE_ENV, "1")
+    assert kernels.for_search(10 ** 6, 10 ** 6) is None and kernels.loaded() is None
     monkeypatch.setenv(kernels.REFERENCE_ENV, "0")   # "0" means: not forced
-    assert kernels.enabled()
+    assert kernels.enabled() and kernels.for_search(10 ** 6, 10 ** 6) is not None
+
+
+def test_small_searches_do_not_import_numba(tmp_path):
+    """A command whose search is small never pays for importing numba; a big one, or the variable, loads it."""
+    script = (
+        "import sys\n"
+        "from engine.encoding import encode_table\n"
+        "from engine.privacy import KAnonymity\n"
+        "from engine.quality import make_quality_model\n"
+        "from engine.search import search\n"
+        "from engine import kernels\n"
+        "from tests.engine.lattice_tables import seeded_table\n"
+        "table = encode_table(*seeded_table(3))\n"
+        "search(table, [KAnonymity(2)], make_quality_model('loss', table), 0.1)\n"
+        "print('numba' in sys.modules, kernels.for_search(12960, 30162) is not None, 'numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (kernels.REFERENCE_ENV, kernels.COMPILED_ENV)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=300)
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr[-2000:]
+    env[kernels.COMPILED_ENV] = "1"
+    script = script.replace("kernels.for_search(12960, 30162)", "kernels.for_search(1, 1)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=300)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_levels_only_losses_equal_the_class_computation(seed):
+    """The per-level tables behind Loss's bound and unsuppressed loss give what the classes give, bit for bit."""
+    frame, hierarchies = seeded_table(seed)
+    table = encode_table(frame, hierarchies)
+    cache = ClassCache(table, compiled=None)
+    for aggregation in ("geometric_mean", "arithmetic_mean", "sum"):
+        for gs_factor in (0.5, 0.3, 0.8):
+            quality = make_quality_model("loss", table, aggregation, gs_factor)
+            for node in lattice_of(table):
+                codes, sizes = cache.classes(node)
+                nothing = np.zeros(sizes.size, dtype=bool)
+                assert quality.loss_without_suppression(node) == quality.loss(node, codes, sizes, nothing)
+                sums = np.array([s[lv] for s, lv in zip(quality._generalized_sum, node)]) * quality._bound_weight
+                assert quality.lower_bound(node) == quality.aggregate(quality._normalize(sums))
+                assert quality.bound(node) == quality.lower_bound(node)
 
 
 @pytest.mark.parametrize("seed", range(40))
