@@ -399,6 +399,12 @@ class Airlock:
                                record.recipient, request_id, checker=checker, **detail)
         now = self.now()
         with self.records.session() as session:
+            row = session.get(RequestRow, request_id)
+            if row is None or row.state != SUBMITTED or row.round != record.round:  # changed meanwhile
+                session.rollback()
+                raise self._refuse(actor, "voted", f"{request_id} changed while the vote was cast (now "
+                                   f"{row.state if row else 'gone'}); look at it again", record.recipient,
+                                   request_id, checker=checker, **detail)
             session.add(VoteRow(request_id=request_id, output_id=output_id, round=record.round,
                                 checker=checker.strip(), vote=vote, comment=comment, at=now))
             self.records.event(actor, "voted", "ok", record.recipient, request_id, session=session,
@@ -407,20 +413,24 @@ class Airlock:
         decisions = self.decisions(request_id)
         outcome = request_outcome(decisions.values())
         if outcome is not None:
-            self._move(request_id, SUBMITTED, outcome, "system:airlock", {
-                "decisions": {k: d.as_dict() for k, d in decisions.items()},
-                "outputs": {k: current[k].files for k in current}})
+            try:
+                self._move(request_id, SUBMITTED, outcome, "system:airlock", {
+                    "decisions": {k: d.as_dict() for k, d in decisions.items()},
+                    "outputs": {k: current[k].files for k in current}}, round_=record.round)
+            except Refused:
+                pass  # a vote cast at the same moment moved it already (its step has its event)
         return decisions[output_id]
 
     def _move(self, request_id: str, expected: str | Sequence[str], state: str, actor: str,
-              detail: dict[str, Any], **fields: Any) -> RequestRecord:
-        """Change a request's state (only from `expected`) and write the event of that step."""
+              detail: dict[str, Any], round_: int | None = None, **fields: Any) -> RequestRecord:
+        """Change a request's state (only from `expected`, and in round `round_` when given) and write the event of
+        that step, in one transaction."""
         allowed = (expected,) if isinstance(expected, str) else tuple(expected)
         with self.records.session() as session:
             row = session.get(RequestRow, request_id)
             if row is None:
                 raise NotFound(f"no airlock request {request_id!r}")
-            if row.state not in allowed:
+            if row.state not in allowed or (round_ is not None and row.round != round_):
                 raise Refused(f"{request_id} is {row.state}; this needs {' or '.join(allowed)}")
             row.state, row.updated_at = state, self.now()
             for name, value in fields.items():
@@ -453,6 +463,15 @@ class Airlock:
         against request.json), refuse with "checksum mismatch" (and a `release-refused` event) on any difference;
         else build and sign the package of the approved outputs, write package.zip atomically, and mark the request
         released with its download deadline."""
+        import fcntl
+
+        self.get(request_id)  # NotFound before anything is made
+        lock_path = self.store.request_dir(request_id).parent / f".release-{request_id}.lock"
+        with open(lock_path, "a") as lock:  # one release at a time: a second waits, then finds it released
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            return self._release(request_id, signing_key, actor)
+
+    def _release(self, request_id: str, signing_key: Any, actor: str) -> RequestRecord:
         from safeshare.signing import append_to_ledger
 
         from .package import build_package, signature_of, write_package
