@@ -2,8 +2,8 @@
 real host-side intake: save an output from an analysis page, start a request from the outputs page with its texts,
 add the output with a justification, submit; the intake freezes it in the site's airlock store and the page shows
 the airlock's state and request id; two checkers return it for changes, the page shows their comments, the
-researcher replaces the output by a remedied one and submits again, which the intake takes as round 2. No
-Content-Security-Policy violation anywhere."""
+researcher replaces the output by a remedied one and submits again, which the intake takes as round 2; withdrawn
+from its page, the airlock withdraws it. No Content-Security-Policy violation anywhere."""
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +40,8 @@ class Host:
         self.workspace = Workspace(state, "alice", "r1", release, _seal_sha256(seal))
 
     def run_intake(self) -> None:
-        intake.run_intake(self.site, self.db_url, [self.workspace])
+        result = intake.run_intake(self.site, [self.workspace], db_url=self.db_url)
+        assert not result.errors, result.errors
 
     def vote_changes(self, request_id: str, output_id: str) -> None:
         from outputs.airlock.workflow import Airlock
@@ -144,6 +145,18 @@ async def drive(tmp_path: Path, app_url: str, host: Host) -> dict:
         await cdp.navigate(app_url + "requests")
         out["listed"] = await cdp.evaluate("[...document.querySelectorAll('#requests tbody tr')]"
                                            ".map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+        out["new_form_while_open"] = await cdp.evaluate("!!document.getElementById('new-request-form')")
+        # withdrawn from its page: the airlock withdraws it, and a new request can be started
+        await cdp.navigate(app_url + "requests/1")
+        await submit_form(cdp, "document.getElementById('withdraw-form')")
+        out["after_withdraw"] = await text(cdp, "request-state")
+        await asyncio.to_thread(host.run_intake)
+        await cdp.navigate(app_url + "requests")
+        out["listed_after_withdraw"] = await cdp.evaluate(
+            "[...document.querySelectorAll('#requests tbody tr')].map(r => r.cells[1].textContent)")
+        out["new_form_after"] = await cdp.evaluate("!!document.getElementById('new-request-form')")
+        await cdp.navigate(app_url + "requests/1")
+        out["host_after_withdraw"] = await text(cdp, "host-state")
         await csp()
     return out
 
@@ -175,7 +188,9 @@ def test_a_request_made_in_chromium_is_taken_by_the_intake_returned_and_resubmit
     assert out["rows_replaced"] == [out["remedied"]]
     assert out["after_resubmit"] == "submitting"
     assert out["after_second_intake"] == "submitted" and "round 2" in out["round"]
-    assert out["listed"] == [["1", "submitted"]]
+    assert out["listed"] == [["1", "submitted"]] and not out["new_form_while_open"]
+    assert out["after_withdraw"] == "withdrawing" and out["host_after_withdraw"] == "withdrawn"
+    assert out["listed_after_withdraw"] == ["withdrawn"] and out["new_form_after"]
     assert out["csp"] == [], out["csp"]
     # what the host froze: the remedied output with the justification carried over
     from outputs.airlock.store import AirlockStore
