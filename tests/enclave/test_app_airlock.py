@@ -373,3 +373,42 @@ def test_withdrawing_a_submitted_request_tells_the_airlock_through_the_outbox(ap
     other = client.post("/api/requests").json()["number"]
     assert client.post(f"/api/requests/{other}/withdraw").json()["state"] == "withdrawn"
     assert not layout.outbox_file(other).exists()
+
+
+def test_the_real_intake_takes_what_the_app_wrote_and_its_refusal_is_shown(app_and_state, bundle, tmp_path) -> None:
+    """The formats agree with outputs.airlock.intake: a request made through the API is frozen in the store; a
+    refusal (an output folder tampered with after submission) comes back as `refused`, editable, and the fixed
+    request goes through on the next submission."""
+    from outputs.airlock.intake import run_intake
+    from outputs.airlock.store import AirlockStore
+    from outputs.airlock.workspace import Workspace
+
+    client, state = app_and_state
+    number, failing, passing = ready_request(client)
+    client.patch(f"/api/requests/{number}", json={"note": "for the checkers", "supporting_outputs": [passing["id"]]})
+    view = client.get(f"/api/requests/{number}").json()
+    site = tmp_path / "site"
+    site.mkdir()
+    release = view["release"]
+    workspace = Workspace(state, "alice", "r1", f"{release['dataset']}/{release['id']}", release["seal_sha256"])
+    db_url = f"sqlite:///{site / 'site.sqlite'}"
+    # tampered after submission: a link in the output's folder, which the intake refuses and never follows
+    assert client.post(f"/api/requests/{number}/submit").status_code == 200
+    (state / "outputs" / str(failing["id"]) / "extra.csv").symlink_to(state / "outputs" / "1" / "data.csv")
+    result = run_intake(site, [workspace], db_url=db_url)
+    assert not result.errors and [h["outcome"] for h in result.handled] == ["refused"]
+    view = client.get(f"/api/requests/{number}").json()
+    assert view["state"] == "refused" and view["editable"] and "not a plain file" in view["host_status"]["reason"]
+    assert "not a plain file" in client.get(f"/requests/{number}").text
+    (state / "outputs" / str(failing["id"]) / "extra.csv").unlink()
+    assert client.post(f"/api/requests/{number}/submit").status_code == 200
+    result = run_intake(site, [workspace], db_url=db_url)
+    assert [h["outcome"] for h in result.handled] == ["ok"]
+    view = client.get(f"/api/requests/{number}").json()
+    assert view["state"] == "submitted" and not view["editable"] and view["host_status"]["round"] == 1
+    frozen = AirlockStore(site).read_request(view["host_status"]["request_id"])
+    assert frozen["context"] == "Table 1 of the ward study" and frozen["app_number"] == number
+    assert [(str(o["output_id"]), o["justification"]) for o in frozen["outputs"]] == [
+        (str(failing["id"]), "the small cell is a known public figure"), (str(passing["id"]), None)]
+    assert sorted(frozen["supporting"]) == ["note.txt", f"output-{passing['id']}-data.csv"]
+    assert not Layout(state).outbox_file(number).exists()
