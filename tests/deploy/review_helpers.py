@@ -37,7 +37,8 @@ def frequency_output(output_id: str = "2") -> FrozenOutput:
     data = "education,count\nBachelors,410\nMasters,150\n"
     meta = {"id": int(output_id), "name": "education", "kind": "frequencies", "status": "pass",
             "query": {"attribute": "education"}, "cohorts": [{"filters": [], "exclude_suppressed": False}],
-            "checks": [{"rule": "threshold", "status": "pass", "cells": [], "reason": ""}], "flags": []}
+            "checks": [{"rule": "threshold", "status": "pass", "cells": [], "reason": ""}], "flags": [],
+            "release": {"dataset": "adult", "id": "20261126T000000Z", "seal_sha256": "ab" * 32}}
     return FrozenOutput(output_id=output_id, name="education", kind="frequencies", status="pass",
                         checks=meta["checks"], justification=None,
                         files=(FrozenFile("data.csv", data.encode()), FrozenFile("meta.json", json.dumps(meta).encode())))
@@ -51,6 +52,30 @@ def submit(airlock, recipient: str = "alice", rid: str = "r1alice", app_number: 
                             outputs=outputs if outputs is not None else (crosstab_output(), frequency_output()),
                             release_seal_sha256="ab" * 32)
     return record.request_id
+
+
+def prepare_workspace(state: Path, number: int = 1) -> None:
+    """An app workspace (STATE) as the kiosk app leaves it after a researcher saved two outputs and submitted them as
+    request `number`: STATE/outputs/<id>/ (data.csv, meta.json, rendering.html), the draft request.json and the
+    outbox entry asking for its submission (the formats of /work/notes airlock-api: outputs.airlock.workspace)."""
+    from outputs.airlock.workspace import Layout, write_json_atomic
+
+    layout = Layout(state)
+    for output in (crosstab_output(), frequency_output()):
+        folder = layout.output_dir(output.output_id)
+        folder.mkdir(parents=True)
+        for item in output.files:
+            (folder / item.name).write_bytes(item.data)
+        (folder / "rendering.html").write_text("<table><tr><td>never shown to a checker</td></tr></table>")
+    layout.request_dir(number).mkdir(parents=True)
+    write_json_atomic(layout.request_file(number), {
+        "number": number, "context": "Income by sex and race for the wage-gap study (protocol 7).",
+        "controls": "Cells under 10 are suppressed in the paper; no record-level data.",
+        "outputs": [{"output_id": 1, "justification": "Only 3 records; rounded in the paper."}, {"output_id": 2}],
+        "updated_at": "2026-11-26T10:00:00+00:00"})
+    layout.outbox.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(layout.outbox_file(number), {"request": number, "action": "submit",
+                                                   "at": "2026-11-26T10:00:00+00:00"})
 
 
 def csrf_of(html: str) -> str:

@@ -1,7 +1,8 @@
-"""End to end in a real headless Chromium: a request submitted through the airlock library is reviewed on the
-custodian service's pages by two checkers, each signed in in their own browser; both approve every output, and the
-second approval releases the request as a signed package. The pages run without a single Content-Security-Policy
-violation and the failing cell is highlighted by the stylesheet.
+"""End to end in a real headless Chromium: a request taken from a prepared app workspace by the airlock's intake is
+reviewed on the custodian service's pages by two checkers, each signed in in their own browser; both approve every
+output, and the second approval releases the request as a signed package that verifies against the site's trust
+store. The pages run without a single Content-Security-Policy violation and the failing cell is highlighted by the
+stylesheet.
 
 Set SAFESHARE_SCREENSHOTS=DIR to keep the screenshots of the queue and of the request page (README's are made so).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import threading
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.review_helpers import PASSWORD, submit
+from tests.deploy.review_helpers import PASSWORD, prepare_workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is installed by scripts/setup.sh")
 
@@ -93,9 +95,12 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     from deploy.people import People
     from deploy.provision import Provisioner
     from deploy.site import Site
+    from outputs.airlock.intake import run_intake
+    from outputs.airlock.package import verify_package
     from outputs.airlock.records import AirlockRecords
     from outputs.airlock.store import AirlockStore
     from outputs.airlock.workflow import Airlock
+    from outputs.airlock.workspace import Workspace
     from tests.cdp import chromium
     from tests.proxy.rfbtools import free_port
 
@@ -104,7 +109,12 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     for name in ("carol", "dave"):
         people.add(name, "checker", PASSWORD)
     airlock = Airlock(AirlockStore(provisioner.site.root), AirlockRecords(provisioner.records.engine))
-    request_id = submit(airlock)
+    state = tmp_path / "workspace"  # what the kiosk app leaves: two saved outputs, request 1 in the outbox
+    prepare_workspace(state)
+    workspace = Workspace(state, "alice", "r1alice", "adult/20261126T000000Z", "ab" * 32)
+    taken = run_intake(provisioner.site.root, [workspace], airlock=airlock)
+    assert not taken.errors, taken.errors
+    (request_id,) = [r.request_id for r in airlock.records.requests(recipient="alice")]
     shots = Path(os.environ["SAFESHARE_SCREENSHOTS"]) if os.environ.get("SAFESHARE_SCREENSHOTS") else None
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(provisioner, expiry_interval=None), host="127.0.0.1",
@@ -148,6 +158,12 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
         assert carol["csp"] == [] and dave["csp"] == []
         record = airlock.get(request_id)
         assert record.state == "released" and airlock.store.package_file(request_id).is_file()
+        manifest = verify_package(airlock.store.package_file(request_id), provisioner.site.trust_file)
+        assert manifest["request_id"] == request_id and "carol" in json.dumps(manifest) and \
+            "dave" in json.dumps(manifest)
+        # the researcher's workspace is told (status written by the intake, never by the enclave)
+        run_intake(provisioner.site.root, [workspace], airlock=airlock)
+        assert json.loads((state / "airlock" / "status" / "1.json").read_text())["state"] == "released"
         votes = [(v.checker, v.vote, v.comment) for v in airlock.records.votes(request_id)]
         assert sorted(votes) == [("carol", "approve", "approved by carol"), ("carol", "approve", "approved by carol"),
                                  ("dave", "approve", "approved by dave"), ("dave", "approve", "approved by dave")]
