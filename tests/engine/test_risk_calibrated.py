@@ -1,5 +1,6 @@
-"""`estimator: calibrated` (issue 29, item 3): the smallest solved of Pitman, Zayatz and SNB raised to a 99 % upper
-bound for the sampling noise of the count behind it; offered in privacy models, gates, site gates and `risk --json`."""
+"""`estimator: calibrated` (issue 29, item 3): the smallest solved of Pitman, Zayatz and SNB raised by a 99 % upper
+bound for the sampling noise of the count behind it, capped at ten sample records; offered in privacy models, gates,
+site gates and `risk --json`."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,8 @@ from scipy.stats import norm
 
 from engine.risk import ESTIMATORS, SizeHistogram, population_uniqueness
 from engine.risk import calibrated as calibrated_module
-from engine.risk.calibrated import Z, calibrated_uniques, count_upper_bound
+from engine.risk.calibrated import (ALLOWANCE_CAP, Z, calibrated_uniques, capped_count_upper_bound,
+                                    count_upper_bound)
 from engine.risk.pitman_arx import arx_pitman_uniques
 from engine.risk.snb import SNBFit, fit_snb
 from engine.risk.zayatz import zayatz_uniques
@@ -52,6 +54,31 @@ def test_count_upper_bound_shrinks_relative_to_the_count_and_with_the_fraction()
         count_upper_bound(1, 1.5)
 
 
+def _capped(count: float, fraction: float) -> float:
+    """Independent: the score bound's larger root by the quadratic formula, its allowance capped at ten records."""
+    c = Z * Z * (1.0 - fraction)
+    # (k - mu)^2 = c mu  <=>  mu^2 - (2k + c) mu + k^2 = 0
+    root = ((2 * count + c) + math.sqrt((2 * count + c) ** 2 - 4 * count * count)) / 2
+    return count + min(root - count, 10.0)
+
+
+def test_the_allowance_is_capped_at_ten_sample_records():
+    assert ALLOWANCE_CAP == 10.0
+    for count, fraction in [(0.0, 0.01), (3.0, 0.02), (7.0, 0.02), (8.0, 0.3), (9.0, 0.01), (140.0, 0.2),
+                            (665.0, 0.005), (1e6, 0.1)]:
+        assert capped_count_upper_bound(count, fraction) == pytest.approx(_capped(count, fraction), rel=1e-12)
+    # small counts (few population uniques, where the models fell below the truth): the full 99 % bound
+    for count in (0.0, 1.0, 5.0, 7.0, 8.0):
+        assert capped_count_upper_bound(count, 0.02) == pytest.approx(count_upper_bound(count, 0.02), rel=1e-12)
+    # the bound's allowance reaches ten records near k = 8.5 (f small): above, exactly ten are added
+    crossing = brentq(lambda k: count_upper_bound(k, 0.0) - k - 10.0, 1.0, 50.0)
+    assert 8.0 < crossing < 9.0
+    for count in (9.0, 140.0, 665.0, 1e6):
+        assert capped_count_upper_bound(count, 0.01) == pytest.approx(count + 10.0, rel=1e-12)
+    # a census has no sampling noise, capped or not
+    assert capped_count_upper_bound(50.0, 1.0) == 50.0
+
+
 def test_calibrated_takes_the_smallest_solved_model_and_raises_it_to_the_bound():
     histogram = _histogram()
     population = 1_000_000.0
@@ -64,8 +91,9 @@ def test_calibrated_takes_the_smallest_solved_model_and_raises_it_to_the_bound()
     base = min(solved, key=solved.get)
     model, value, parameters = calibrated_uniques(histogram, population)
     assert parameters["base"] == base and model == f"{base} (99% upper bound)"
-    assert value == pytest.approx(count_upper_bound(f * solved[base], f) / f, rel=1e-12)
+    assert value == pytest.approx(_capped(f * solved[base], f) / f, rel=1e-12)
     assert value >= max(solved[base], 0.0)
+    assert parameters["sample_allowance"] == pytest.approx(value * f - f * solved[base], rel=1e-9)
 
     estimate = population_uniqueness(histogram, population, estimator="calibrated")
     assert estimate.estimator == "calibrated" and estimate.solved and estimate.model_used == model
@@ -83,7 +111,7 @@ def test_calibrated_skips_an_unsolved_model_and_is_unsolved_when_none_solves(mon
     expected_base = "snb" if snb.solved and snb.population_uniques < 900.0 else "zayatz"
     expected = snb.population_uniques if expected_base == "snb" else 900.0
     assert parameters["base"] == expected_base and parameters["pitman"] is None
-    assert value == pytest.approx(count_upper_bound(f * expected, f) / f)
+    assert value == pytest.approx(_capped(f * expected, f) / f)
 
     monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: None)
     monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(False, None, None, None, None))
@@ -102,6 +130,27 @@ def test_calibrated_is_capped_at_the_population_and_zero_without_sample_uniques(
     monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: N * 0.999)
     _, value, _ = calibrated_uniques(histogram, 70.0)
     assert value == 70.0
+
+
+def test_a_large_count_gets_ten_sample_records_a_small_one_the_full_bound(monkeypatch):
+    """The base estimate v implies k = f v sample records that are population uniques: with k = 140 (census QI A+ at
+    f = 20 %) ten records, 10 / f population uniques, are added; with k = 7 (QI A+ at 2 %, where SNB's fit was half
+    the truth) the full 99 % bound, about 16.4 records."""
+    histogram = SizeHistogram.from_counts({1: 600, 2: 300, 3: 100, 7: 40})
+    n = histogram.n
+    monkeypatch.setattr(calibrated_module, "arx_pitman_uniques", lambda h, N: (None, {}))
+    monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(False, None, None, None, None))
+    population = n / 0.2
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 700.0)
+    model, value, parameters = calibrated_uniques(histogram, population)
+    assert model == "zayatz (99% upper bound)" and parameters["capped"]
+    assert value == pytest.approx(700.0 + 10.0 / 0.2)
+    population = n / 0.02
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 350.0)
+    _, value, parameters = calibrated_uniques(histogram, population)
+    assert not parameters["capped"]
+    assert value == pytest.approx(count_upper_bound(7.0, 0.02) / 0.02)
+    assert 16.0 < value * 0.02 < 16.6
 
 
 def test_calibrated_never_below_its_base_and_above_dankar_when_dankar_takes_the_same_model():
