@@ -248,7 +248,8 @@ def overall(rows: list[dict], estimators: tuple[str, ...]) -> list[dict]:
 def accuracy_table(rows: list[dict], estimators: tuple[str, ...], populations: list[Population]) -> dict:
     """The findings the engine ships (engine/risk/accuracy.json): per estimator and sampling fraction, over every
     QI set and population measured, runs, unsolved runs, runs below the truth, and the median, smallest and largest
-    relative error."""
+    relative error; and per population and over all of them ("overall"), each estimator's runs, unsolved runs, runs
+    below the truth, median |relative error| and worst underestimate."""
     by_fraction: dict[str, dict[str, dict]] = {}
     for estimator in estimators:
         entries = {}
@@ -262,6 +263,13 @@ def accuracy_table(rows: list[dict], estimators: tuple[str, ...], populations: l
                 "min_relative_error": round(float(errors.min()), 4) if errors.size else None,
                 "max_relative_error": round(float(errors.max()), 4) if errors.size else None}
         by_fraction[estimator] = entries
+    summary: dict[str, dict[str, dict]] = {}
+    for name in [p.name for p in populations] + ["all"]:
+        mine = [r for r in rows if name == "all" or r["population"] == name]
+        summary[name] = {t["estimator"]: {key: (round(t[key], 4) if isinstance(t[key], float) else t[key])
+                                           for key in ("runs", "unsolved", "below_truth",
+                                                       "median_abs_relative_error", "worst_underestimate")}
+                         for t in overall(mine, estimators)}
     return {
         "about": "Accuracy of each population-uniqueness estimator against a known population "
                  "(benchmarks/risk_accuracy.py): relative error (estimate - truth) / truth of the number of "
@@ -272,6 +280,7 @@ def accuracy_table(rows: list[dict], estimators: tuple[str, ...], populations: l
         "seeds": len({r["seed"] for r in rows}),
         "fractions": sorted({r["fraction"] for r in rows}),
         "estimators": by_fraction,
+        "overall": summary,
     }
 
 
