@@ -187,6 +187,12 @@ def _short(value: Any, limit: int = MAX_TEXT) -> str | None:
     return str(value)[:limit]
 
 
+def _when(value: Any) -> str | None:
+    """A time as the pages show it: ISO to the second (the host's votes carry microseconds)."""
+    text = _short(value, 40)
+    return re.sub(r"(T[0-9:]{8})\.[0-9]+", r"\1", text) if text else text
+
+
 def display_status(status: dict) -> dict:
     """Only the fields a page shows, as short strings (the file comes from outside the app's control)."""
     state = status.get("state")
@@ -216,7 +222,7 @@ def display_status(status: dict) -> dict:
             if isinstance(comment, dict):
                 comments.append({"text": _short(comment.get("comment") or comment.get("text")) or "",
                                  "by": _short(comment.get("checker") or comment.get("by"), 100),
-                                 "vote": _short(comment.get("vote"), 20), "at": _short(comment.get("at"), 40)})
+                                 "vote": _short(comment.get("vote"), 20), "at": _when(comment.get("at"))})
             else:
                 comments.append({"text": _short(comment) or "", "by": None, "vote": None, "at": None})
         decision = item.get("decision") or item.get("state")

@@ -7,6 +7,7 @@ from its page, the airlock withdraws it. No Content-Security-Policy violation an
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -71,6 +72,19 @@ async def submit_form(cdp: Cdp, form_js: str) -> None:
     await wait_for_js(cdp, "!window.__previousDocument && document.readyState === 'complete'", 15)
 
 
+async def screenshot(cdp: Cdp, name: str) -> None:
+    """The whole page as PNG into $SAFESHARE_SCREENSHOTS (nothing without it)."""
+    folder = os.environ.get("SAFESHARE_SCREENSHOTS")
+    if not folder:
+        return
+    width, height = await cdp.evaluate("[document.documentElement.scrollWidth, "
+                                       "document.documentElement.scrollHeight]")
+    shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": width, "height": min(height, 2400), "scale": 1})
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / name).write_bytes(base64.b64decode(shot["data"]))
+
+
 async def drive(tmp_path: Path, app_url: str, host: Host) -> dict:
     out: dict = {"csp": []}
     async with aiohttp.ClientSession() as http, chromium(tmp_path, http, "1280,800") as cdp:
@@ -108,6 +122,7 @@ async def drive(tmp_path: Path, app_url: str, host: Host) -> dict:
         out["rows"] = await cdp.evaluate("[...document.querySelectorAll('#request-outputs tbody tr')]"
                                          ".map(r => [r.cells[0].textContent, r.cells[2].textContent])")
         out["missing_after"] = await text(cdp, "request-missing")
+        await screenshot(cdp, "app-request-draft.png")
         await submit_form(cdp, "document.getElementById('submit-form')")
         out["after_submit"] = await text(cdp, "request-state")
         out["frozen"] = await cdp.evaluate("!document.getElementById('texts-form')")
@@ -125,6 +140,7 @@ async def drive(tmp_path: Path, app_url: str, host: Host) -> dict:
         out["after_return"] = await text(cdp, "request-state")
         out["comments"] = await cdp.evaluate(f"[...document.querySelectorAll('#decision-{output_id} li')]"
                                              ".map(li => li.textContent)")
+        await screenshot(cdp, "app-request-returned.png")
         await csp()
         # remedy the output on its page, replace it in the request (the remedied one is preselected), resubmit
         await cdp.navigate(app_url + f"outputs/{output_id}")
