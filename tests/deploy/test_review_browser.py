@@ -53,13 +53,13 @@ async def review(cdp, base: str, name: str, request_id: str, shots: Path | None)
                                        ".map(r => [...r.cells].map(c => c.textContent.trim()))")
     seen["cookie_visible_to_script"] = await cdp.evaluate("document.cookie")
     if shots is not None:
-        await screenshot(cdp, shots / f"review-queue-{name}.png")
+        await screenshot(cdp, shots / f"review-queue-{name}.png", "#queue")
     await submitted(cdp, f"document.querySelector('#queue a[href=\"/review/requests/{request_id}\"]').click()")
     seen["flagged"] = await cdp.evaluate(
         "[...document.querySelectorAll('#table-1 td.flag-fail')].map(c => [c.parentElement.cells[0].textContent,"
         " c.textContent, getComputedStyle(c).backgroundColor])")
     if shots is not None:
-        await screenshot(cdp, shots / f"review-request-{name}.png", full=True)
+        await screenshot(cdp, shots / f"review-request-{name}.png", "#output-1")  # its table, checks, votes, form
     outputs = await cdp.evaluate("[...document.querySelectorAll('form.vote')].map(f => f.id.split('-').pop())")
     seen["outputs"] = outputs
     for output_id in outputs:
@@ -75,13 +75,12 @@ async def review(cdp, base: str, name: str, request_id: str, shots: Path | None)
     return seen
 
 
-async def screenshot(cdp, path: Path, full: bool = False) -> None:
-    params: dict = {"format": "png"}
-    if full:
-        size = await cdp.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-        params.update(captureBeyondViewport=True,
-                      clip={"x": 0, "y": 0, "width": size[0], "height": min(size[1], 2400), "scale": 1})
-    shot = await cdp.send("Page.captureScreenshot", **params)
+async def screenshot(cdp, path: Path, until: str) -> None:
+    """The page from its top down to the end of the element `until` (a CSS selector)."""
+    size = await cdp.evaluate(f"[document.documentElement.scrollWidth, Math.ceil(document.querySelector({until!r})"
+                              f".getBoundingClientRect().bottom + window.scrollY + 24)]")
+    shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": size[0], "height": min(size[1], 2400), "scale": 1})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(base64.b64decode(shot["data"]))
 
