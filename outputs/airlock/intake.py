@@ -78,7 +78,7 @@ def record_saved_outputs(workspace: Workspace, records: AirlockRecords, seen: se
     if not known:
         for event in records.events(recipient=workspace.recipient, action="output-saved", limit=1_000_000):
             known.add((str(event.detail.get("rid")), str(event.detail.get("output_id"))))
-    new = 0
+    found = []
     for name, kind in list_dir(workspace.path, (OUTPUTS_DIR,)):
         if kind != "dir" or not valid_number(name) or (workspace.rid, name) in known:
             continue
@@ -89,11 +89,15 @@ def record_saved_outputs(workspace: Workspace, records: AirlockRecords, seen: se
             continue
         except WorkspaceError as exc:
             hashes = {"refused": str(exc)}
-        records.event(_actor(workspace), "output-saved", "ok", workspace.recipient, None, rid=workspace.rid,
-                      output_id=name, files=hashes)
-        known.add((workspace.rid, name))
-        new += 1
-    return new
+        found.append((name, hashes))
+    if found:
+        with records.session() as session:  # one commit for the lot (a commit is a disk sync)
+            for name, hashes in found:
+                records.event(_actor(workspace), "output-saved", "ok", workspace.recipient, None, session=session,
+                              rid=workspace.rid, output_id=name, files=hashes)
+            session.commit()
+        known.update((workspace.rid, name) for name, _ in found)
+    return len(found)
 
 
 # --- 2. submissions ----------------------------------------------------------------------------------------------

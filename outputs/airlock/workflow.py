@@ -170,6 +170,15 @@ def validate_submission(context: str, controls: str, outputs: Sequence[FrozenOut
         raise Refused(str(exc)) from None
 
 
+def _since_round(rows: dict[int, Any], current: int) -> int:
+    """The first round since which an output's files and justification are those of round `current`."""
+    since = current
+    while since - 1 in rows and (rows[since - 1].files, rows[since - 1].justification_sha256) == \
+            (rows[current].files, rows[current].justification_sha256):
+        since -= 1
+    return since
+
+
 def _output_hashes(outputs: Sequence[FrozenOutput]) -> dict[str, dict[str, str]]:
     return {o.output_id: {f.name: sha256(f.data) for f in o.files} for o in outputs}
 
@@ -216,25 +225,28 @@ class Airlock:
 
     def counted_votes(self, request_id: str, output_id: str, round_: int | None = None) -> list[Vote]:
         """The votes that count for an output now: from the first round of its current content onwards."""
+        return self.all_counted_votes(request_id, round_).get(str(output_id), [])
+
+    def all_counted_votes(self, request_id: str, round_: int | None = None) -> dict[str, list[Vote]]:
+        """{output_id: counted votes} for every output of the request's current round (two queries in all)."""
         record = self.get(request_id)
         current = record.round if round_ is None else round_
-        since = self._since_round(request_id, str(output_id), current)
-        return [v for v in self.records.votes(request_id, str(output_id)) if since <= v.round <= current]
-
-    def _since_round(self, request_id: str, output_id: str, current: int) -> int:
-        rows = {o.round: o for o in self.records.outputs(request_id) if o.output_id == output_id}
-        if current not in rows:
-            return current
-        since = current
-        while since - 1 in rows and (rows[since - 1].files, rows[since - 1].justification_sha256) == \
-                (rows[current].files, rows[current].justification_sha256):
-            since -= 1
-        return since
+        rounds: dict[str, dict[int, Any]] = {}
+        for row in self.records.outputs(request_id):
+            rounds.setdefault(row.output_id, {})[row.round] = row
+        by_output: dict[str, list[Vote]] = {}
+        for vote in self.records.votes(request_id):
+            by_output.setdefault(vote.output_id, []).append(vote)
+        counted = {}
+        for oid, rows in rounds.items():
+            if current not in rows:
+                continue
+            since = _since_round(rows, current)
+            counted[oid] = [v for v in by_output.get(oid, []) if since <= v.round <= current]
+        return counted
 
     def decisions(self, request_id: str) -> dict[str, OutputDecision]:
-        record = self.get(request_id)
-        return {o.output_id: decide(self.counted_votes(request_id, o.output_id))
-                for o in self.records.outputs(request_id, record.round)}
+        return {oid: decide(votes) for oid, votes in self.all_counted_votes(request_id).items()}
 
     def votes_visible_to(self, request_id: str, output_id: str, checker: str | None) -> list[Vote]:
         return visible_votes(self.counted_votes(request_id, output_id), checker)
@@ -254,10 +266,11 @@ class Airlock:
         (before that a decision would tell one checker the other's vote). `viewer` None: the audit view."""
         record = self.get(request_id)
         frozen = self.frozen(request_id)
+        all_counted = self.all_counted_votes(request_id)
         outputs = []
         for output in frozen.get("outputs", []):
             oid = str(output["output_id"])
-            counted = self.counted_votes(request_id, oid)
+            counted = all_counted.get(oid, [])
             visible = visible_votes(counted, viewer)
             decision = decide(counted)
             independent = viewer is not None and len(decision.checkers) < 2
@@ -270,12 +283,13 @@ class Airlock:
         are still reviewing), each output's decision and the checkers' comments."""
         record = self.get(request_id)
         decided = record.state in (RETURNED, APPROVED, REJECTED, RELEASED)
+        all_counted = self.all_counted_votes(request_id) if decided else {}
         outputs = {}
         for output_row in self.records.outputs(request_id, record.round):
             oid = output_row.output_id
             entry: dict[str, Any] = {"files": output_row.files}
             if decided:
-                counted = self.counted_votes(request_id, oid)
+                counted = all_counted.get(oid, [])
                 entry["decision"] = decide(counted).state
                 entry["comments"] = [{"vote": v.vote, "comment": v.comment, "at": v.at.isoformat()}
                                      for v in latest_votes(counted).values() if v.comment]
@@ -293,8 +307,9 @@ class Airlock:
         for record in self.records.requests(recipient=recipient):
             entry: dict[str, Any] = record.as_dict()
             outputs = []
+            all_counted = self.all_counted_votes(record.request_id)
             for output_row in self.records.outputs(record.request_id, record.round):
-                counted = self.counted_votes(record.request_id, output_row.output_id)
+                counted = all_counted.get(output_row.output_id, [])
                 decision = decide(counted)
                 approvals = [{"checker": v.checker, "at": v.at.isoformat()}
                              for v in latest_votes(counted).values() if v.vote == APPROVE]
@@ -493,7 +508,8 @@ class Airlock:
                                reason=message, round=record.round)
             raise ChecksumMismatch(message) from None
         now = self.now()
-        votes = {oid: [v for v in latest_votes(self.counted_votes(request_id, oid)).values()] for oid in approved}
+        all_counted = self.all_counted_votes(request_id)
+        votes = {oid: list(latest_votes(all_counted[oid]).values()) for oid in approved}
         data = build_package(frozen, {oid: contents[oid] for oid in approved}, votes, signing_key,
                              released_at=now.isoformat(timespec="seconds"))
         # the key's ledger records the signature before the package is published: a rotation keeps it verifying
