@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,8 @@ def test_submission_writes_one_outbox_entry_atomically_and_freezes_the_request(a
     assert entry["request_sha256"] == hashlib.sha256(request_bytes).hexdigest()
     draft = json.loads(request_bytes)
     assert draft["state"] == "submitted" and draft["context"] == "Table 1 of the ward study"
-    assert draft["outputs"][0] == {"output_id": failing["id"], "justification": "the small cell is a known public figure"}
+    assert draft["outputs"][0] == {"output_id": failing["id"],
+                                   "justification": "the small cell is a known public figure"}
     # frozen: no change through the API or a page, no second submission
     assert client.patch(f"/api/requests/{number}", json={"context": "other"}).status_code == 409
     assert client.post(f"/api/requests/{number}/submit").status_code == 409
@@ -325,7 +327,17 @@ def test_pages_make_a_request_from_forms(client) -> None:
     page = client.get("/requests/1")
     assert page.status_code == 200 and 'id="request-state">submitting<' in page.text
     assert page.headers["content-security-policy"].startswith("default-src 'self'")
-    assert "style=" not in page.text and "<script>" not in page.text
+    # the app's page rules (test_app.py) on the pages of a request, with a host status that holds markup
+    write_status(client.app.state.ctx.outputs.root.parent, 1, {
+        "state": "submitted", "request_id": "<b>x</b>",
+        "outputs": {str(failing["id"]): {"decision": "changes", "comments": [{"comment": NASTY}]}}})
+    for path in ("/requests", "/requests/1", "/requests/1?message=<b>x</b>"):
+        text = client.get(path).text
+        assert not re.search(r"<script(?![^>]*\bsrc=\"/static/)[^>]*>", text), path
+        assert "<style" not in text and not re.search(r"\sstyle=", text) and not re.search(r"\son[a-z]+=", text)
+        assert "<b>" not in text, path
+        for url in re.findall(r'(?:href|src|action|formaction)="([^"]*)"', text):
+            assert url.startswith("/") and not url.startswith("//"), (path, url)
     assert client.post("/requests/1/nope").status_code in (404, 409)
     assert client.get("/requests/2").status_code == 404 and client.get("/api/requests/x").status_code == 404
     assert client.post("/requests/1/submit", headers={"sec-fetch-site": "cross-site"}).status_code == 403

@@ -126,7 +126,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses", "/outputs",
+PAGES = ["/", "/cohort", "/frequencies", "/crosstab", "/compare", "/analyses", "/outputs", "/requests",
          "/cohort?where=sex%3DMale&where=age%3D30-39&xs=1", "/frequencies?attr=age&where=sex%3DFemale",
          "/crosstab?row=sex&col=salary-class&pct=col&where=race%3DWhite",
          "/crosstab?row=age&col=education&pct=total", "/crosstab?row=sex&col=race&pct=none",
