@@ -333,3 +333,18 @@ def test_disabling_a_person_ends_their_signed_in_session(service) -> None:
     People(provisioner.records.engine).disable("carol")
     assert client.get("/review", follow_redirects=False).headers["location"] == "/review/login"
     assert sign_in(client_of(app), "carol").status_code == 401
+
+
+def test_changes_requested_by_two_checkers_return_the_request(service) -> None:
+    app, _, airlock = service
+    request_id = submit(airlock, outputs=(frequency_output("2"),))
+    carol, dave = signed_in(app, "carol"), signed_in(app, "dave")
+    vote(carol, request_id, "2", "changes", "name the cohort in the title")
+    done = vote(dave, request_id, "2", "approve")
+    assert "notice=decided" in done.headers["location"] and airlock.get(request_id).state == "returned"
+    page = carol.get(done.headers["location"]).text
+    assert decision(page, "2") == "changes" and 'id="vote-form-2"' not in page
+    assert "name the cohort in the title" in votes_table(page, "2")
+    late = carol.post(f"/review/requests/{request_id}/outputs/2/vote",
+                      data={"csrf": csrf_of(page), "vote": "approve"}, follow_redirects=False)
+    assert late.status_code == 409 and "not under review" in late.text
