@@ -2,10 +2,10 @@
 
 A sign-in is one scrypt check at the site's parameters (N=2**15, r=8, p=1), plus a session row; a request page reads
 and re-hashes every stored file of the request and draws each output's table from its data.csv, marking the cells
-its checks flag. This builds a site in a temporary folder, submits through the airlock library one request whose
-output is a table of ROWS x 10 cells (9999 rows and the header: the store's CSV bound) (every tenth cell flagged by a check), and times, through FastAPI's TestClient
-in this process, REPEAT sign-ins and REPEAT loads of the request page for each ROWS. Prints JSON: median and maximum
-seconds, and the page's size in bytes.
+its checks flag. This builds a site in a temporary folder, submits through the airlock library one request per ROWS
+whose output is a table of ROWS x 10 cells, every tenth cell flagged by a check (9999 rows and the header is the
+store's CSV bound), and times, through FastAPI's TestClient in this process, REPEAT sign-ins and REPEAT loads of each
+request page. Prints JSON: median and maximum seconds, and the page's size in bytes.
 
     .venv/bin/python benchmarks/review_bench.py [--rows 100 1000 9999] [--repeat 5]
 """

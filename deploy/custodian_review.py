@@ -18,8 +18,9 @@ and images from the service only, forms posting to it only, no framing) and no-s
 session cookie is HttpOnly, SameSite=Strict, Path=/review and Secure when the service is reached over https (as the
 service sees it: behind a TLS proxy, name the proxy with `custodian serve --trusted-proxy`); every POST carries the
 session's CSRF token (the sign-in form a token bound to a short-lived cookie of its own), compared in constant time;
-a POST whose Sec-Fetch-Site or Origin says it came from elsewhere is refused as well. Form bodies are bounded. Failed sign-ins are throttled (people.SignInThrottle) and audited through the service's rate-limited
-`auth-failed` writer; sign-ins and sign-outs are audit events (`review-sign-in`, `review-sign-out`).
+a POST whose Sec-Fetch-Site or Origin says it came from elsewhere is refused as well. Form bodies are bounded.
+Failed sign-ins are throttled (people.SignInThrottle) and audited through the service's rate-limited `auth-failed`
+writer; sign-ins and sign-outs are audit events (`review-sign-in`, `review-sign-out`).
 """
 from __future__ import annotations
 

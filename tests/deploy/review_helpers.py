@@ -29,7 +29,8 @@ def crosstab_output(output_id: str = "1", justification: str | None = "Only 3 re
     }
     return FrozenOutput(output_id=output_id, name="sex by race", kind="crosstab", status="fail",
                         checks=meta["checks"], justification=justification,
-                        files=(FrozenFile("data.csv", data.encode()), FrozenFile("meta.json", json.dumps(meta).encode())),
+                        files=(FrozenFile("data.csv", data.encode()),
+                               FrozenFile("meta.json", json.dumps(meta).encode())),
                         release=meta["release"])
 
 
@@ -41,7 +42,8 @@ def frequency_output(output_id: str = "2") -> FrozenOutput:
             "release": {"dataset": "adult", "id": "20261126T000000Z", "seal_sha256": "ab" * 32}}
     return FrozenOutput(output_id=output_id, name="education", kind="frequencies", status="pass",
                         checks=meta["checks"], justification=None,
-                        files=(FrozenFile("data.csv", data.encode()), FrozenFile("meta.json", json.dumps(meta).encode())))
+                        files=(FrozenFile("data.csv", data.encode()),
+                               FrozenFile("meta.json", json.dumps(meta).encode())))
 
 
 def submit(airlock, recipient: str = "alice", rid: str = "r1alice", app_number: int = 1,
