@@ -218,6 +218,14 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
     site = _site(args)
     gateway = args.purpose == "gateway"
     path = site.gateway_signing_key if gateway else site.release_signing_key
+    if args.purpose == "outputs":  # the airlock's packages: what its ledger lists, else the packages in SITE/airlock
+        from outputs.airlock.package import package_signatures
+        from safeshare.signing import OUTPUTS_KEY, ledger_signatures
+
+        path = site.root / OUTPUTS_KEY
+        recorded_outputs = ledger_signatures(path)
+        outputs_signed = recorded_outputs if recorded_outputs is not None else \
+            list(package_signatures(site.root / "airlock"))
     try:
         kept_elsewhere = [record for name in args.also_signed for record in file_signatures(name)]
     except ValueError as exc:
@@ -227,7 +235,8 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
         os.chmod(path.parent, 0o700)
         key, retired = rotate_key(path, site.trust_file, args.purpose, GATEWAY_UID if gateway else None,
                                   comment=f"{args.purpose} key of the site",
-                                  signed=chain(site_signatures(site, args.purpose), kept_elsewhere))
+                                  signed=chain(outputs_signed if args.purpose == "outputs"
+                                               else site_signatures(site, args.purpose), kept_elsewhere))
         recorded = {k.key_id: k.signed_count for k in TrustStore.load(site.trust_file).trusted(args.purpose)
                     if k.key_id in retired}
     except (OSError, KeyFileError) as exc:
@@ -409,7 +418,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "cannot sign anything new, whatever time it writes into the signature. Signatures kept only "
                     "outside the site are recorded only from the files named with --also-signed. The running "
                     "gateway signs its next line with the new key (it re-reads the file).")
-    kt.add_argument("--purpose", choices=("release", "gateway"), default="gateway")
+    kt.add_argument("--purpose", choices=("release", "gateway", "outputs"), default="gateway")
     kt.add_argument("--also-signed", action="append", default=[], metavar="FILE",
                     help="a file (JSON or JSON lines) whose signatures by the retiring key are recorded too: an "
                          "auditor's `safeshare audit checkpoint` export holds the seals of sessions that retention "

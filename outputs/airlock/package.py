@@ -23,7 +23,7 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,16 @@ def signature_of(data: bytes) -> dict[str, Any]:
     """The signature record in a package's bytes (for the key's ledger)."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return json.loads(archive.read(SIGNATURE).decode("ascii"))["signature"]
+
+
+def package_signatures(airlock_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The signature records of the packages under SITE/airlock (for a rotation of the outputs key when its ledger
+    is missing); unreadable packages are skipped."""
+    for path in sorted(Path(airlock_root).glob("*/*/package.zip")):
+        try:
+            yield signature_of(read_package_bytes(path))
+        except Exception:  # a damaged package: its signature cannot be recorded, and it does not verify anyway
+            continue
 
 
 def write_package(path: str | os.PathLike[str], data: bytes) -> None:
@@ -231,5 +241,5 @@ def verify_package(path: str | os.PathLike[str], trust: TrustStore | str | os.Pa
 
 
 __all__ = ["MANIFEST", "PACKAGE_FORMAT", "PackageError", "PackageInputError", "SIGNATURE", "assemble",
-           "build_package", "make_manifest", "read_package_bytes", "signature_of", "verify_package", "verify_package_bytes",
+           "build_package", "make_manifest", "package_signatures", "read_package_bytes", "signature_of", "verify_package", "verify_package_bytes",
            "write_package"]

@@ -255,13 +255,6 @@ class AirlockRecords:
         with self._session() as session:
             return [AirlockEvent.of(row) for row in reversed(session.scalars(query).all())]
 
-    def has_event(self, action: str, recipient: str | None, **match: Any) -> bool:
-        """Whether an event `action` for `recipient` has every `match` item in its detail (output-saved once)."""
-        for event_ in self.events(recipient=recipient, action=action, limit=1_000_000):
-            if all(event_.detail.get(k) == v for k, v in match.items()):
-                return True
-        return False
-
     # --- requests ----------------------------------------------------------------------------------------------
 
     def get(self, request_id: str) -> RequestRecord | None:

@@ -99,3 +99,31 @@ def test_return_and_withdraw(site: Path, capsys) -> None:
     code, out, _ = run(capsys, "airlock", "withdraw", request_id, "--json", *s)
     assert code == 0 and json.loads(out)["state"] == "withdrawn"
     assert run(capsys, "airlock", "show", "not-a-request", *s)[0] == 2
+
+
+def test_rotating_the_outputs_key_keeps_released_packages_verifying(site: Path, capsys, tmp_path: Path) -> None:
+    from outputs.airlock.package import PackageError, build_package, verify_package
+    from safeshare.signing import SigningKey, ensure_outputs_key
+
+    airlock = open_airlock(site)
+    request_id = submit(airlock).request_id
+    airlock.vote(request_id, "1", "bob", "approve")
+    airlock.vote(request_id, "1", "carol", "approve")
+    old_key = ensure_outputs_key(site)
+    airlock.release(request_id, old_key, "cli:test")
+    package = airlock.store.package_file(request_id)
+    code, out, err = run(capsys, "custodian", "key", "rotate", "--purpose", "outputs", "--json", "--site", str(site))
+    assert code == 0, err
+    rotated = json.loads(out)
+    assert rotated["retired"] == [old_key.key_id] and rotated["recorded"] == {old_key.key_id: 1}
+    assert verify_package(package, site / "trust.json")["key_id"] == old_key.key_id  # still verifies
+    assert ensure_outputs_key(site).key_id == rotated["key_id"] != old_key.key_id
+    # a copy of the retired key signs nothing new, whatever date it writes
+    stolen = SigningKey(old_key.private)  # a copy taken before the rotation (the file holds the new key now)
+    frozen = airlock.frozen(request_id)
+    forged = tmp_path / "forged.zip"
+    forged.write_bytes(build_package(frozen, {"1": {"data.csv": b"sex,count\nfemale,3\n"}}, {}, stolen,
+                                     "2026-01-01T00:00:00+00:00"))
+    with pytest.raises(PackageError, match="retired"):
+        verify_package(forged, site / "trust.json")
+    airlock.close()
