@@ -261,8 +261,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from outputs.airlock.records import VOTES
-    from outputs.airlock.workflow import STATES
+    from outputs.airlock.states import STATES, VOTES  # names only: registering loads no SQLAlchemy
 
     top = subparsers.add_parser(
         "airlock", help="output requests: list, show, vote, return, release, withdraw, history, intake",

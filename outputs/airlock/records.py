@@ -23,9 +23,10 @@ from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, e
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from .states import VOTES
+
 ACTIONS = ("output-saved", "submitted", "refused", "returned", "voted", "approved", "rejected",
            "released", "release-refused", "downloaded", "download-refused", "withdrawn")
-VOTES = ("approve", "changes", "reject")
 
 
 def utcnow() -> datetime:

@@ -32,10 +32,8 @@ from .records import VOTES, AirlockRecords, OutputRow, RequestRecord, RequestRow
 from .store import (MAX_OUTPUTS, MAX_SUPPORTING, MAX_TEXT, OUTPUT_ID, AirlockStore, ChecksumMismatch, FrozenFile,
                     FrozenOutput, StoreError, check_file, check_total, new_request_id, request_bytes, sha256)
 
-DRAFT, SUBMITTED, RETURNED, APPROVED, REJECTED, RELEASED, WITHDRAWN = (
-    "draft", "submitted", "returned", "approved", "rejected", "released", "withdrawn")
-STATES = (DRAFT, SUBMITTED, RETURNED, APPROVED, REJECTED, RELEASED, WITHDRAWN)
-OPEN_STATES = (SUBMITTED, RETURNED, APPROVED)
+from .states import (APPROVED, DRAFT, OPEN_STATES, REJECTED, RELEASED, RETURNED, STATES, SUBMITTED,  # noqa: F401
+                     WITHDRAWN)
 PENDING, CONFLICT, CHANGES = "pending", "conflict", "changes"
 DECISIONS = (PENDING, APPROVED, REJECTED, CHANGES, CONFLICT)
 APPROVE, REJECT = "approve", "reject"
