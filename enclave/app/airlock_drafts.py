@@ -370,13 +370,21 @@ class Drafts:
         self.output_files(output_id)
         return saved
 
-    def _check_size(self, folder: Path, record: dict) -> None:
+    def _check_size(self, folder: Path, record: dict, payloads: dict[str, bytes] | None = None) -> None:
+        """The request's bound on all its files together (sizes from the folders; each file's own checks are
+        made when an output is added and again on submission)."""
         total = 0
         for item in record["outputs"]:
-            total += sum(len(b) for b in self.output_files(item["output_id"]).values())
+            output_folder = self.outputs.folder(item["output_id"])
+            if output_folder is not None:
+                total += sum(p.stat().st_size for p in output_folder.iterdir()
+                             if p.name not in SKIPPED_FILES and not p.name.startswith(".") and p.is_file())
         for name in record["supporting"]:
             path = folder / layout.SUPPORTING_DIR / name
-            total += path.stat().st_size if path.is_file() else 0
+            if payloads and name in payloads:
+                total += len(payloads[name])
+            elif path.is_file():
+                total += path.stat().st_size
         try:
             airlock_store.check_total(total, "the request's files")
         except ValueError as exc:
@@ -459,9 +467,13 @@ class Drafts:
                 record["controls"] = clean_text(changes["controls"], "controls text")
             if "outputs" in changes:
                 record["outputs"] = self._outputs(changes["outputs"])
+            payloads: dict[str, bytes] = {}
             if "note" in changes or "supporting_outputs" in changes:
-                self._supporting(folder, record, changes)
-            self._check_size(folder, record)
+                record["supporting"], payloads = self._supporting(record, changes)
+            self._check_size(folder, record, payloads)
+            # only now, every check passed: the supporting folder holds exactly the listed files (the intake takes
+            # every file in it), then the draft names them
+            self._sync_supporting(folder, record["supporting"], payloads)
             self._write(folder, record)
             return self.view(record)
 
@@ -485,10 +497,9 @@ class Drafts:
             out.append({"output_id": output_id, "justification": text or None})
         return out
 
-    def _supporting(self, folder: Path, record: dict, changes: dict) -> None:
-        """Write the supporting files asked for and remove those no longer listed (checkers only)."""
-        support = folder / layout.SUPPORTING_DIR
-        support.mkdir(exist_ok=True)
+    def _supporting(self, record: dict, changes: dict) -> tuple[list[str], dict[str, bytes]]:
+        """The supporting files asked for (checkers only): the names the request will list, and the new bytes of
+        those that change; each checked against the allowlist. Nothing is written here."""
         wanted: dict[str, dict] = {name: supporting_item(name) for name in record.get("supporting", [])}
         payloads: dict[str, bytes] = {}
         if "note" in changes:
@@ -516,12 +527,21 @@ class Drafts:
             raise DraftError(f"a request takes at most {airlock_store.MAX_SUPPORTING} supporting files")
         for name, body in payloads.items():
             _check_file("supporting file", name, body)
+        return sorted(wanted), payloads
+
+    @staticmethod
+    def _sync_supporting(folder: Path, names: list[str], payloads: dict[str, bytes]) -> None:
+        """Write the changed supporting files and remove every file the request does not list."""
+        support = folder / layout.SUPPORTING_DIR
+        support.mkdir(exist_ok=True)
         for name, body in payloads.items():
             atomic_write(support / name, body)
         for path in support.iterdir():
-            if path.name not in wanted and not path.name.startswith("."):
-                path.unlink()
-        record["supporting"] = sorted(wanted)
+            if path.name not in names and not path.name.startswith("."):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
 
     def submit(self, number: object) -> dict:
         """Ask the host to take the request: refused with every reason when it is incomplete; otherwise the
@@ -533,6 +553,7 @@ class Drafts:
                 raise DraftError("the request cannot be submitted: " + "; ".join(problems))
             for item in record["outputs"]:
                 self._check_output(item["output_id"])
+            self._sync_supporting(folder, record["supporting"], {})  # nothing unlisted goes with it
             for name in record["supporting"]:
                 path = folder / layout.SUPPORTING_DIR / name
                 if not path.is_file() or path.is_symlink():

@@ -424,3 +424,29 @@ def test_the_real_intake_takes_what_the_app_wrote_and_its_refusal_is_shown(app_a
         (str(failing["id"]), "the small cell is a known public figure"), (str(passing["id"]), None)]
     assert sorted(frozen["supporting"]) == ["note.txt", f"output-{passing['id']}-data.csv"]
     assert not Layout(state).outbox_file(number).exists()
+
+
+def test_the_request_bound_on_all_files_together_is_the_stores(client, monkeypatch) -> None:
+    first = save(client, "crosstab", CROSSTAB, "one")
+    second = save(client, "frequencies", PASSING, "two")
+    number = client.post("/api/requests", json={"outputs": [{"output_id": first["id"], "justification": "j"}]}
+                         ).json()["number"]
+    state = client.app.state.ctx.outputs.root.parent
+    size = sum(p.stat().st_size for p in (state / "outputs" / str(first["id"])).iterdir()
+               if p.name != "rendering.html")
+    monkeypatch.setattr(airlock_store, "MAX_REQUEST_BYTES", size + 10)
+    refused = client.patch(f"/api/requests/{number}", json={"outputs": [
+        {"output_id": first["id"], "justification": "j"}, {"output_id": second["id"]}]})
+    assert refused.status_code == 413 and f"more than the {size + 10} a request may have" in refused.json()["detail"]
+    refused = client.patch(f"/api/requests/{number}", json={"note": "x" * 20})
+    assert refused.status_code == 413
+    assert [o["output_id"] for o in client.get(f"/api/requests/{number}").json()["outputs"]] == [first["id"]]
+    assert client.get(f"/api/requests/{number}").json()["supporting"] == []
+    support = Layout(state).supporting_dir(number)
+    assert list(support.iterdir()) == []  # a refused change writes nothing the intake would take
+    # a file that got there otherwise (a crash, a script) does not go with the submission
+    monkeypatch.undo()
+    (support / "stray.txt").write_text("not listed")
+    client.patch(f"/api/requests/{number}", json={"context": "c", "controls": "k"})
+    assert client.post(f"/api/requests/{number}/submit").status_code == 200
+    assert list(support.iterdir()) == []
