@@ -247,8 +247,10 @@ def handle_outbox(airlock: Airlock, workspace: Workspace) -> list[dict[str, Any]
     for name, kind in list_dir(workspace.path, rel_outbox())[:MAX_OUTBOX]:
         stem = name[:-5] if name.endswith(".json") else ""
         parts = rel_outbox() + (name,)
+        if kind == "dir":  # cannot be removed file-wise; ignored (an event every pass would flood the trail)
+            continue
         if not valid_number(stem) or kind != "file":
-            remove_file(workspace.path, parts) if kind in ("file", "other") else None
+            remove_file(workspace.path, parts)
             airlock.records.event(_actor(workspace), "refused", "refused", workspace.recipient, None,
                                   reason=f"outbox entry {name!r} is not <number>.json (a plain file); removed")
             continue

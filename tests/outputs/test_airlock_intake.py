@@ -212,3 +212,18 @@ def test_intake_loop_picks_up_a_submission(tmp_path: Path) -> None:
         while not Layout(state).status_file(1).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
     assert loop.passes >= 1 and status(state, 1)["state"] == "submitted"
+
+
+def test_odd_outbox_entries_are_removed_once_and_folders_ignored(tmp_path: Path) -> None:
+    site, state = tmp_path / "site", tmp_path / "state"
+    ws = workspace(state)
+    outbox = Layout(state).outbox
+    outbox.mkdir(parents=True)
+    (outbox / "notes.json").write_text("{}")
+    (outbox / "7.json").symlink_to(tmp_path)
+    (outbox / "8.json").mkdir()
+    assert _run(site, ws).errors == []
+    assert sorted(p.name for p in outbox.iterdir()) == ["8.json"]  # the link itself removed, its target kept
+    assert tmp_path.is_dir()
+    _run(site, ws)
+    assert len(open_airlock(site).records.events(action="refused")) == 2
