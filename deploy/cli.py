@@ -45,7 +45,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         config = UpConfig(home=_home(args), policy=Path(args.policy).resolve(),
                           recipient_policy=Path(args.recipient_policy).resolve(), gateway_listen=args.listen,
                           app_port=args.app_port, size=args.size, network=args.network, db_url=args.db,
-                          token_ttl=parse_ttl(args.ttl) if args.ttl else timedelta(hours=8))
+                          token_ttl=parse_ttl(args.ttl) if args.ttl else timedelta(hours=8),
+                          review_listen=args.review_listen)
+        from safeshare.endpoints import parse_host_port
+
+        review_host, review_port = parse_host_port(args.review_listen)
+        config.review_listen = f"{review_host}:{review_port}"  # --review-listen :8070 is 127.0.0.1:8070
         for path in (config.policy, config.recipient_policy):
             if not path.is_file():
                 raise ValueError(f"{path}: no such file")
@@ -132,7 +137,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "up", help="run the whole enclave on this machine: de-identify, seal, app, kiosk, gateway; Ctrl+C stops",
         description="De-identify the demo table with the dataset policy, seal the release (refused if its gate "
                     "fails), start the analytics app, the kiosk and the gateway with the inspecting RFB proxy, "
-                    "issue a token for the recipient and print the researcher URL. Ctrl+C stops everything.")
+                    "issue a token for the recipient and print the researcher URL. The airlock runs too: the "
+                    "intake over the app's workspace (HOME/app) into HOME/airlock, the custodian service's review "
+                    "pages for checkers (--review-listen), and released packages at the gateway's /outputs. "
+                    "Ctrl+C stops everything.")
     _home_arg(up)
     up.add_argument("--policy", default=str(DEFAULT_POLICY), help="dataset policy (default: the ADULT example)")
     up.add_argument("--recipient-policy", default=str(DEFAULT_RECIPIENT),
@@ -144,9 +152,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="how the kiosk browser is kept to the app (see `safeshare kiosk --help`)")
     up.add_argument("--db", help="SQLAlchemy URL of the token database (default: SQLite in HOME/db, as at a site)")
     up.add_argument("--ttl", help="lifetime of the researcher's token, e.g. 30m, 8h (default 8h)")
+    up.add_argument("--review-listen", default="127.0.0.1:0",
+                    help="HOST:PORT of the custodian service with the checkers' review pages (/review) on HOME "
+                         "(default 127.0.0.1 and a free port)")
     up.add_argument("--json", action="store_true",
-                    help="print one JSON line when ready (url, gateway, app, release, pids, seconds) and one when "
-                         "stopped; progress goes to stderr")
+                    help="print one JSON line when ready (url, gateway, app, release, pids, seconds, review) and one "
+                         "when stopped; progress goes to stderr")
     up.set_defaults(func=cmd_up)
 
     st = subparsers.add_parser("status", help="show what `safeshare up` runs (exit 1 if nothing, or not healthy)")

@@ -128,3 +128,13 @@ def test_the_intake_over_home_app_freezes_what_the_app_submitted(bundle: Path, t
     assert Site(home).recipient_id("alice") == rid
     local_intake(home, db_url, "alice", bundle, interval=0.1).stop()
     assert json.loads((home / "site.json").read_text())["site_id"] == Site(home).site_id
+
+
+def test_a_bad_review_address_is_bad_input(tmp_path: Path) -> None:
+    import subprocess as sp
+    import sys
+
+    done = sp.run([sys.executable, "-m", "safeshare.cli", "up", "--home", str(tmp_path / "h"), "--review-listen",
+                   "nope"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "expected HOST:PORT, got 'nope'" in done.stderr
+    assert not (tmp_path / "h" / "up.json").exists()
