@@ -260,7 +260,11 @@ class AirlockStore:
             os.chmod(temp, 0o755)
             if target.exists():
                 old_round = int(self.read_request(request_id).get("round", 0))
-                os.rename(target, target.parent / f".round-{old_round}-{request_id}-{secrets.token_hex(3)}")
+                kept = target.parent / f".round-{old_round}-{request_id}-{secrets.token_hex(3)}"
+                if _exchange(temp, target):  # one step: the request folder is never missing
+                    os.rename(temp, kept)
+                    return target
+                os.rename(target, kept)
             os.rename(temp, target)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -330,6 +334,25 @@ class AirlockStore:
                 problems.append(f"supporting/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
         if problems:
             raise ChecksumMismatch("checksum mismatch: " + "; ".join(problems))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
 
 
 def _names(folder: Path) -> list[str]:

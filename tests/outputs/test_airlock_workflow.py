@@ -258,3 +258,16 @@ def test_a_file_changed_in_the_store_blocks_release(tmp_path: Path, tamper: str)
     assert len(refused) == 1 and "checksum mismatch" in refused[0].detail["reason"]
     assert refused[0].actor == "cli:custodian" and refused[0].outcome == "refused"
     airlock.close()
+
+
+def test_a_resubmission_keeps_the_earlier_round_in_the_store(tmp_path: Path) -> None:
+    airlock = open_airlock(tmp_path / "site")
+    record = submit(airlock)
+    airlock.return_request(record.request_id, "cli:custodian", "name the table")
+    again = submit(airlock, [frozen_output("1", csv=b"sex,count\nfemale,125\nmale,125\n")])
+    assert again.round == 2
+    assert airlock.store.read_output_file(record.request_id, "1", "data.csv") == b"sex,count\nfemale,125\nmale,125\n"
+    kept = [p for p in airlock.store.request_dir(record.request_id).parent.iterdir() if p.name.startswith(".round-1-")]
+    assert len(kept) == 1 and json.loads((kept[0] / "request.json").read_text())["round"] == 1
+    assert [e.detail["round"] for e in airlock.records.events(request_id=record.request_id, action="submitted")] == [1, 2]
+    airlock.close()
