@@ -127,3 +127,9 @@ def test_rotating_the_outputs_key_keeps_released_packages_verifying(site: Path, 
     with pytest.raises(PackageError, match="retired"):
         verify_package(forged, site / "trust.json")
     airlock.close()
+
+
+def test_intake_once_on_a_site_without_recipients(site: Path, capsys) -> None:
+    code, out, err = run(capsys, "airlock", "intake", "--once", "--json", "--site", str(site))
+    assert code == 0, err
+    assert json.loads(out) == {"handled": [], "saved": 0, "statuses": 0, "errors": []}
