@@ -441,7 +441,11 @@ class Drafts:
                 raise
             _fsync_dir(self.requests_dir)
             if changes:
-                return self.update(number, changes)
+                try:
+                    return self.update(number, changes)
+                except BaseException:  # refused as a whole: no empty draft left behind
+                    shutil.rmtree(self.layout.request_dir(number), ignore_errors=True)
+                    raise
             return self.view(record)
 
     def _editable(self, number: object) -> tuple[Path, dict]:

@@ -164,7 +164,9 @@ async def create_from_page(request: Request) -> Response:
     from .output_routes import _form
 
     form = await _form(request)
-    changes = {k: form[k] for k in ("context", "controls") if form.get(k, "").strip()}
+    changes: dict[str, Any] = {k: form[k] for k in ("context", "controls") if form.get(k, "").strip()}
+    if form.get("output_id"):  # "Request its release" on an output's page
+        changes["outputs"] = [{"output_id": form["output_id"], "justification": form.get("justification") or None}]
     try:
         view = drafts(request).create(changes)
     except DraftError as exc:

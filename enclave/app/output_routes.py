@@ -414,7 +414,25 @@ def output_page(output_id: str, request: Request) -> HTMLResponse:
     if record is None:
         return _render(request, "error.html", "not found", status=404, message=f"There is no output {output_id}.")
     return _render(request, "output.html", f"output {record['id']}", output=record, grid=grid(record),
-                   message=request.query_params.get("message"))
+                   message=request.query_params.get("message"), release_request=_release_request(request, record))
+
+
+def _release_request(request: Request, record: dict) -> dict | None:
+    """For the output page's "request its release" box: the open request of the served release (its number,
+    whether it holds this output, whether it can take it), or None when there is none yet."""
+    from .airlock_routes import drafts
+
+    if (record.get("release") or {}).get("id") != ctx(request).release.release_id:
+        return {"other_release": True}
+    store = drafts(request)
+    open_numbers = store.open_for_release()
+    if not open_numbers:
+        return None
+    view = store.get(open_numbers[0])
+    if view is None:
+        return None
+    return {"number": view["number"], "state": view["state"], "editable": view["editable"],
+            "holds": any(item["output_id"] == record["id"] for item in view["outputs"])}
 
 
 @page_router.post("/outputs/{output_id}/{action}")

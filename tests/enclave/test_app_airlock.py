@@ -450,3 +450,29 @@ def test_the_request_bound_on_all_files_together_is_the_stores(client, monkeypat
     client.patch(f"/api/requests/{number}", json={"context": "c", "controls": "k"})
     assert client.post(f"/api/requests/{number}/submit").status_code == 200
     assert list(support.iterdir()) == []
+
+
+def test_an_output_page_starts_a_request_or_adds_to_the_open_one(client) -> None:
+    failing = save(client, "crosstab", CROSSTAB, "sex by race")
+    passing = save(client, "frequencies", PASSING, "sex")
+    page = client.get(f"/outputs/{failing['id']}").text
+    assert 'id="start-request"' in page and 'id="request-justification"' in page
+    # a refused start leaves no empty draft
+    refused = client.post("/requests", data={"output_id": "999"})
+    assert refused.status_code == 404 and client.get("/api/requests").json() == []
+    started = client.post("/requests", data={"output_id": str(failing["id"]), "justification": "known figure"},
+                          follow_redirects=False)
+    assert started.status_code == 303 and started.headers["location"] == "/requests/1?message=created"
+    assert client.get("/api/requests/1").json()["outputs"] == [
+        {"output_id": failing["id"], "justification": "known figure", "name": "sex by race", "status": "fail",
+         "kind": "crosstab", "needs_justification": True}]
+    assert 'href="/requests/1">request #1</a> (draft)' in client.get(f"/outputs/{failing['id']}").text
+    page = client.get(f"/outputs/{passing['id']}").text
+    assert 'id="add-to-request"' in page and 'id="request-justification"' not in page  # a pass needs none
+    added = client.post("/requests/1/add-output", data={"output_id": str(passing["id"])}, follow_redirects=False)
+    assert added.status_code == 303
+    assert [o["output_id"] for o in client.get("/api/requests/1").json()["outputs"]] == [failing["id"], passing["id"]]
+    client.patch("/api/requests/1", json={"context": "c", "controls": "k"})
+    client.post("/api/requests/1/submit")
+    third = save(client, "frequencies", {"attribute": "race", "exclude_suppressed": True}, "race")
+    assert "it cannot take outputs now" in client.get(f"/outputs/{third['id']}").text
