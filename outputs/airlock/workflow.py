@@ -439,6 +439,10 @@ class Airlock:
         """Change a request's state (only from `expected`, and in round `round_` when given) and write the event of
         that step, in one transaction."""
         allowed = (expected,) if isinstance(expected, str) else tuple(expected)
+        if "outputs" not in detail:  # every step's event names the hashes it concerns
+            record = self.get(request_id)
+            detail = {**detail, "outputs": {o.output_id: o.files
+                                            for o in self.records.outputs(request_id, record.round)}}
         with self.records.session() as session:
             row = session.get(RequestRow, request_id)
             if row is None:

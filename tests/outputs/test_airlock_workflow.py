@@ -221,8 +221,9 @@ def test_each_step_writes_its_event(tmp_path: Path) -> None:
     other = submit(airlock, number=2)
     airlock.return_request(other.request_id, "cli:custodian", "say which table")
     airlock.withdraw(other.request_id, "recipient:alice")
-    assert [e.action for e in airlock.records.events(request_id=other.request_id)] == \
-        ["submitted", "returned", "withdrawn"]
+    steps = airlock.records.events(request_id=other.request_id)
+    assert [e.action for e in steps] == ["submitted", "returned", "withdrawn"]
+    assert all(e.detail["outputs"]["1"]["data.csv"] == data_sha for e in steps)
     airlock.close()
 
 
