@@ -26,8 +26,10 @@ RANK = {"pass": 0, "review": 1, "fail": 2}
 STRUCTURAL = "structural-zeros"
 
 
-@dataclass
+@dataclass(slots=True)
 class Cell:
+    """A cell some check marks (unmarked cells stay plain strings: a table of 100,000 cells makes few objects)."""
+
     text: str
     marks: list[dict[str, str]] = field(default_factory=list)  # {rule, status, reason}
 
@@ -50,13 +52,10 @@ class Cell:
 @dataclass
 class Table:
     header: list[str]
-    rows: list[list[Cell]]  # each row: its label cell first
+    rows: list[list[str | Cell]]  # each row: its label first; a Cell where a check marks the value
     truncated: bool = False
     error: str | None = None
-
-    @property
-    def flagged(self) -> int:
-        return sum(1 for row in self.rows for cell in row[1:] if cell.css in ("flag-fail", "flag-review"))
+    flagged: int = 0  # cells marked fail or review
 
 
 def _clip(text: str) -> str:
@@ -76,8 +75,11 @@ def parse_csv(data: bytes) -> Table:
     if not lines:
         return Table([], [], error="data.csv is empty")
     truncated = len(lines) > MAX_ROWS + 1 or any(len(line) > MAX_COLUMNS for line in lines)
+    long_cells = any(len(x) > MAX_CELL_CHARS for line in lines for x in line)
     header = [_clip(x) for x in lines[0][:MAX_COLUMNS]]
-    rows = [[Cell(_clip(x)) for x in line[:MAX_COLUMNS]] for line in lines[1:MAX_ROWS + 1]]
+    rows = lines[1:MAX_ROWS + 1]
+    if truncated or long_cells:
+        rows = [[_clip(x) for x in line[:MAX_COLUMNS]] for line in rows]
     return Table(header, rows, truncated=truncated)
 
 
@@ -94,26 +96,36 @@ def _meta_checks(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def mark(table: Table, meta: dict[str, Any]) -> Table:
-    """Mark the cells the output's checks flag (by position from `flags`, by labels from each check's `cells`)."""
+    """Mark the cells the output's checks flag (by position from `flags`, by labels from each check's `cells`; a
+    rule that has positions in `flags` is not matched again by labels)."""
     checks = _meta_checks(meta)
     reasons = {str(c.get("rule")): str(c.get("reason") or "") for c in checks}
+    rows = table.rows
     seen: set[tuple[int, int, str]] = set()
+    marked: dict[tuple[int, int], Cell] = {}
 
     def put(r: int, c: int, rule: str, status: str) -> None:
-        if (r, c, rule) in seen or not (0 <= r < len(table.rows)) or not (1 <= c < len(table.rows[r])):
+        if (r, c, rule) in seen or not (0 <= r < len(rows)) or not (1 <= c < len(rows[r])):
             return
         seen.add((r, c, rule))
-        table.rows[r][c].marks.append({"rule": rule, "status": status, "reason": reasons.get(rule, "")})
+        cell = marked.get((r, c))
+        if cell is None:
+            cell = marked[(r, c)] = Cell(str(rows[r][c]))
+            rows[r][c] = cell
+        cell.marks.append({"rule": rule, "status": status, "reason": reasons.get(rule, "")})
 
     flags = meta.get("flags")
+    placed: set[str] = set()
     for flag in flags if isinstance(flags, list) else []:
         if isinstance(flag, dict) and isinstance(flag.get("row"), int) and isinstance(flag.get("col"), int):
-            put(flag["row"], flag["col"] + 1, str(flag.get("rule", "")), str(flag.get("status", "")))
-    row_index = {row[0].text: i for i, row in reversed(list(enumerate(table.rows))) if row}
+            rule = str(flag.get("rule", ""))
+            placed.add(rule)
+            put(flag["row"], flag["col"] + 1, rule, str(flag.get("status", "")))
+    row_index = {str(row[0]): i for i, row in reversed(list(enumerate(rows))) if row}
     col_index = {name: j for j, name in reversed(list(enumerate(table.header))) if j > 0}
     for check in checks:
         rule, status = str(check.get("rule", "")), str(check.get("status", ""))
-        if status == "pass" and rule != STRUCTURAL:
+        if (status == "pass" and rule != STRUCTURAL) or rule in placed:
             continue
         cells = check.get("cells")
         for labels in cells if isinstance(cells, list) else []:
@@ -127,9 +139,10 @@ def mark(table: Table, meta: dict[str, Any]) -> Table:
                 if c is not None:
                     put(r, c, rule, status)
             else:  # one axis: the row's value cells (not a total column)
-                for c in range(1, len(table.rows[r])):
+                for c in range(1, len(rows[r])):
                     if table.header[c:c + 1] != ["total"]:
                         put(r, c, rule, status)
+    table.flagged = sum(1 for cell in marked.values() if cell.css in ("flag-fail", "flag-review"))
     return table
 
 
