@@ -297,8 +297,10 @@ class Drafts:
             state = status["state"] if fresh and status else "submitting"
             if pending is not None and pending.get("action") == "submit":
                 state = "submitting"
-        elif state == "withdrawn" and pending is not None:
-            state = "withdrawing"
+        elif state == "withdrawn":
+            state = "withdrawing" if pending is not None else state
+            if status is not None and status["state"] == "refused":
+                status = None  # withdrawn before the airlock took it: its "not open" answer is no news
         outputs = []
         for item in record.get("outputs", []):
             saved = self.outputs.get(item["output_id"])

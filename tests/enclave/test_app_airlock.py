@@ -476,3 +476,29 @@ def test_an_output_page_starts_a_request_or_adds_to_the_open_one(client) -> None
     client.post("/api/requests/1/submit")
     third = save(client, "frequencies", {"attribute": "race", "exclude_suppressed": True}, "race")
     assert "it cannot take outputs now" in client.get(f"/outputs/{third['id']}").text
+
+
+def test_withdrawn_before_the_intake_took_it_with_the_real_intake(app_and_state, tmp_path) -> None:
+    from outputs.airlock.intake import run_intake
+    from outputs.airlock.records import AirlockRecords
+    from outputs.airlock.workspace import Workspace
+
+    client, state = app_and_state
+    number, _, _ = ready_request(client)
+    client.post(f"/api/requests/{number}/submit")
+    client.post(f"/api/requests/{number}/withdraw")
+    release = client.get(f"/api/requests/{number}").json()["release"]
+    site = tmp_path / "site"
+    site.mkdir()
+    db_url = f"sqlite:///{site / 'site.sqlite'}"
+    workspace = Workspace(state, "alice", "r1", f"{release['dataset']}/{release['id']}", release["seal_sha256"])
+    run_intake(site, [workspace], db_url=db_url)
+    view = client.get(f"/api/requests/{number}").json()
+    assert view["state"] == "withdrawn" and view["host_status"] is None
+    assert not Layout(state).outbox_file(number).exists()
+    records = AirlockRecords(db_url)
+    try:
+        assert records.requests(recipient="alice") == []  # nothing reached the store
+    finally:
+        records.dispose()
+    assert client.post("/api/requests").status_code == 200
