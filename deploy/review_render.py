@@ -99,12 +99,15 @@ def mark(table: Table, meta: dict[str, Any]) -> Table:
     """Mark the cells the output's checks flag (by position from `flags`, by labels from each check's `cells`; a
     rule that has positions in `flags` is not matched again by labels)."""
     checks = _meta_checks(meta)
-    reasons = {str(c.get("rule")): str(c.get("reason") or "") for c in checks}
+    reasons: dict[str, str] = {}
+    for check in checks:  # a flag names its rule: the first reason given for that rule
+        if check.get("reason") and str(check.get("rule")) not in reasons:
+            reasons[str(check.get("rule"))] = str(check["reason"])
     rows = table.rows
     seen: set[tuple[int, int, str]] = set()
     marked: dict[tuple[int, int], Cell] = {}
 
-    def put(r: int, c: int, rule: str, status: str) -> None:
+    def put(r: int, c: int, rule: str, status: str, reason: str | None = None) -> None:
         if (r, c, rule) in seen or not (0 <= r < len(rows)) or not (1 <= c < len(rows[r])):
             return
         seen.add((r, c, rule))
@@ -112,7 +115,8 @@ def mark(table: Table, meta: dict[str, Any]) -> Table:
         if cell is None:
             cell = marked[(r, c)] = Cell(str(rows[r][c]))
             rows[r][c] = cell
-        cell.marks.append({"rule": rule, "status": status, "reason": reasons.get(rule, "")})
+        cell.marks.append({"rule": rule, "status": status,
+                           "reason": reasons.get(rule, "") if reason is None else reason})
 
     flags = meta.get("flags")
     placed: set[str] = set()
@@ -125,6 +129,7 @@ def mark(table: Table, meta: dict[str, Any]) -> Table:
     col_index = {name: j for j, name in reversed(list(enumerate(table.header))) if j > 0}
     for check in checks:
         rule, status = str(check.get("rule", "")), str(check.get("status", ""))
+        reason = str(check.get("reason") or "")
         if (status == "pass" and rule != STRUCTURAL) or rule in placed:
             continue
         cells = check.get("cells")
@@ -137,11 +142,11 @@ def mark(table: Table, meta: dict[str, Any]) -> Table:
             if len(labels) >= 2:
                 c = col_index.get(str(labels[1]))
                 if c is not None:
-                    put(r, c, rule, status)
+                    put(r, c, rule, status, reason)
             else:  # one axis: the row's value cells (not a total column)
                 for c in range(1, len(rows[r])):
                     if table.header[c:c + 1] != ["total"]:
-                        put(r, c, rule, status)
+                        put(r, c, rule, status, reason)
     table.flagged = sum(1 for cell in marked.values() if cell.css in ("flag-fail", "flag-review"))
     return table
 
