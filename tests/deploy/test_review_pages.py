@@ -205,10 +205,13 @@ def test_the_request_page_shows_the_table_with_the_failing_cell_and_everything_a
 def test_researcher_text_is_escaped(service) -> None:
     app, _, airlock = service
     hostile = crosstab_output(justification='<script>alert(1)</script><img src=x onerror="alert(2)">')
+    csv_text = 'label,"<b onmouseover=alert(3)>n</b>"\n"<script>alert(4)</script>",5\n'
+    hostile = FrozenOutput(**{**hostile.__dict__, "files": (FrozenFile("data.csv", csv_text.encode()),
+                                                             *[f for f in hostile.files if f.name != "data.csv"])})
     request_id = submit(airlock, outputs=(hostile,))
     page = signed_in(app, "carol").get(f"/review/requests/{request_id}").text
-    assert "<script>" not in page and "<img src=x" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>" not in page and "<img src=x" not in page and "<b onmouseover" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;script&gt;alert(4)&lt;/script&gt;" in page
 
 
 def test_a_stored_file_changed_after_submission_is_not_shown(service) -> None:
