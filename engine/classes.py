@@ -7,8 +7,10 @@ or, much smaller, the classes of a more specific transformation (roll-up).
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from .encoding import EncodedTable
 
 _KEY_LIMIT = 1 << 62
+PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 
 
 def combined_key(codes: np.ndarray, cardinalities: Sequence[int]) -> np.ndarray:
@@ -139,10 +142,11 @@ class ClassCache:
 
     DEFAULT_BUDGET_BYTES = 256 << 20
 
-    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.load
-                 ) -> None:
+    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.load,
+                 prefetch: bool = False) -> None:
         """`compiled`: engine.kernels' functions for the compiled roll-up, None for the numpy one; by default
-        `kernels.load()` decides (compiled unless the reference path is forced)."""
+        `kernels.load()` decides (compiled unless the reference path is forced). `prefetch`: a worker thread may
+        roll up ahead (`prefetch`; call `close` when done)."""
         self.table = table
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
         # Sensitive attributes ride along as rows that never generalize (engine.distributions projects them away).
@@ -174,6 +178,12 @@ class ClassCache:
         # The compiled roll-up (engine.kernels) needs the fixed radix; without it, or with the reference path
         # forced, the numpy roll-up runs.
         self.kernels = (compiled() if callable(compiled) else compiled) if self.radix is not None else None
+        # A worker thread that rolls up ahead what the search will likely ask next (`prefetch`); the compiled
+        # roll-up releases the GIL, so it runs on the other core while the search does its Python work.
+        self._pending: OrderedDict[tuple[int, ...], Future] = OrderedDict()
+        self._worker = None
+        if self.kernels is not None and prefetch and (os.cpu_count() or 1) > 1:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safeshare-rollup")
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
@@ -212,15 +222,12 @@ class ClassCache:
         if cached is not None:
             self._cache.move_to_end(node)
             return cached[0], cached[1]
-        source, codes, sizes, key = self.base
-        # Roll up from the cached specialization with the fewest classes: the hint (what the search came from),
-        # then the direct specializations.
-        candidates = [hint] if hint is not None else []
-        candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
-        for candidate in candidates:
-            entry = self._cache.get(candidate)
-            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
-                source, (codes, sizes, key) = candidate, entry
+        pending = self._pending.pop(node, None)
+        if pending is not None:   # rolled up ahead by the worker thread: the same table, stored as if computed now
+            new_codes, new_sizes, new_key = pending.result()
+            self._store(node, new_codes, new_sizes, new_key)
+            return new_codes, new_sizes
+        source, codes, sizes, key = self._source(node, hint)
         if self.kernels is not None:
             new_codes, new_sizes, new_key = self._roll_up_compiled(codes, sizes, key, source, node)
             self._store(node, new_codes, new_sizes, new_key)
@@ -233,6 +240,50 @@ class ClassCache:
             new_key = None
         self._store(node, new_codes, new_sizes, new_key)
         return new_codes, new_sizes
+
+    def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None):
+        """The cached specialization to roll `node` up from, with the fewest classes: the hint (what the search came
+        from), then the direct specializations, else the base classes. Returns (levels, codes, sizes, key)."""
+        source, codes, sizes, key = self.base
+        candidates = [hint] if hint is not None else []
+        candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
+        for candidate in candidates:
+            entry = self._cache.get(candidate)
+            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
+                source, (codes, sizes, key) = candidate, entry
+        return source, codes, sizes, key
+
+    def prefetch(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> None:
+        """Start rolling up `node` on the worker thread (compiled path with a worker only; otherwise nothing), so
+        that a later `classes(node)` finds it done. The table is the one `classes` would compute (classes are
+        numbered by first appearance in the input, whatever specialization they come from), and it enters the
+        cache only when asked for, so the search, its checks and the cache are exactly those of a run without it.
+        At most PREFETCH_PENDING roll-ups wait; older ones are dropped."""
+        if self._worker is None:
+            return
+        node = node + self._tail
+        hint = None if hint is None else hint + self._tail
+        if node in self._cache or node in self._pending:
+            return
+        source, codes, sizes, key = self._source(node, hint)
+        flat, starts = self._flat_maps()
+        changed = [i for i, (lo, hi) in enumerate(zip(source, node)) if lo != hi]
+        where = np.array([starts[(i, source[i], node[i])] for i in changed], dtype=np.int64)
+        while len(self._pending) >= PREFETCH_PENDING:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[node] = self._worker.submit(self._roll_up_job, codes, sizes, key,
+                                                  np.array(changed, dtype=np.int64), where, flat)
+
+    def _roll_up_job(self, codes, sizes, key, changed, where, flat):
+        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
+        return new_codes, new_sizes, new_key
+
+    def close(self) -> None:
+        """Stop the worker thread (pending roll-ups are dropped)."""
+        self._pending.clear()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
+            self._worker = None
 
     def _flat_maps(self) -> tuple[np.ndarray, dict[tuple[int, int, int], int]]:
         """Every code map (attribute, from level, to level) in one int64 array, and where each starts: the compiled

@@ -25,6 +25,7 @@ import os
 
 REFERENCE_ENV = "SAFESHARE_REFERENCE_PATH"
 COMPILED_ENV = "SAFESHARE_COMPILED_PATH"
+THREADS_ENV = "SAFESHARE_SEARCH_THREADS"
 # Lattice size x records from which a search loads numba: ADULT's 12,960 transformations x 30,162 records (3.9e8)
 # save more than the load costs; the small tables of the tests (< 1e5) finish before numba would be imported.
 MIN_WORK = 1e8
@@ -72,6 +73,12 @@ def for_search(lattice_size: int, records: int):
     if _kernels is not None or _flag(COMPILED_ENV) or float(lattice_size) * float(records) >= MIN_WORK:
         return load()
     return None
+
+
+def threads_allowed() -> bool:
+    """Whether a search may roll up ahead on a worker thread (engine.classes.ClassCache.prefetch): unless
+    SAFESHARE_SEARCH_THREADS is "1" (or "0"); the results are the same either way."""
+    return os.environ.get(THREADS_ENV, "") not in ("0", "1")
 
 
 def enabled() -> bool:

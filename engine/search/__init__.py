@@ -233,7 +233,7 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     deadline = Deadline(time_limit, memory_mb)
     cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
     evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)),
-                          compiled=kernels.for_search(lattice.size, table.n))
+                          compiled=kernels.for_search(lattice.size, table.n), parallel=kernels.threads_allowed())
     incumbent = Incumbent(quality, started=deadline.started)
     bar = Progress(lattice.size, progress, "transformations")
     options = dict(options or {})
@@ -251,6 +251,7 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
         counters = RUNNERS[chosen](context)
     finally:
         bar.close()
+        evaluator.close()
     limits = {"time_limit_seconds": time_limit, "memory_mb": memory_mb, "class_cache_mb": cache_mb,
               "memory_growth_mb": round(deadline.peak_growth / (1 << 20), 1) if memory_mb is not None else None}
     if check_limit is not None:

@@ -58,6 +58,8 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
         elif privacy is not Monotonicity.NONE and node in failing:
             counters["pruned_by_privacy"] += 1
         else:
+            if queue:   # the likely next check rolls up on the worker thread meanwhile
+                evaluator.prefetch(queue[0][2], queue[0][3])
             before = evaluator.checked
             evaluation = evaluator.evaluate(node, parent, incumbent.rules_out)
             progress.update(evaluator.checked - before)

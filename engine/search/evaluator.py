@@ -26,16 +26,18 @@ SUPPRESSED_LABEL = "*"
 
 class Evaluator:
     def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel,
-                 cache_bytes: int | None = None, compiled=kernels.load) -> None:
+                 cache_bytes: int | None = None, compiled=kernels.load, parallel: bool = False) -> None:
         """`compiled`: engine.kernels' functions, None for the numpy reference path; by default `kernels.load()`
-        decides (search() passes `kernels.for_search`'s choice for the search's size)."""
+        decides (search() passes `kernels.for_search`'s choice for the search's size). `parallel`: roll up ahead on
+        a worker thread what the search says it will likely check next (`prefetch`); results, checks and their
+        count are those of the sequential run. Call `close()` when done."""
         self.table = table
         self.configuration = configuration
         self.quality = quality
         self.max_suppressed = configuration.max_suppressed(table.n)
         self.minimal_class_size = configuration.minimal_class_size
         budget = ClassCache.DEFAULT_BUDGET_BYTES if cache_bytes is None else cache_bytes
-        self.cache = ClassCache(table, budget_bytes=budget, compiled=compiled)
+        self.cache = ClassCache(table, budget_bytes=budget, compiled=compiled, prefetch=parallel)
         self.seen: set[Node] = set()
         # The compiled per-check path (engine.kernels) when the class cache rolls up compiled; the class models'
         # decision is then compiled too when every one of them only asks for a class size (`size_only`).
@@ -55,6 +57,14 @@ class Evaluator:
     def classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
         self.seen.add(node)
         return self.cache.classes(node, hint)
+
+    def prefetch(self, node: Node, hint: Node | None = None) -> None:
+        """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
+        counts as a check."""
+        self.cache.prefetch(node, hint)
+
+    def close(self) -> None:
+        self.cache.close()
 
     def m_anonymous(self, node: Node, hint: Node | None = None) -> bool:
         """At most the allowed number of records lie in classes smaller than the smallest class size implied."""

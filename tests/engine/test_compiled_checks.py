@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import sys
 
 import numpy as np
@@ -192,3 +193,47 @@ def test_searches_equal_the_reference_on_adult(monkeypatch, k, limit, model):
     assert fast.best.loss == reference.best.loss
     assert fast.best.suppressed_records == reference.best.suppressed_records
     assert fast.checked == reference.checked and fast.phases == reference.phases
+
+
+@pytest.mark.parametrize("k,limit,model", [(3, 0.0, "loss"), (5, 1.0, "loss"), (10, 0.05, "loss"),
+                                           (2, 0.1, "non_uniform_entropy")])
+def test_rolling_up_ahead_on_a_worker_thread_changes_nothing(monkeypatch, k, limit, model):
+    """Flash's binary search and branch and bound hand the likely next checks to the worker thread: the same
+    optimum, tie break, checks and phases as the sequential run, and no thread is left behind."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no worker thread")
+    table = adult_table()
+    monkeypatch.setenv(kernels.COMPILED_ENV, "1")
+    runs = {}
+    for threads in ("", "1"):
+        monkeypatch.setenv(kernels.THREADS_ENV, threads)
+        runs[threads] = search(table, [KAnonymity(k)], make_quality_model(model, table), limit)
+    parallel, sequential = runs[""], runs["1"]
+    assert parallel.best.levels == sequential.best.levels and parallel.best.loss == sequential.best.loss
+    assert parallel.best.suppressed_records == sequential.best.suppressed_records
+    assert parallel.checked == sequential.checked and parallel.phases == sequential.phases
+    assert parallel.pruned_by_bound == sequential.pruned_by_bound
+    assert not [t for t in threading.enumerate() if t.name.startswith("safeshare-rollup")]
+
+
+def test_prefetched_roll_ups_are_the_tables_asked_for(monkeypatch):
+    """Roll-ups started ahead (some asked for, some dropped unasked) leave the cache as computing on demand does."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no worker thread")
+    frame, hierarchies = seeded_table(11)
+    table = encode_table(frame, hierarchies)
+    ahead = ClassCache(table, compiled=kernels.load(), prefetch=True)
+    plain = ClassCache(table, compiled=None)
+    nodes = list(lattice_of(table))
+    rng = np.random.default_rng(3)
+    try:
+        for node in rng.permutation(len(nodes)):
+            for other in rng.choice(len(nodes), 3):
+                ahead.prefetch(nodes[int(other)])
+            node = nodes[int(node)]
+            codes, sizes = ahead.classes(node)
+            expected_codes, expected_sizes = plain.classes(node)
+            assert np.array_equal(codes, expected_codes) and np.array_equal(sizes, expected_sizes)
+        assert len(ahead._pending) <= 4 and set(ahead._cache) == set(plain._cache)
+    finally:
+        ahead.close()
