@@ -91,6 +91,12 @@ def _solve(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: n
             t, a = starts[offset, 0], starts[offset, 1]
             offset += 1
             try_index = offset
+        # Brent's cycle detection: a point this try already went through (bit for bit) makes it go round the same
+        # cycle until its iteration budget is spent, never converging (every point of the cycle was evaluated and
+        # failed the test) and never leaving (every step of it passed the checks): its remaining evaluations are
+        # counted without being made.
+        saved_t, saved_a = t, a
+        power, steps = 1, 0
         while True:
             total += 1
             if finite:
@@ -112,7 +118,21 @@ def _solve(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: n
             if t != t or a != a or iterations >= iterations_per_try:
                 break
             iterations += 1
+            if _same_point(t, a, saved_t, saved_a):
+                total += iterations_per_try + 1 - iterations   # the evaluations left of the try's budget
+                break
+            steps += 1
+            if steps == power:
+                saved_t, saved_a = t, a
+                power *= 2
+                steps = 0
     return math.nan, math.nan, -1, total
+
+
+def _same_point(t: float, a: float, saved_t: float, saved_a: float) -> bool:
+    """The same point bit for bit: equal and neither coordinate a zero (0.0 == -0.0, but t / a tells them apart);
+    NaN is never the same point."""
+    return t == saved_t and a == saved_a and t != 0.0 and a != 0.0
 
 
 def _finite(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, derivatives: bool,
@@ -192,6 +212,7 @@ if numba is not None:
     _jit = numba.njit(cache=True, error_model="numpy", nogil=True)
     _closed = _jit(_closed)
     _finite = _jit(_finite)
+    _same_point = _jit(_same_point)
     _solve = _jit(_solve)
     _fit = _jit(_fit)
 
