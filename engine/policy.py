@@ -48,7 +48,7 @@ Separator = Annotated[str, Field(min_length=1, max_length=1), AfterValidator(_on
 
 
 # Population-uniqueness estimators (engine.risk): Pitman, Zayatz, SNB, Dankar's rule choosing among them, or
-# `calibrated` (the smallest of the three raised by a capped 99 % upper bound; engine.risk.calibrated).
+# `calibrated` (the smallest of the three plus ten sample records' worth; engine.risk.calibrated).
 ESTIMATOR_NAMES = ("pitman", "zayatz", "snb", "dankar", "calibrated")
 Estimator = Literal["pitman", "zayatz", "snb", "dankar", "calibrated"]
 

@@ -1,6 +1,6 @@
 """One entry point for every super-population model, Dankar's rule for choosing among them, and `calibrated`
-(engine.risk.calibrated: the smallest of Pitman, Zayatz and SNB raised by a 99 % upper bound capped at ten sample
-records, measured never below the truth on benchmarks/risk_accuracy.py).
+(engine.risk.calibrated: the smallest of Pitman, Zayatz and SNB plus ten sample records' worth of population uniques,
+measured never below the truth on benchmarks/risk_accuracy.py).
 
 Dankar et al. (BMC Med Inform Decis Mak 2012) found Pitman most accurate for small sampling fractions and the
 smaller of Zayatz and SNB otherwise. Whichever model is chosen is reported, because an auditor must be able to

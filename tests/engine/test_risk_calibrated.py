@@ -1,22 +1,17 @@
-"""`estimator: calibrated` (issue 29, item 3): the smallest solved of Pitman, Zayatz and SNB raised by a 99 % upper
-bound for the sampling noise of the count behind it, capped at ten sample records; offered in privacy models, gates,
-site gates and `risk --json`."""
+"""`estimator: calibrated` (issue 29, item 3): the smallest solved of Pitman, Zayatz and SNB plus ten sample records'
+worth of population uniques (10 / f); offered in privacy models, gates, site gates and `risk --json`."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from engine.risk import ESTIMATORS, SizeHistogram, population_uniqueness
 from engine.risk import calibrated as calibrated_module
-from engine.risk.calibrated import (ALLOWANCE_CAP, Z, calibrated_uniques, capped_count_upper_bound,
-                                    count_upper_bound)
+from engine.risk.calibrated import ALLOWANCE, calibrated_uniques
 from engine.risk.pitman_arx import arx_pitman_uniques
 from engine.risk.snb import SNBFit, fit_snb
 from engine.risk.zayatz import zayatz_uniques
@@ -27,59 +22,12 @@ def _histogram(seed: int = 1, classes: int = 3000, p: float = 0.35) -> SizeHisto
     return SizeHistogram.from_class_sizes(sizes)
 
 
-def test_z_is_the_99_percent_normal_quantile():
-    assert Z == pytest.approx(norm.ppf(0.99), abs=1e-12)
+def test_the_allowance_is_ten_sample_records():
+    """Ten records cover the largest shortfall of the smallest model on the benchmark (7.9 sample records)."""
+    assert ALLOWANCE == 10.0
 
 
-@pytest.mark.parametrize("count, fraction", [(0.0, 0.0), (0.0, 0.3), (3.0, 0.01), (40.5, 0.2), (12345.0, 0.05)])
-def test_count_upper_bound_is_the_larger_root_of_the_score_equation(count, fraction):
-    """Independent: solve (k - mu)^2 = z^2 (1 - f) mu for mu >= k numerically."""
-    variance_factor = Z * Z * (1.0 - fraction)
-    upper = count_upper_bound(count, fraction)
-    expected = brentq(lambda mu: (count - mu) ** 2 - variance_factor * mu, max(count, 1e-12), count + 10 * (
-        variance_factor + math.sqrt(variance_factor * (count + 1))) + 10)
-    assert upper == pytest.approx(expected, rel=1e-9)
-    assert upper > count
-
-
-def test_count_upper_bound_shrinks_relative_to_the_count_and_with_the_fraction():
-    relative = [count_upper_bound(k, 0.01) / k for k in (10, 100, 1000, 10000)]
-    assert relative == sorted(relative, reverse=True)
-    assert relative[-1] < 1.03
-    assert count_upper_bound(50, 0.3) < count_upper_bound(50, 0.01)
-    assert count_upper_bound(50, 1.0) == 50   # a census: no sampling noise
-    with pytest.raises(ValueError):
-        count_upper_bound(-1, 0.1)
-    with pytest.raises(ValueError):
-        count_upper_bound(1, 1.5)
-
-
-def _capped(count: float, fraction: float) -> float:
-    """Independent: the score bound's larger root by the quadratic formula, its allowance capped at ten records."""
-    c = Z * Z * (1.0 - fraction)
-    # (k - mu)^2 = c mu  <=>  mu^2 - (2k + c) mu + k^2 = 0
-    root = ((2 * count + c) + math.sqrt((2 * count + c) ** 2 - 4 * count * count)) / 2
-    return count + min(root - count, 10.0)
-
-
-def test_the_allowance_is_capped_at_ten_sample_records():
-    assert ALLOWANCE_CAP == 10.0
-    for count, fraction in [(0.0, 0.01), (3.0, 0.02), (7.0, 0.02), (8.0, 0.3), (9.0, 0.01), (140.0, 0.2),
-                            (665.0, 0.005), (1e6, 0.1)]:
-        assert capped_count_upper_bound(count, fraction) == pytest.approx(_capped(count, fraction), rel=1e-12)
-    # small counts (few population uniques, where the models fell below the truth): the full 99 % bound
-    for count in (0.0, 1.0, 5.0, 7.0, 8.0):
-        assert capped_count_upper_bound(count, 0.02) == pytest.approx(count_upper_bound(count, 0.02), rel=1e-12)
-    # the bound's allowance reaches ten records near k = 8.5 (f small): above, exactly ten are added
-    crossing = brentq(lambda k: count_upper_bound(k, 0.0) - k - 10.0, 1.0, 50.0)
-    assert 8.0 < crossing < 9.0
-    for count in (9.0, 140.0, 665.0, 1e6):
-        assert capped_count_upper_bound(count, 0.01) == pytest.approx(count + 10.0, rel=1e-12)
-    # a census has no sampling noise, capped or not
-    assert capped_count_upper_bound(50.0, 1.0) == 50.0
-
-
-def test_calibrated_takes_the_smallest_solved_model_and_raises_it_to_the_bound():
+def test_calibrated_takes_the_smallest_solved_model_and_adds_ten_sample_records():
     histogram = _histogram()
     population = 1_000_000.0
     f = histogram.n / population
@@ -90,14 +38,32 @@ def test_calibrated_takes_the_smallest_solved_model_and_raises_it_to_the_bound()
     solved = {k: v for k, v in candidates.items() if v is not None}
     base = min(solved, key=solved.get)
     model, value, parameters = calibrated_uniques(histogram, population)
-    assert parameters["base"] == base and model == f"{base} (99% upper bound)"
-    assert value == pytest.approx(_capped(f * solved[base], f) / f, rel=1e-12)
-    assert value >= max(solved[base], 0.0)
-    assert parameters["sample_allowance"] == pytest.approx(value * f - f * solved[base], rel=1e-9)
+    assert parameters["base"] == base and model == f"{base} (+10 sample records)"
+    # the value implies exactly ten more sample records that are population uniques than the base does
+    assert value * f == pytest.approx(solved[base] * f + 10.0, rel=1e-12)
+    assert value == pytest.approx(solved[base] + 10.0 * population / histogram.n, rel=1e-12)
+    assert parameters["allowance_sample_records"] == 10.0
 
     estimate = population_uniqueness(histogram, population, estimator="calibrated")
     assert estimate.estimator == "calibrated" and estimate.solved and estimate.model_used == model
     assert estimate.population_uniques == pytest.approx(value) and estimate.population_uniqueness == value / population
+
+
+def test_the_allowance_is_a_large_share_where_few_population_uniques_exist(monkeypatch):
+    """Census QI A+ at f = 2 % (626 population uniques): SNB's median 347 becomes 847, above the truth;
+    QI C at 30 % (105,139): 110,000 becomes 110,033, three hundredths of a percent more."""
+    histogram = SizeHistogram.from_counts({1: 460, 2: 180, 3: 100, 7: 600})
+    n = histogram.n
+    monkeypatch.setattr(calibrated_module, "arx_pitman_uniques", lambda h, N: (None, {}))
+    monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(True, 1.0, 0.5, 1000.0, 347.0))
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 2545.0)
+    model, value, _ = calibrated_uniques(histogram, n / 0.02)
+    assert model == "snb (+10 sample records)" and value == pytest.approx(847.0) and value > 626
+    monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(True, 1.0, 0.5, 1e6, 110_000.0))
+    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 111_467.0)
+    large = SizeHistogram.from_counts({1: 20_000, 2: 5_000, 7: 3_000})   # 51,000 records, N = 170,000
+    _, value, _ = calibrated_uniques(large, large.n / 0.3)
+    assert value == pytest.approx(110_000.0 + 10 / 0.3)
 
 
 def test_calibrated_skips_an_unsolved_model_and_is_unsolved_when_none_solves(monkeypatch):
@@ -111,7 +77,7 @@ def test_calibrated_skips_an_unsolved_model_and_is_unsolved_when_none_solves(mon
     expected_base = "snb" if snb.solved and snb.population_uniques < 900.0 else "zayatz"
     expected = snb.population_uniques if expected_base == "snb" else 900.0
     assert parameters["base"] == expected_base and parameters["pitman"] is None
-    assert value == pytest.approx(_capped(f * expected, f) / f)
+    assert value == pytest.approx(expected + 10.0 / f)
 
     monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: None)
     monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(False, None, None, None, None))
@@ -130,27 +96,6 @@ def test_calibrated_is_capped_at_the_population_and_zero_without_sample_uniques(
     monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: N * 0.999)
     _, value, _ = calibrated_uniques(histogram, 70.0)
     assert value == 70.0
-
-
-def test_a_large_count_gets_ten_sample_records_a_small_one_the_full_bound(monkeypatch):
-    """The base estimate v implies k = f v sample records that are population uniques: with k = 140 (census QI A+ at
-    f = 20 %) ten records, 10 / f population uniques, are added; with k = 7 (QI A+ at 2 %, where SNB's fit was half
-    the truth) the full 99 % bound, about 16.4 records."""
-    histogram = SizeHistogram.from_counts({1: 600, 2: 300, 3: 100, 7: 40})
-    n = histogram.n
-    monkeypatch.setattr(calibrated_module, "arx_pitman_uniques", lambda h, N: (None, {}))
-    monkeypatch.setattr(calibrated_module, "fit_snb", lambda h, N: SNBFit(False, None, None, None, None))
-    population = n / 0.2
-    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 700.0)
-    model, value, parameters = calibrated_uniques(histogram, population)
-    assert model == "zayatz (99% upper bound)" and parameters["capped"]
-    assert value == pytest.approx(700.0 + 10.0 / 0.2)
-    population = n / 0.02
-    monkeypatch.setattr(calibrated_module, "zayatz_uniques", lambda h, N: 350.0)
-    _, value, parameters = calibrated_uniques(histogram, population)
-    assert not parameters["capped"]
-    assert value == pytest.approx(count_upper_bound(7.0, 0.02) / 0.02)
-    assert 16.0 < value * 0.02 < 16.6
 
 
 def test_calibrated_never_below_its_base_and_above_dankar_when_dankar_takes_the_same_model():
@@ -195,7 +140,7 @@ def test_gate_with_calibrated_names_the_model_and_the_benchmark_finding():
     assert risk["estimator"] == ["dankar", "calibrated"]
     calibrated = next(e for e in entry["estimates"] if e["estimator"] == "calibrated")
     dankar = next(e for e in entry["estimates"] if e["estimator"] == "dankar")
-    assert calibrated["model"].endswith("(99% upper bound)") and calibrated["solved"]
+    assert calibrated["model"].endswith("(+10 sample records)") and calibrated["solved"]
     for estimate in (calibrated, dankar):
         assert "measured" in estimate["benchmark"]
     # the entry's figure is the strictest estimate's, and names its estimator and finding
@@ -250,7 +195,7 @@ def test_risk_json_lists_calibrated_beside_the_others_with_each_models_finding(t
         assert list(entry["models"]) == ["pitman", "zayatz", "snb", "dankar", "calibrated"]
         calibrated = entry["models"]["calibrated"]
         assert calibrated["estimator"] == "calibrated" and calibrated["solved"]
-        assert calibrated["model_used"].endswith("(99% upper bound)")
+        assert calibrated["model_used"].endswith("(+10 sample records)")
         assert calibrated["population_uniques"] >= calibrated["parameters"]["base_population_uniques"]
         for model in entry["models"].values():
             assert model["benchmark"]["measured"] is (entry["sampling_fraction"] >= 0.001 / 1.5)
@@ -283,7 +228,7 @@ def test_release_manifest_and_report_say_which_model_solved_and_what_the_benchma
             assert estimate["benchmark"]["measured"] is (entry["size"] < 30_162 / 0.001 * 1.5)
     text = (out / "report.html").read_text()
     assert 'id="risk-accuracy"' in text and 'class="risk-accuracy"' in text
-    assert "below the truth in" in text and "(99% upper bound)" in text
+    assert "below the truth in" in text and "(+10 sample records)" in text
 
 
 def test_the_search_models_estimate_in_the_manifest_carries_its_finding_too():
@@ -319,7 +264,7 @@ def test_a_site_gate_on_calibrated_seals_exact_figures_and_refuses_lowered_ones(
     manifest = json.loads((out / "manifest.json").read_text())
     (entry,) = manifest["risk"]["populations"]
     assert manifest["risk"]["estimator"] == "calibrated" and entry["estimator"] == "calibrated"
-    assert entry["model"].endswith("(99% upper bound)") and entry["benchmark"]["fraction"] == 0.1
+    assert entry["model"].endswith("(+10 sample records)") and entry["benchmark"]["fraction"] == 0.1
 
     lowered = tmp_path / "lowered"
     shutil.copytree(out, lowered)
