@@ -13,13 +13,20 @@ search is reported:
     risk_model_evaluations   calls of a risk model (population uniqueness)
     lattice_size, algorithm, optimal, transformation, quality (of the model optimized for), suppressed_records,
     peak_rss_mb (of the whole process, cold run included), phases (checks per phase of a multi-phase search)
+    ms_per_check             search_seconds / checked_transformations, in milliseconds
+    profile                  where one more warm search spent its time (`CheckProfile`, run after the timed ones so
+                             that the timers cannot slow them): roll-up (classes of a transformation from a finer
+                             one), decision (the rest of a check: k-anonymity and suppression decision, class
+                             models, bookkeeping), quality (loss and class bound), risk (risk-based models and
+                             their suppression), search (the algorithm between checks); seconds and shares
 
-With --arx (default: benchmarks/arx_reference.json when it exists) the table adds ARX's published search seconds and
-checks for the same configuration and the speed-up (ARX seconds / our search seconds). A configuration that fails is
-reported in its row; the benchmark then exits 1.
+With --arx (default: benchmarks/arx_reference.json when it exists) the table adds ARX's search seconds and checks for
+the same configuration, the speed-up (ARX seconds / our search seconds) and the cost per check beside ARX's (ms per
+check, ARX / ours, and their ratio). A configuration that fails is reported in its row; the benchmark then exits 1.
 
     .venv/bin/python benchmarks/engine_bench.py [--repeat 3] [--algorithm auto|flash|flash2p|bnb] [--json]
-                                                [--arx FILE.json | --no-arx] [--list] [NAME | POLICY.yaml ...]
+                                                [--arx FILE.json | --no-arx] [--no-profile] [--list]
+                                                [NAME | POLICY.yaml ...]
 """
 from __future__ import annotations
 
@@ -135,6 +142,99 @@ def build_policy(configuration: Configuration, algorithm: str | None) -> Dataset
 
 
 # --- one configuration, in its own process --------------------------------------------------------------------------
+PROFILE_PARTS = ("roll-up", "decision", "quality", "risk")
+
+
+class CheckProfile:
+    """Exclusive wall time per part of a check, by wrapping the engine's functions for one run (and restoring them).
+
+    Each wrapped function charges the time until it returns, minus what the wrapped functions it calls take, to its
+    part: a roll-up inside a check counts as roll-up, the quality loss inside risk-based suppression as quality. What
+    lies outside every check is the search's own work. Functions a version of the engine does not have are skipped, so
+    the profile still runs where the per-check path changes (its time then shows under the part that calls it).
+    """
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PROFILE_PARTS, 0.0)
+        self._stack: list[str] = []
+        self._last = 0.0
+        self._restore: list[tuple[type, str, Any]] = []
+
+    def _charge(self) -> float:
+        now = time.perf_counter()
+        if self._stack:
+            self.seconds[self._stack[-1]] += now - self._last
+        self._last = now
+        return now
+
+    def wrap(self, owner: type, name: str, part: str) -> None:
+        original = owner.__dict__.get(name)
+        if original is None or not callable(original):
+            return
+        profile = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            profile._charge()
+            profile._stack.append(part)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                profile._charge()
+                profile._stack.pop()
+
+        setattr(owner, name, timed)
+        self._restore.append((owner, name, original))
+
+    def install(self) -> None:
+        from engine.classes import ClassCache
+        from engine.privacy.base import RiskBasedModel
+        from engine.quality.base import QualityModel
+        from engine.search.evaluator import Evaluator
+
+        for name in ("evaluate", "m_anonymous"):
+            self.wrap(Evaluator, name, "decision")
+        for name in ("_joint", "view"):
+            self.wrap(ClassCache, name, "roll-up")
+        for owner in _subclasses(QualityModel):
+            for name in ("loss", "loss_without_suppression", "lower_bound_from_classes", "suppression_keys"):
+                self.wrap(owner, name, "quality")
+        for name in ("enforce", "assess"):
+            self.wrap(RiskBasedModel, name, "risk")
+
+    def remove(self) -> None:
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+
+    def report(self, search_seconds: float) -> dict[str, Any]:
+        """Seconds and share of the search per part; `search` is what no check accounts for."""
+        parts = {part: round(seconds, 4) for part, seconds in self.seconds.items()}
+        parts["search"] = round(max(0.0, search_seconds - sum(self.seconds.values())), 4)
+        total = search_seconds if search_seconds > 0 else 1.0
+        return {"seconds": parts, "share": {part: round(seconds / total, 3) for part, seconds in parts.items()}}
+
+
+def _subclasses(base: type) -> list[type]:
+    found, todo = [base], [base]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return found
+
+
+def profiled_search(policy: DatasetPolicy) -> dict[str, Any]:
+    """One more warm de-identification under `CheckProfile`: where the search's time goes."""
+    profile = CheckProfile()
+    profile.install()
+    try:
+        result, _ = timed_deidentify(policy)
+    finally:
+        profile.remove()
+    return profile.report(result.search.seconds)
+
+
 def timed_deidentify(policy: DatasetPolicy) -> tuple[DeidResult, float]:
     from engine.deid import deidentify
 
@@ -147,14 +247,16 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)   # Linux reports KiB
 
 
-def measure(configuration: Configuration, repeat: int, algorithm: str | None) -> dict[str, Any]:
-    """Cold run, then `repeat` warm runs; the warm run with the shortest search is reported."""
+def measure(configuration: Configuration, repeat: int, algorithm: str | None, profile: bool = True
+            ) -> dict[str, Any]:
+    """Cold run, then `repeat` warm runs; the warm run with the shortest search is reported; then, unless `profile`
+    is False, one profiled run (`profiled_search`)."""
     policy = build_policy(configuration, algorithm)
     _, cold = timed_deidentify(policy)
     warm = [timed_deidentify(policy) for _ in range(repeat)]
     result, seconds = min(warm, key=lambda run: run[0].search.seconds)
     search = result.search
-    return {
+    row = {
         "name": configuration.name,
         "policy": str(configuration.base),
         "overrides": configuration.overrides,
@@ -173,7 +275,11 @@ def measure(configuration: Configuration, repeat: int, algorithm: str | None) ->
         "suppressed_records": int(result.best.suppressed_records),
         "peak_rss_mb": peak_rss_mb(),
         "phases": search.phases,
+        "ms_per_check": round(1000 * search.seconds / search.checked, 4) if search.checked else None,
     }
+    if profile:
+        row["profile"] = profiled_search(policy)
+    return row
 
 
 def encode_configuration(configuration: Configuration) -> str:
@@ -186,12 +292,12 @@ def decode_configuration(text: str) -> Configuration:
     return Configuration(data["name"], Path(data["base"]), data["overrides"])
 
 
-def run_child(encoded: str, repeat: int, algorithm: str | None) -> int:
+def run_child(encoded: str, repeat: int, algorithm: str | None, profile: bool = True) -> int:
     """Entry point of the per-configuration process: one JSON line on stdout, exit 1 if the configuration failed."""
     sys.path.insert(0, str(REPO))
     configuration = decode_configuration(encoded)
     try:
-        row = measure(configuration, repeat, algorithm)
+        row = measure(configuration, repeat, algorithm, profile)
     except Exception as exc:  # noqa: BLE001 - any failure belongs in this configuration's row
         print(json.dumps({"name": configuration.name, "error": f"{type(exc).__name__}: {exc}"}))
         return 1
@@ -199,11 +305,14 @@ def run_child(encoded: str, repeat: int, algorithm: str | None) -> int:
     return 0
 
 
-def run_isolated(configuration: Configuration, repeat: int, algorithm: str | None) -> dict[str, Any]:
+def run_isolated(configuration: Configuration, repeat: int, algorithm: str | None, profile: bool = True
+                 ) -> dict[str, Any]:
     """Measure one configuration in a fresh interpreter; a crash there becomes an error row."""
     command = [sys.executable, __file__, "--child", encode_configuration(configuration), "--repeat", str(repeat)]
     if algorithm is not None:
         command += ["--algorithm", algorithm]
+    if not profile:
+        command.append("--no-profile")
     process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     lines = process.stdout.strip().splitlines()
     try:
@@ -228,28 +337,37 @@ def add_arx(row: dict[str, Any], arx: dict[str, dict[str, float]]) -> None:
     row["arx_seconds"] = reference["seconds"]
     row["arx_checked"] = reference["checked"]
     row["speedup"] = round(reference["seconds"] / row["search_seconds"], 2) if row["search_seconds"] > 0 else None
+    row["arx_ms_per_check"] = round(1000 * reference["seconds"] / reference["checked"], 4) \
+        if reference["checked"] else None
+    ours = row.get("ms_per_check")
+    row["check_cost_ratio"] = round(row["arx_ms_per_check"] / ours, 2) \
+        if ours and row["arx_ms_per_check"] is not None else None
 
 
 def columns(with_arx: bool) -> list[tuple[str, int]]:
     """Table columns (header, width); the last, unbounded column holds quality, transformation and phases."""
-    table = [("search s", 8), ("seconds", 8), ("cold s", 7), ("checked", 8), ("risk ev", 8), ("lattice", 8),
-             ("algorithm", 9), ("optimal", 7), ("suppr.", 7), ("peak MB", 8)]
+    table = [("search s", 8), ("seconds", 8), ("cold s", 7), ("checked", 8), ("ms/check", 8), ("risk ev", 8),
+             ("lattice", 8), ("algorithm", 9), ("optimal", 7), ("suppr.", 7), ("peak MB", 8)]
     if with_arx:
-        table += [("ARX s", 7), ("speed-up", 8), ("ARX checked", 11)]
+        table += [("ARX s", 7), ("speed-up", 8), ("ARX checked", 11), ("ARX ms/check", 12), ("check x", 7)]
     return table
 
 
 def cells(row: dict[str, Any], with_arx: bool) -> list[str]:
+    per_check = row.get("ms_per_check")
     values = [f"{row['search_seconds']:.3f}", f"{row['seconds']:.3f}", f"{row['cold_seconds']:.2f}",
-              str(row["checked_transformations"]), str(row["risk_model_evaluations"]), str(row["lattice_size"]),
+              str(row["checked_transformations"]), "-" if per_check is None else f"{per_check:.3f}",
+              str(row["risk_model_evaluations"]), str(row["lattice_size"]),
               row["algorithm"], "yes" if row["optimal"] else "NO", str(row["suppressed_records"]),
               f"{row['peak_rss_mb']:.1f}"]
     if with_arx:
         if "arx_seconds" in row:
             speedup = f"{row['speedup']:.1f}x" if row["speedup"] is not None else "-"
-            values += [f"{row['arx_seconds']:g}", speedup, str(row["arx_checked"])]
+            arx_per_check = "-" if row["arx_ms_per_check"] is None else f"{row['arx_ms_per_check']:.3f}"
+            ratio = "-" if row["check_cost_ratio"] is None else f"{row['check_cost_ratio']:.1f}x"
+            values += [f"{row['arx_seconds']:g}", speedup, str(row["arx_checked"]), arx_per_check, ratio]
         else:
-            values += ["-", "-", "-"]
+            values += ["-"] * 5
     return values
 
 
@@ -264,11 +382,22 @@ def header(name_width: int, with_arx: bool) -> str:
     return f"{'configuration':{name_width}} {titles}  quality at transformation"
 
 
+def describe_profile(profile: dict[str, Any]) -> str:
+    """`profile: roll-up 61% 0.912 s, decision ...` (the profiled run's search, part by part)."""
+    parts = [f"{part} {100 * profile['share'][part]:.0f}% {profile['seconds'][part]:.3f} s"
+             for part in (*PROFILE_PARTS, "search")]
+    return "profile: " + ", ".join(parts)
+
+
 def format_row(row: dict[str, Any], name_width: int, with_arx: bool) -> str:
+    """The row, and under it the profile breakdown when it was measured."""
     if "error" in row:
         return f"{row['name']:{name_width}} ERROR {row['error']}"
     values = " ".join(f"{value:>{width}}" for value, (_, width) in zip(cells(row, with_arx), columns(with_arx)))
-    return f"{row['name']:{name_width}} {values}  {describe(row)}"
+    line = f"{row['name']:{name_width}} {values}  {describe(row)}"
+    if row.get("profile"):
+        line += f"\n{'':{name_width}} {describe_profile(row['profile'])}"
+    return line
 
 
 # --- command line ---------------------------------------------------------------------------------------------------
@@ -284,6 +413,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         metavar="FILE.json", help="ARX reference: name -> {seconds, checked} "
                                                   f"(default: {ARX_REFERENCE.name} when it exists)")
     parser.add_argument("--no-arx", action="store_true", help="leave out the ARX columns")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="skip the extra profiled run (roll-up, decision, quality, risk, search)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -316,7 +447,7 @@ def report(rows_to_come: Iterable[dict[str, Any]], names: list[str], as_json: bo
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        return run_child(args.child, args.repeat, args.algorithm)
+        return run_child(args.child, args.repeat, args.algorithm, not args.no_profile)
     if args.list:
         print("\n".join(named_configurations()))
         return 0
@@ -337,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"engine_bench: --arx {args.arx}: {exc}", file=sys.stderr)
         return 2
-    rows = (run_isolated(configuration, args.repeat, args.algorithm) for configuration in selected)
+    rows = (run_isolated(configuration, args.repeat, args.algorithm, not args.no_profile)
+            for configuration in selected)
     return 0 if report(rows, [c.name for c in selected], args.json, arx) else 1
 
 
