@@ -44,7 +44,6 @@ from deploy.children import (Child, ComponentFailed, OrphanReaper, become_subrea
 from deploy.plan import app_argv, gateway_argv, kiosk_argv, release_ref
 from deploy.readiness import wait_for_http_ok
 from enclave.kiosk.ready import find_ready
-from outputs.floor import OUTPUTS_FILE
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 from safeshare.sitedb import migrate_legacy, site_db_url
 
@@ -160,6 +159,8 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int,
     """The app's, kiosk's and gateway's command lines, from the builders provisioning's containers use too
     (deploy/plan.py), with this home's paths and loopback addresses. HOME is a site: its outputs.yaml (if any) is the
     app's output floor, HOME/app the app's workspace, HOME/airlock the store whose packages the gateway serves."""
+    from outputs.floor import OUTPUTS_FILE  # here: the rules load yaml and pydantic, which `safeshare --help` must not
+
     home = config.home
     kiosk = kiosk_argv(url=f"http://127.0.0.1:{app_port}/", state=str(home / "kiosk"), network=config.network,
                        logs=str(home / "logs" / "kiosk"), size=config.size,

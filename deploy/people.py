@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, Integer, String, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from deploy.people_roles import ROLES
 from proxy.db import UTCDateTime, make_engine, make_sessionmaker, utcnow
 
-ROLES = ("checker",)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 MIN_PASSWORD = 12
 MAX_PASSWORD = 1024

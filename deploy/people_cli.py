@@ -92,7 +92,7 @@ def cmd_person_disable(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, site_args, guarded) -> None:
     """Add `person` to the `safeshare custodian` subcommands."""
-    from deploy.people import ROLES
+    from deploy.people_roles import ROLES  # not deploy.people: building the parser loads no SQLAlchemy
 
     pe = sub.add_parser("person", help="people who sign in to the review pages (checkers)",
                         description="Per-person credentials for the custodian service's review pages "
