@@ -14,13 +14,14 @@ was created are added by `make_engine` (`_add_missing_columns`), so an existing 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import DateTime, Engine, ForeignKey, Integer, String, Text, create_engine, event, inspect, text
+from sqlalchemy import Engine, ForeignKey, Integer, String, Text, create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
-from sqlalchemy.types import TypeDecorator
+
+from safeshare.sqltime import UTCDateTime, utcnow
 
 DEFAULT_DB_URL = "sqlite:///safeshare.db"
 DB_URL_ENV = "SAFESHARE_DB"
@@ -28,30 +29,6 @@ DB_URL_ENV = "SAFESHARE_DB"
 
 def default_db_url() -> str:
     return os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC datetime on every backend (SQLite keeps no zone, so it is stored naive in UTC)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
-        if value is None:
-            return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):

@@ -16,41 +16,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, Integer, String, Text, create_engine, event, select
+from sqlalchemy import Engine, Integer, String, Text, create_engine, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
-from sqlalchemy.types import TypeDecorator
+
+from safeshare.sqltime import UTCDateTime as UTC, utcnow
 
 from .states import VOTES
 
 ACTIONS = ("output-saved", "submitted", "refused", "returned", "voted", "approved", "rejected",
            "released", "release-refused", "downloaded", "download-refused", "withdrawn")
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class UTC(TypeDecorator[datetime]):
-    """A timezone-aware UTC datetime on every backend (SQLite keeps no zone: stored naive in UTC)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:  # type: ignore[override]
-        if value is None:
-            return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):
