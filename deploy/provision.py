@@ -256,6 +256,14 @@ class Provisioner:
         except BundleError as exc:
             raise ProvisionError(f"{policy_path}: field 'release': {exc}", bad_input=True) from None
 
+        # the site's output floor, which the app reads at start: a broken one is named here, not in an app log
+        from engine.errors import InputError
+        from outputs.floor import load_floor
+
+        try:
+            load_floor(self.site.root)
+        except InputError as exc:
+            raise ProvisionError(f"the site's output rules: {exc}", bad_input=True) from None
         ensure_workspace(self.site.workspace(rid))
         policy_bytes = policy_path.read_bytes()
         policy_sha = hashlib.sha256(policy_bytes).hexdigest()

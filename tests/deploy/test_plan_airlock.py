@@ -151,3 +151,34 @@ def test_swarm_keeps_a_tmpfs_workspace_and_ships_the_floor_as_a_config(site: Sit
     with pytest.raises(SpecError):
         service_draft(app, image_id="x", entrypoint=[], node_id="n",
                       files=NodeFiles(release_volume="vol", trust_config=("tid", "trust")))
+
+
+def test_provisioning_refuses_a_broken_floor_and_makes_the_workspace(tmp_path: Path) -> None:
+    """Against a stand-in engine (tests/deploy/test_release_copy.py): the floor is checked before anything is
+    applied, and the workspace the plan mounts exists, the app's."""
+    from deploy.provision import ProvisionError
+    from tests.deploy.test_release_copy import StandInEngine, StandInProvisioner
+    from tests.engine.test_trust_from_site import sealed
+
+    site = Site(tmp_path / "site")
+    site.prepare()
+    bundle = sealed(tmp_path, site.releases, dataset="adult")
+    policy_file = tmp_path / "alice.yaml"
+    policy_file.write_text(f"recipient: alice\nrelease: adult/{bundle.name}\nexpires: 2099-12-31\n")
+    provisioner = StandInProvisioner(site)
+    provisioner.stand_in = StandInEngine()
+    try:
+        site.outputs_floor.write_text("safe_threshold: ten\n")
+        with pytest.raises(ProvisionError) as refused:
+            provisioner.provision(policy_file, "test")
+        assert refused.value.bad_input and "outputs.yaml" in str(refused.value) and "safe_threshold" in str(
+            refused.value)
+        assert provisioner.stand_in.plans == []
+        site.outputs_floor.write_text("safe_threshold: 15\n")
+        provisioner.provision(policy_file, "test")
+        (applied,) = provisioner.stand_in.plans
+        workspace = Path({m.target: m.source for m in applied.app.mounts}[APP_STATE])
+        assert workspace == site.workspace(applied.rid) and workspace.is_dir() and not workspace.is_symlink()
+        assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+    finally:
+        provisioner.close()
