@@ -223,7 +223,9 @@ class ClassCache:
             self._cache.move_to_end(node)
             return cached[0], cached[1]
         pending = self._pending.pop(node, None)
-        if pending is not None:   # rolled up ahead by the worker thread: the same table, stored as if computed now
+        # Rolled up ahead by the worker thread: the same table, stored as if computed now. One the worker has not
+        # started yet is cancelled and computed here: the search never waits for a thread the OS has not scheduled.
+        if pending is not None and not pending.cancel():
             new_codes, new_sizes, new_key = pending.result()
             self._store(node, new_codes, new_sizes, new_key)
             return new_codes, new_sizes
