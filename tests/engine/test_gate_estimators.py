@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from engine.policy import GateSpec
 from engine.risk import population_uniqueness
 from engine.sitegate import BUILT_IN_GATE, SiteGate, SiteGateSource, combine
 from safeshare.cli import main
+from tests.engine.site_files import site_with, tiny_policy, write_tiny
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 
@@ -40,14 +40,6 @@ def adult_pu1(tmp_path: Path, extra: str = "") -> Path:
     policy = tmp_path / "adult-pu1.yaml"
     policy.write_text(text + extra)
     return policy
-
-
-def site_with(tmp_path: Path, name: str, gate_yaml: str | None) -> Path:
-    site = tmp_path / name
-    site.mkdir()
-    if gate_yaml is not None:
-        (site / "gate.yaml").write_text(gate_yaml)
-    return site
 
 
 @pytest.fixture(autouse=True)
@@ -93,26 +85,9 @@ def test_a_policy_naming_snb_does_not_pass_adult_under_the_site_floor(tmp_path, 
     assert not (strict / "releases").exists() and not (strict / "keys").exists()
 
 
-TINY = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 1}
-    suppression_limit: 0
-"""
-
-
 def tiny(tmp_path: Path, gate: str = "") -> Path:
     """280 records over 40 values of A, one of which occurs once (a sample unique)."""
-    data = "A;B\n" + "".join(f"a{i % 40};b{i % 7}\n" for i in range(280))
-    (tmp_path / "data.csv").write_text(data.replace("a39;", "a38;", 6))
-    (tmp_path / "h.csv").write_text("".join(f"a{i};*\n" for i in range(40)))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(textwrap.dedent(TINY) + (f"gate: {gate}\n" if gate else ""))
-    return policy
+    return write_tiny(tmp_path, tiny_policy(gate=gate or None))
 
 
 def test_the_site_gate_names_the_estimators_and_a_policy_only_adds(tmp_path, capsys):

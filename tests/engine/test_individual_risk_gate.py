@@ -4,7 +4,6 @@ through deid, the manifest and the seal."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,36 +17,9 @@ from engine.privacy.individual import IndividualRiskModel
 from engine.risk.individual import key_risk
 from engine.sitegate import BUILT_IN_GATE, SiteGate, SiteGateSource, combine, manifest_violations
 from safeshare.cli import main
+from tests.engine.site_files import TINY, site, write_tiny as tiny  # noqa: F401 (site: a fixture)
 
 SIZES = np.array([7] * 39 + [13, 1])   # the tiny table's classes: a0..a37 seven times, a38 13 times, a39 once
-TINY = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 1}
-    suppression_limit: 0
-"""
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    monkeypatch.setenv("SAFESHARE_SITE", str(folder))
-    return folder
-
-
-def tiny(tmp_path: Path, body: str = TINY) -> Path:
-    """280 records over 40 values of A, seven each, except a38 (13 records) and a39 (one: the sample unique)."""
-    data = "A;B\n" + "".join(f"a{i % 40};b{i % 7}\n" for i in range(280))
-    (tmp_path / "data.csv").write_text(data.replace("a39;", "a38;", 6))
-    (tmp_path / "h.csv").write_text("".join(f"a{i};*\n" for i in range(40)))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(textwrap.dedent(body))
-    return policy
 
 
 def released_sizes(out: Path) -> np.ndarray:

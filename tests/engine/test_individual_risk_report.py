@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,18 +13,9 @@ import pytest
 
 from engine.risk.individual import key_risk
 from safeshare.cli import main
+from tests.engine.site_files import site_with, tiny_policy, write_tiny
 
-TINY = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 1}
-    suppression_limit: 0
-    gate: {populations: [1000], max_pu_su_ratio: 10}
-"""
+TINY = tiny_policy(gate="{populations: [1000], max_pu_su_ratio: 10}")
 
 
 class Elements(HTMLParser):
@@ -43,20 +33,12 @@ class Elements(HTMLParser):
 
 @pytest.fixture
 def site(tmp_path) -> Path:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    (folder / "gate.yaml").write_text("max_pu_su_ratio: 10\nrequired_populations: [1000]\n")
-    return folder
+    return site_with(tmp_path, "site", "max_pu_su_ratio: 10\nrequired_populations: [1000]\n")
 
 
 def tiny(tmp_path: Path) -> Path:
     """280 records over 40 values of A, seven each, except a38 (13) and a39 (one record, the last)."""
-    data = "A;B\n" + "".join(f"a{i % 40};b{i % 7}\n" for i in range(280))
-    (tmp_path / "data.csv").write_text(data.replace("a39;", "a38;", 6))
-    (tmp_path / "h.csv").write_text("".join(f"a{i};*\n" for i in range(40)))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(textwrap.dedent(TINY))
-    return policy
+    return write_tiny(tmp_path, TINY)
 
 
 def test_report_lists_the_riskiest_released_records_and_a_histogram(tmp_path, site, capsys):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from safeshare.cli import main
+from tests.engine.site_files import tiny_policy
 
 
 def write_policy(tmp_path: Path, body: str, hierarchy: str = "a1;*\na2;*\n", data: str = "A;B\na1;x\na2;y\na1;x\n") -> Path:
@@ -18,16 +19,7 @@ def write_policy(tmp_path: Path, body: str, hierarchy: str = "a1;*\na2;*\n", dat
     return policy
 
 
-GOOD = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 2}
-    suppression_limit: 1
-"""
+GOOD = tiny_policy(k=2, suppression_limit=1)
 
 
 def run(policy: Path, out: Path, capsys) -> tuple[int, str, str]:

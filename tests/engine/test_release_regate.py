@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -13,17 +12,10 @@ import pytest
 
 from engine.bundle import BundleError, seal_release, verify_bundle
 from safeshare.cli import main
+from tests.engine.site_files import site_with, tiny_policy, write_tiny
 from tests.engine.test_gate_estimators import localized
 
 STRICT_GATE = "max_population_uniqueness: 0.035\n"   # ADULT under adult-pu1: Los Angeles 0.046 (Dankar -> Pitman)
-
-
-def site_with(root: Path, name: str, gate_yaml: str | None) -> Path:
-    site = root / name
-    site.mkdir()
-    if gate_yaml is not None:
-        (site / "gate.yaml").write_text(gate_yaml)
-    return site
 
 
 def example(root: Path, name: str) -> Path:
@@ -160,25 +152,10 @@ def test_the_release_gate_is_fast_on_adult(adult):
     assert time.perf_counter() - started < 2.0
 
 
-TINY = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 8}
-    suppression_limit: 0
-    gate: {populations: [1000000]}
-"""
-
-
 def test_a_class_generalized_to_star_everywhere_is_a_released_class(tmp_path, capsys):
     """k = 8 over classes of 7 generalizes A to '*': one released class of 280 records that looks like suppressed
     records in the data; `suppressed_records` (0) splits them, and may not claim more than the starred records."""
-    (tmp_path / "data.csv").write_text("A;B\n" + "".join(f"a{i % 40};b{i % 7}\n" for i in range(280)))
-    (tmp_path / "h.csv").write_text("".join(f"a{i};*\n" for i in range(40)))
-    (tmp_path / "policy.yaml").write_text(textwrap.dedent(TINY))
+    write_tiny(tmp_path, tiny_policy(k=8, gate="{populations: [1000000]}"), unique=False)
     site = site_with(tmp_path, "site", None)
     out = tmp_path / "out"
     assert main(["deid", str(tmp_path / "policy.yaml"), "--out", str(out), "--quiet", "--site", str(site)]) == 0

@@ -23,6 +23,7 @@ from engine.report_data import report_data
 from engine.risk import population_uniqueness
 from engine.svgcharts import nice_ceiling, percent, step_chart
 from safeshare.cli import main
+from tests.engine.site_files import tiny_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "source", "track", "embed"}
@@ -362,16 +363,7 @@ def test_report_without_suppression_or_sample_uniques(tmp_path):
     """Everything generalized to one class: after-profile entirely in the lowest risk level, PU = 0, no '*' row."""
     (tmp_path / "h.csv").write_text("a1;*\na2;*\n")
     (tmp_path / "data.csv").write_text("A;B\n" + "a1;x\na2;y\n" * 5)
-    (tmp_path / "policy.yaml").write_text(textwrap.dedent("""\
-        dataset: tiny
-        input: {path: data.csv}
-        attributes:
-          A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-          B: {type: insensitive}
-        privacy:
-          - {model: k_anonymity, k: 6}
-        suppression_limit: 0
-    """))
+    (tmp_path / "policy.yaml").write_text(textwrap.dedent(tiny_policy(k=6)))
     result = deidentify(tmp_path / "policy.yaml")
     manifest = build_manifest(result, "0" * 64, {})
     html_text = render_report(manifest, report_data(result))

@@ -3,7 +3,6 @@ numbers are refused everywhere in policies, and the manifest is strict JSON."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from engine.policy import GateSpec
 from engine.sitegate import BUILT_IN_GATE, SiteGate, SiteGateSource, combine, load_site_gate
 from safeshare.cli import main
+from tests.engine.site_files import TINY, site, site_with, write_tiny as tiny  # noqa: F401 (site: a fixture)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 
@@ -20,15 +20,6 @@ def strict_json(path: Path) -> dict:
     def refuse(name: str):
         raise AssertionError(f"{path}: non-standard JSON constant {name}")
     return json.loads(path.read_text(), parse_constant=refuse)
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch) -> Path:
-    """An empty site folder (built-in floor) named by $SAFESHARE_SITE, so the machine's own site never leaks in."""
-    folder = tmp_path / "site"
-    folder.mkdir()
-    monkeypatch.setenv("SAFESHARE_SITE", str(folder))
-    return folder
 
 
 def adult_policy(tmp_path: Path, extra: str, k: int = 1) -> Path:
@@ -63,30 +54,6 @@ def test_non_finite_gate_limit_is_bad_input(tmp_path, demo_dir, site, capsys, va
     err = capsys.readouterr().err
     assert f"{policy}: gate.max_pu_su_ratio: " in err and ("finite" in err or "greater than" in err), err
     assert not (tmp_path / "out").exists()
-
-
-TINY = """\
-    dataset: tiny
-    input: {path: data.csv}
-    attributes:
-      A: {type: quasi_identifying, hierarchy: {file: h.csv}}
-      B: {type: insensitive}
-    privacy:
-      - {model: k_anonymity, k: 1}
-    suppression_limit: 0
-"""
-
-
-def tiny(tmp_path: Path, body: str = TINY, unique: bool = True) -> Path:
-    """280 records, each of 40 values of A seven times; with `unique`, a39 occurs once (one sample unique)."""
-    data = "A;B\n" + "".join(f"a{i % 40};b{i % 7}\n" for i in range(280))
-    if unique:
-        data = data.replace("a39;", "a38;", 6)
-    (tmp_path / "data.csv").write_text(data)
-    (tmp_path / "h.csv").write_text("".join(f"a{i};*\n" for i in range(40)))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(textwrap.dedent(body))
-    return policy
 
 
 def test_site_gate_file_tightens_and_is_recorded(tmp_path, site, capsys):
@@ -168,17 +135,14 @@ def test_gate_population_below_the_sample_in_the_site_gate(tmp_path, site, capsy
 def test_seal_refuses_an_output_made_under_a_looser_gate(tmp_path, monkeypatch, capsys):
     """An output produced under another site's (or an older engine's) gate is re-checked against the gate of the
     site it is sealed into: the releases store's site (RELEASES/..)."""
-    loose = tmp_path / "loose-site"
-    loose.mkdir()
-    (loose / "gate.yaml").write_text("max_pu_su_ratio: 1.0\nrequired_populations: [300]\n")
+    loose = site_with(tmp_path, "loose-site", "max_pu_su_ratio: 1.0\nrequired_populations: [300]\n")
     policy = tiny(tmp_path, TINY + "    gate: {populations: [300], max_pu_su_ratio: 1.0}\n")
     out = tmp_path / "out"
     assert main(["deid", str(policy), "--out", str(out), "--quiet", "--site", str(loose)]) == 0
     manifest = strict_json(out / "manifest.json")
     assert manifest["gate"]["passed"] is True and manifest["risk"]["populations"][0]["pu_su_ratio"] > 0.25
     # The strict site: built-in floor (no gate.yaml): USA, California and Los Angeles were never checked.
-    strict = tmp_path / "strict-site"
-    strict.mkdir()
+    strict = site_with(tmp_path, "strict-site", None)
     assert main(["release", str(out), "--to", str(strict / "releases")]) == 1
     err = capsys.readouterr().err
     assert "does not meet the site gate" in err and "Los Angeles required by the built-in site gate" in err, err
