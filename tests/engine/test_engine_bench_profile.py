@@ -1,25 +1,15 @@
 """benchmarks/engine_bench.py's figures: the cost per check beside ARX's, and the profile's exclusive times."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_bench.py"
+from tests.benchscript import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("engine_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("engine_bench.py", "engine_bench") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_cost_per_check_beside_arx(bench):

@@ -2,30 +2,19 @@
 table the engine ships next to every risk figure (engine/risk/accuracy.json, engine.risk.accuracy)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from engine.risk import ESTIMATORS
 from engine.risk.accuracy import accuracy_table, benchmark_finding, finding_text
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "risk_accuracy.py"
+from tests.benchscript import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("risk_accuracy_bench", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("risk_accuracy.py", "risk_accuracy_bench") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 TABLE = {
