@@ -142,11 +142,11 @@ class ClassCache:
 
     DEFAULT_BUDGET_BYTES = 256 << 20
 
-    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.load,
+    def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.default,
                  prefetch: bool = False) -> None:
         """`compiled`: engine.kernels' functions for the compiled roll-up, None for the numpy one; by default
-        `kernels.load()` decides (compiled unless the reference path is forced). `prefetch`: a worker thread may
-        roll up ahead (`prefetch`; call `close` when done)."""
+        `kernels.default()` decides (compiled once numba is loaded, never importing it). `prefetch`: a worker thread
+        may roll up ahead (`prefetch`; call `close` when done)."""
         self.table = table
         self.cards = [[a.cardinality(lv) for lv in range(a.levels)] for a in table.attributes]
         # Sensitive attributes ride along as rows that never generalize (engine.distributions projects them away).

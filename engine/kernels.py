@@ -66,6 +66,14 @@ def loaded():
     return None if reference_forced() else _kernels
 
 
+def default():
+    """For class tables built outside a search (one view for a report, a partition's check): the kernels when
+    already loaded, or when SAFESHARE_COMPILED_PATH asks for them; never imports numba otherwise."""
+    if reference_forced():
+        return None
+    return load() if _flag(COMPILED_ENV) else _kernels
+
+
 def for_search(lattice_size: int, records: int):
     """The kernels a search of this size should use, or None for the reference path (see the module's docstring)."""
     if reference_forced():

@@ -26,8 +26,8 @@ SUPPRESSED_LABEL = "*"
 
 class Evaluator:
     def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel,
-                 cache_bytes: int | None = None, compiled=kernels.load, parallel: bool = False) -> None:
-        """`compiled`: engine.kernels' functions, None for the numpy reference path; by default `kernels.load()`
+                 cache_bytes: int | None = None, compiled=kernels.default, parallel: bool = False) -> None:
+        """`compiled`: engine.kernels' functions, None for the numpy reference path; by default `kernels.default()`
         decides (search() passes `kernels.for_search`'s choice for the search's size). `parallel`: roll up ahead on
         a worker thread what the search says it will likely check next (`prefetch`); results, checks and their
         count are those of the sequential run. Call `close()` when done."""

@@ -77,7 +77,8 @@ def test_environment_variable_forces_the_reference_path(monkeypatch):
 
 
 def test_small_searches_do_not_import_numba(tmp_path):
-    """A command whose search is small never pays for importing numba; a big one, or the variable, loads it."""
+    """A command whose search is small, or that builds one class table for a report, never pays for importing
+    numba; a big search, or the variable, loads it."""
     script = (
         "import sys\n"
         "from engine.encoding import encode_table\n"
@@ -88,6 +89,8 @@ def test_small_searches_do_not_import_numba(tmp_path):
         "from tests.engine.lattice_tables import seeded_table\n"
         "table = encode_table(*seeded_table(3))\n"
         "search(table, [KAnonymity(2)], make_quality_model('loss', table), 0.1)\n"
+        "from engine.classes import ClassCache\n"
+        "ClassCache(table, budget_bytes=0).view((1,) * len(table.attributes))\n"
         "print('numba' in sys.modules, kernels.for_search(12960, 30162) is not None, 'numba' in sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in (kernels.REFERENCE_ENV, kernels.COMPILED_ENV)}
