@@ -32,6 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from deploy.people_roles import ROLES
 from proxy.db import UTCDateTime, make_engine, make_sessionmaker, utcnow
+from safeshare.sitedb import create_tables
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 MIN_PASSWORD = 12
@@ -171,7 +172,7 @@ class People:
                  absolute_seconds: int = ABSOLUTE_SECONDS, idle_seconds: int = IDLE_SECONDS,
                  scrypt_n: int = SCRYPT_N) -> None:
         self.engine = engine_or_url if isinstance(engine_or_url, Engine) else make_engine(engine_or_url)
-        Base.metadata.create_all(self.engine)
+        create_tables(Base.metadata, self.engine)
         self._session = make_sessionmaker(self.engine)
         self.clock = clock
         self.absolute = timedelta(seconds=absolute_seconds)

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, Integer, String, Text, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from proxy.db import UTCDateTime, make_engine, make_sessionmaker, utcnow
+from safeshare.sitedb import create_tables
 
 ROLES = ("custodian", "auditor")
 ACTIVE, REVOKED, EXPIRED = "active", "revoked", "expired"
@@ -129,7 +130,7 @@ class Records:
     def __init__(self, engine_or_url: Engine | str | None = None, *,
                  clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine_or_url if isinstance(engine_or_url, Engine) else make_engine(engine_or_url)
-        Base.metadata.create_all(self.engine)
+        create_tables(Base.metadata, self.engine)
         self._session = make_sessionmaker(self.engine)
         self.clock = clock
 

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, ForeignKey, Integer, String, Text, create_engine,
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
+from safeshare.sitedb import create_tables
 from safeshare.sqltime import UTCDateTime, utcnow
 
 DEFAULT_DB_URL = "sqlite:///safeshare.db"
@@ -121,7 +122,7 @@ def make_engine(url: str | None = None) -> Engine:
     engine = create_engine(url, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
-    Base.metadata.create_all(engine)
+    create_tables(Base.metadata, engine)
     _add_missing_columns(engine)
     return engine
 

@@ -98,3 +98,26 @@ def migrate_legacy(root: str | os.PathLike[str]) -> Path | None:
             os.replace(side, target.with_name(target.name + suffix))
     os.replace(legacy, target)
     return target
+
+
+def create_tables(metadata, engine, attempts: int = 6) -> None:
+    """`metadata.create_all(engine)`, tolerating another process creating the same tables at the same moment.
+
+    SQLAlchemy checks which tables exist and then creates the missing ones, in two steps: two processes opening a new
+    site together (`safeshare up` starting the custodian service beside the intake, a test opening two stores) can
+    both see a table missing, and the slower one fails with "table ... already exists" (PostgreSQL: a duplicate type
+    in pg_type). Whoever lost the race finds the tables on the next try, so the error is retried a few times; any
+    other error, or the same one persisting, is raised."""
+    import time
+
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except (OperationalError, ProgrammingError, IntegrityError) as exc:
+            text = str(exc)
+            if attempt == attempts - 1 or ("already exists" not in text and "pg_type" not in text):
+                raise
+            time.sleep(0.02 * (attempt + 1))

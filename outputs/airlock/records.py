@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, Integer, String, Text, create_engine, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from safeshare.sitedb import create_tables
 from safeshare.sqltime import UTCDateTime as UTC, utcnow
 
 from .states import VOTES
@@ -192,7 +193,7 @@ class AirlockRecords:
     def __init__(self, engine_or_url: Engine | str, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine_or_url if isinstance(engine_or_url, Engine) else make_engine(engine_or_url)
         self._owns_engine = not isinstance(engine_or_url, Engine)
-        Base.metadata.create_all(self.engine)
+        create_tables(Base.metadata, self.engine)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self.clock = clock
 
