@@ -10,41 +10,14 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 from enclave.app import airlock_drafts, create_app
 from outputs.airlock import store as airlock_store
 from outputs.airlock.workspace import Layout
-from tests.enclave.test_app_outputs import CROSSTAB, NASTY, outputs_frame
-from tests.enclave.test_app_support import TestClient, synthetic_bundle
+from tests.enclave.test_app_outputs import (  # noqa: F401 (app_and_state, bundle, client: fixtures)
+    CROSSTAB, NASTY, app_and_state, bundle, client, save)
+from tests.enclave.test_app_support import TestClient
 
 PASSING = {"attribute": "sex", "exclude_suppressed": True}  # Female 73, Male 97: every cell passes
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("airlock-app")
-    return synthetic_bundle(root, outputs_frame(), quasi_identifiers=["sex", "race", "age"])
-
-
-@pytest.fixture()
-def app_and_state(bundle, tmp_path):
-    state = tmp_path / "state"
-    app = create_app(bundle, state_dir=state, trust=bundle.parents[2] / "trust.json", recipient="alice")
-    with TestClient(app) as client:
-        yield client, state
-
-
-@pytest.fixture()
-def client(app_and_state):
-    return app_and_state[0]
-
-
-def save(client, kind: str, query: dict, name: str, remedy: dict | None = None) -> dict:
-    body = {"name": name, "kind": kind, "query": query, **({"remedy": remedy} if remedy else {})}
-    response = client.post("/api/outputs", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def write_status(state: Path, number: int, status: dict) -> None:
