@@ -9,8 +9,6 @@ refuses targets that cannot be or must not be replaced (an existing file, /dev/n
 """
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import shutil
 import tempfile
@@ -18,6 +16,8 @@ from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from safeshare.exchange import exchange as _exchange
 
 from .errors import InputError
 
@@ -102,25 +102,6 @@ def check_output_folder(target: str | os.PathLike, replaceable: Collection[str],
     except OSError as exc:
         raise InputError(None, option, f"{text}: cannot write in {ancestor} ({exc.strerror or exc})") from None
     return path
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2); False when the system cannot, so the caller falls back."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
 
 
 def _fsync_folder(folder: Path) -> None:
