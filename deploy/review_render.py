@@ -19,9 +19,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_ROWS = 10_000
-MAX_COLUMNS = 500
-MAX_CELL_CHARS = 500
+from outputs.airlock.store import MAX_CSV_CELL_CHARS as MAX_CELL_CHARS  # the airlock refuses more: shown whole
+from outputs.airlock.store import MAX_CSV_COLUMNS as MAX_COLUMNS
+from outputs.airlock.store import MAX_CSV_ROWS as MAX_ROWS
+
 RANK = {"pass": 0, "review": 1, "fail": 2}
 STRUCTURAL = "structural-zeros"
 
@@ -163,7 +164,7 @@ def read_meta(data: bytes | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

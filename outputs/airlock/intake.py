@@ -31,7 +31,8 @@ from typing import Any
 
 from .records import AirlockRecords
 from .store import (MAX_FILE_BYTES, MAX_OUTPUTS, MAX_REQUEST_BYTES, MAX_SUPPORTING, OUTPUT_FILES_SKIPPED,
-                    AirlockStore, FrozenFile, FrozenOutput, StoreError, check_file, checks_summary, sha256)
+                    AirlockStore, FrozenFile, FrozenOutput, StoreError, check_file, check_output_file,
+                    checks_summary, effective_status, sha256)
 from .workflow import OPEN_STATES, Airlock, AirlockError, Refused
 from .workspace import (MAX_JSON_BYTES, OUTPUTS_DIR, Workspace, WorkspaceError, list_dir, read_file,
                         read_json, rel_outbox, rel_output, rel_request, rel_status, rel_supporting, remove_file,
@@ -122,6 +123,7 @@ def read_output(workspace: Workspace, output_id: str, justification: str | None,
         try:
             data = read_file(workspace.path, rel_output(output_id) + (name,), MAX_FILE_BYTES)
             check_file(name, data, where)
+            check_output_file(output_id, name)
         except (WorkspaceError, StoreError) as exc:
             raise Refused(str(exc)) from None
         budget[0] += len(data)
@@ -143,9 +145,11 @@ def read_output(workspace: Workspace, output_id: str, justification: str | None,
         exception = meta.get("exception")
         if isinstance(exception, dict) and isinstance(exception.get("justification"), str):
             justification = exception["justification"].strip() or None
-    status = meta.get("status")
+    checks = checks_summary(meta.get("checks"))
+    claimed = meta.get("status") if isinstance(meta.get("status"), str) else ""
+    status = effective_status(claimed, checks, remedied=meta.get("remedy") not in (None, "", {}, []))
     return FrozenOutput(output_id=output_id, name=str(meta.get("name", ""))[:200], kind=str(meta.get("kind", ""))[:50],
-                        status=status if isinstance(status, str) else "", checks=checks_summary(meta.get("checks")),
+                        status=status, checks=checks,
                         justification=justification, files=tuple(files),
                         release={k: release.get(k) for k in ("dataset", "id", "seal_sha256", "data_sha256")})
 
@@ -356,6 +360,10 @@ def run_intake(site_root: str | Path, workspaces: Iterable[Workspace], db_url: s
             except (WorkspaceError, OSError, AirlockError, StoreError) as exc:
                 message = f"{workspace.path}: {exc}"
                 log.warning("airlock intake: %s", message)
+                result.errors.append(message)
+            except Exception as exc:  # anything else one workspace provokes never stops the other recipients' pass
+                message = f"{workspace.path}: {type(exc).__name__}: {exc}"
+                log.exception("airlock intake: %s", message)
                 result.errors.append(message)
     finally:
         if own:

@@ -17,7 +17,9 @@ meta.json, so no markup made in the enclave reaches a checker's browser.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -38,6 +40,8 @@ PACKAGE_FILE = "package.zip"
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_REQUEST_BYTES = 20 * 1024 * 1024
 MAX_CSV_ROWS = 10_000
+MAX_CSV_COLUMNS = 500  # the review pages show this many columns (deploy/review_render.py)
+MAX_CSV_CELL_CHARS = 500  # and this many characters of a cell: a CSV beyond either is refused, not cut unseen
 MAX_OUTPUTS = 50  # outputs in one request
 MAX_SUPPORTING = 20  # supporting files in one request
 MAX_TEXT = 4000  # context, controls, justification (characters; the app's output_store.MAX_TEXT)
@@ -45,12 +49,16 @@ MAX_TEXT = 4000  # context, controls, justification (characters; the app's outpu
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALLOWED_TYPES = {".csv": "text/csv", ".json": "application/json", ".png": "image/png", ".txt": "text/plain"}
 OUTPUT_FILES_SKIPPED = frozenset({"rendering.html"})  # never copied (re-rendered by the review pages)
+# what an output may hold: the files the review pages show a checker (the table from data.csv, meta.json's checks
+# and analysis, images); any other file would be frozen and released without a checker having seen it
+OUTPUT_FILES_SHOWN = frozenset({"data.csv", "meta.json"})
 
 RID_PATTERN = r"[0-9a-z]{1,32}"
 REQUEST_ID = re.compile(rf"(?P<rid>{RID_PATTERN})-(?P<number>[0-9]{{4,9}})-(?P<nonce>[0-9a-f]{{8}})")
 OUTPUT_ID = re.compile(r"[1-9][0-9]{0,8}")
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _RID = re.compile(RID_PATTERN)
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 OUTPUT_STATUSES = ("pass", "review", "fail")  # outputs.checks PASS, REVIEW, FAIL
 
@@ -126,13 +134,39 @@ def check_file(name: str, data: bytes, where: str | None = None) -> str:
     if kind == "application/json":
         try:
             json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # nested too deep for the parser: refused like bad JSON
             raise StoreError(f"{label}: not JSON: {exc}") from None
     elif kind == "text/csv":
-        rows = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        if rows > MAX_CSV_ROWS:
-            raise StoreError(f"{label}: {rows} rows, more than the {MAX_CSV_ROWS} a CSV may have")
+        _check_csv(text, label)
     return kind
+
+
+def _check_csv(text: str, label: str) -> None:
+    """Rows (a line ends with CR, LF or CRLF, as the csv module reads them), columns and cell lengths within what
+    the review pages show whole: a row past MAX_CSV_ROWS, a column past MAX_CSV_COLUMNS or a cell past
+    MAX_CSV_CELL_CHARS would leave in the package without a checker having seen it."""
+    ends = len(_LINE_END.findall(text))
+    rows = ends + (0 if not text or text.endswith(("\n", "\r")) else 1)
+    if rows > MAX_CSV_ROWS:
+        raise StoreError(f"{label}: {rows} rows, more than the {MAX_CSV_ROWS} a CSV may have")
+    try:
+        for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1):
+            if len(row) > MAX_CSV_COLUMNS:
+                raise StoreError(f"{label}: row {number} has {len(row)} columns, more than the {MAX_CSV_COLUMNS} "
+                                 f"a CSV may have")
+            longest = max((len(cell) for cell in row), default=0)
+            if longest > MAX_CSV_CELL_CHARS:
+                raise StoreError(f"{label}: row {number} has a cell of {longest} characters, more than the "
+                                 f"{MAX_CSV_CELL_CHARS} a CSV cell may have")
+    except csv.Error as exc:
+        raise StoreError(f"{label}: not CSV: {exc}") from None
+
+
+def check_output_file(output_id: str, name: str) -> None:
+    """An output's file must be one the review pages show (OUTPUT_FILES_SHOWN or a .png image); StoreError else."""
+    if name not in OUTPUT_FILES_SHOWN and not name.lower().endswith(".png"):
+        raise StoreError(f"output {output_id}: {name}: an output holds only data.csv, meta.json and .png images "
+                         f"(what the checkers are shown); refused")
 
 
 def check_total(total: int, where: str = "request") -> None:
@@ -180,6 +214,22 @@ def checks_summary(checks: Any) -> list[dict[str, Any]]:
                         "reason": str(check.get("reason", ""))[:1000],
                         "cells": len(check.get("cells") or []) if isinstance(check.get("cells"), list) else 0})
     return out
+
+
+def effective_status(status: str, checks: Any, remedied: bool = False) -> str:
+    """The status an output is held to: the worst of the status it claims and each of its checks' statuses (an
+    unknown check status counts as `review`), and at least `review` when a remedy was applied (as the app combines
+    them, enclave.app.output_routes). meta.json is written inside the enclave, so its `status` alone could say
+    `pass` over failing checks and skip the justification a `fail` needs; the checks, which the checkers are shown,
+    decide. A claimed status outside pass/review/fail is returned as it is (validate_submission refuses it)."""
+    if status not in OUTPUT_STATUSES:
+        return status
+    rank = {name: i for i, name in enumerate(OUTPUT_STATUSES)}
+    worst = max(rank[status], rank["review"] if remedied else 0)
+    for check in checks if isinstance(checks, list) else []:
+        if isinstance(check, dict):
+            worst = max(worst, rank.get(check.get("status"), rank["review"]))  # type: ignore[arg-type]
+    return OUTPUT_STATUSES[worst]
 
 
 def request_bytes(request: dict[str, Any]) -> bytes:
@@ -390,7 +440,8 @@ def _write_synced(path: Path, data: bytes) -> None:
     os.chmod(path, 0o644)
 
 
-__all__ = ["ALLOWED_TYPES", "AirlockStore", "ChecksumMismatch", "FrozenFile", "FrozenOutput", "MAX_CSV_ROWS",
-           "MAX_FILE_BYTES", "MAX_REQUEST_BYTES", "PACKAGE_FILE", "REQUEST_FILE", "REQUEST_ID", "StoreError",
-           "check_file", "check_name", "check_total", "checks_summary", "file_type", "new_request_id", "request_bytes", "rid_of",
-           "sha256", "valid_request_id", "valid_rid"]
+__all__ = ["ALLOWED_TYPES", "AirlockStore", "ChecksumMismatch", "FrozenFile", "FrozenOutput", "MAX_CSV_CELL_CHARS",
+           "MAX_CSV_COLUMNS", "MAX_CSV_ROWS", "MAX_FILE_BYTES", "MAX_REQUEST_BYTES", "OUTPUT_FILES_SHOWN",
+           "PACKAGE_FILE", "REQUEST_FILE", "REQUEST_ID", "StoreError", "check_file", "check_name",
+           "check_output_file", "check_total", "checks_summary", "effective_status", "file_type", "new_request_id",
+           "request_bytes", "rid_of", "sha256", "valid_request_id", "valid_rid"]

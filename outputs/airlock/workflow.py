@@ -30,7 +30,8 @@ from typing import Any
 
 from .records import VOTES, AirlockRecords, OutputRow, RequestRecord, RequestRow, Vote, VoteRow
 from .store import (MAX_OUTPUTS, MAX_SUPPORTING, MAX_TEXT, OUTPUT_ID, AirlockStore, ChecksumMismatch, FrozenFile,
-                    FrozenOutput, StoreError, check_file, check_total, new_request_id, request_bytes, sha256)
+                    FrozenOutput, StoreError, check_file, check_output_file, check_total, effective_status,
+                    new_request_id, request_bytes, sha256)
 
 from .states import (APPROVED, DRAFT, OPEN_STATES, REJECTED, RELEASED, RETURNED, STATES, SUBMITTED,  # noqa: F401
                      WITHDRAWN)
@@ -68,11 +69,17 @@ class OutputDecision:
                 "changes": self.changes, "checkers": list(self.checkers), "approved_by": list(self.approved_by)}
 
 
+def person_key(name: str) -> str:
+    """A name as people are told apart: case and runs of spaces ignored (what `same_person` compares)."""
+    return " ".join(name.split()).casefold()
+
+
 def latest_votes(votes: Iterable[Vote]) -> dict[str, Vote]:
-    """The latest vote of each checker (by id: the order they were cast)."""
+    """The latest vote of each checker (by id: the order they were cast), keyed by `person_key`: 'carol' and
+    'Carol' are one person (as for the requester rule), so one person's two spellings are one vote, not two."""
     latest: dict[str, Vote] = {}
     for vote in sorted(votes, key=lambda v: v.id):
-        latest[vote.checker] = vote
+        latest[person_key(vote.checker)] = vote
     return latest
 
 
@@ -81,8 +88,8 @@ def decide(votes: Iterable[Vote]) -> OutputDecision:
     latest = latest_votes(votes)
     kinds = [v.vote for v in latest.values()]
     approvals, rejections, changes = kinds.count(APPROVE), kinds.count(REJECT), kinds.count(CHANGES)
-    checkers = tuple(sorted(latest))
-    approved_by = tuple(sorted(c for c, v in latest.items() if v.vote == APPROVE))
+    checkers = tuple(sorted(v.checker for v in latest.values()))
+    approved_by = tuple(sorted(v.checker for v in latest.values() if v.vote == APPROVE))
     if approvals >= 2 and approvals > rejections and changes == 0:
         state = APPROVED
     elif rejections >= 2 and rejections > approvals:
@@ -110,14 +117,14 @@ def visible_votes(votes: Iterable[Vote], viewer: str | None) -> list[Vote]:
     """What `viewer` may see of one output's votes in one round: their own only until two distinct checkers have
     voted; everything after that, and everything for the audit view (`viewer` None)."""
     votes = list(votes)
-    if viewer is None or len({v.checker for v in votes}) >= 2:
+    if viewer is None or len({person_key(v.checker) for v in votes}) >= 2:
         return votes
-    return [v for v in votes if v.checker == viewer]
+    return [v for v in votes if same_person(v.checker, viewer)]
 
 
 def same_person(a: str, b: str) -> bool:
     """Names compared as people would: case and surrounding spaces ignored (fail closed for the requester check)."""
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+    return person_key(a) == person_key(b)
 
 
 def validate_submission(context: str, controls: str, outputs: Sequence[FrozenOutput],
@@ -143,8 +150,9 @@ def validate_submission(context: str, controls: str, outputs: Sequence[FrozenOut
         seen.add(output.output_id)
         if output.status not in ("pass", "review", "fail"):
             raise Refused(f"output {output.output_id}: status {output.status!r} is not pass, review or fail")
-        if output.status in NEEDS_JUSTIFICATION and not (output.justification or "").strip():
-            raise Refused(f"output {output.output_id} ({output.name}): its checks say {output.status}; it needs a "
+        status = effective_status(output.status, output.checks)  # the checks decide, not the claimed status
+        if status in NEEDS_JUSTIFICATION and not (output.justification or "").strip():
+            raise Refused(f"output {output.output_id} ({output.name}): its checks say {status}; it needs a "
                           f"justification to be requested")
         if output.justification and len(output.justification) > MAX_TEXT:
             raise Refused(f"output {output.output_id}: justification longer than {MAX_TEXT} characters")
@@ -153,6 +161,7 @@ def validate_submission(context: str, controls: str, outputs: Sequence[FrozenOut
         for item in output.files:
             try:
                 check_file(item.name, item.data, f"output {output.output_id}: {item.name}")
+                check_output_file(output.output_id, item.name)
             except StoreError as exc:
                 raise Refused(str(exc)) from None
             total += len(item.data)

@@ -265,7 +265,7 @@ def read_json(root: str | os.PathLike[str], parts: tuple[str, ...], max_bytes: i
     data = read_file(root, parts, max_bytes)
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested too deep: RecursionError, not ValueError
         raise WorkspaceError(f"{_where(Path(root), parts)}: not UTF-8 JSON: {exc}") from None
 
 
