@@ -34,7 +34,7 @@ from typing import Any
 from outputs.airlock import store as airlock_store
 from outputs.airlock import workspace as layout
 
-from .output_store import OutputStore, now
+from .output_store import OutputStore, atomic_write, fsync_dir, fsync_write, now
 
 MAX_TEXT = airlock_store.MAX_TEXT
 
@@ -67,34 +67,6 @@ class ReleaseRef:
 
     def as_dict(self) -> dict:
         return {"dataset": self.dataset, "id": self.id, "seal_sha256": self.seal_sha256}
-
-
-def _fsync_write(path: Path, payload: bytes) -> None:
-    with open(path, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(target: Path, payload: bytes) -> None:
-    """Write `target` as a hidden temp sibling, flushed, then renamed over it: a reader sees the old or the new."""
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        _fsync_write(Path(temp), payload)
-        os.replace(temp, target)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
-    _fsync_dir(target.parent)
 
 
 def _json_bytes(record: dict) -> bytes:
@@ -436,12 +408,12 @@ class Drafts:
             temp = Path(tempfile.mkdtemp(prefix=".new-", dir=self.requests_dir))
             try:
                 (temp / layout.SUPPORTING_DIR).mkdir()
-                _fsync_write(temp / layout.REQUEST_FILE, _json_bytes(record))
+                fsync_write(temp / layout.REQUEST_FILE, _json_bytes(record))
                 os.rename(temp, self.layout.request_dir(number))
             except BaseException:
                 shutil.rmtree(temp, ignore_errors=True)
                 raise
-            _fsync_dir(self.requests_dir)
+            fsync_dir(self.requests_dir)
             if changes:
                 try:
                     return self.update(number, changes)

@@ -62,11 +62,34 @@ def clean_text(text: object, what: str) -> str:
     return value
 
 
-def _fsync_write(path: Path, payload: bytes) -> None:
+def fsync_write(path: Path, payload: bytes) -> None:
+    """Write `payload` to `path` and flush it to the disk (the app's outputs and drafts: a crash loses no write)."""
     with open(path, "wb") as handle:
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (a rename or a new file in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(target: Path, payload: bytes) -> None:
+    """Write `target` as a hidden temp sibling, flushed, then renamed over it: a reader sees the old or the new."""
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        fsync_write(Path(temp), payload)
+        os.replace(temp, target)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+    fsync_dir(target.parent)
 
 
 class OutputStore:
@@ -114,12 +137,12 @@ class OutputStore:
             temp = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
             try:
                 for name, payload in {**files, "meta.json": body}.items():
-                    _fsync_write(temp / name, payload)
+                    fsync_write(temp / name, payload)
                 os.rename(temp, self.root / str(new_id))
             except BaseException:
                 shutil.rmtree(temp, ignore_errors=True)
                 raise
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         return record
 
     def get(self, output_id: object) -> dict | None:
@@ -148,24 +171,9 @@ class OutputStore:
             others = sum((folder / name).stat().st_size for name in FILES if name != "meta.json")
             if len(body) + others > MAX_OUTPUT_BYTES:
                 raise OutputStoreError("the output would exceed its size bound", 413)
-            fd, temp = tempfile.mkstemp(prefix=".meta.", suffix=".tmp", dir=folder)
-            os.close(fd)
-            try:
-                _fsync_write(Path(temp), body)
-                os.replace(temp, folder / "meta.json")
-            finally:
-                if os.path.exists(temp):
-                    os.unlink(temp)
+            atomic_write(folder / "meta.json", body)
         return record
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 __all__ = ["FILES", "MAX_COMMENTS", "MAX_OUTPUTS", "MAX_OUTPUT_BYTES", "MAX_TEXT", "OutputStore",
-           "OutputStoreError", "clean_name", "clean_text", "now"]
+           "OutputStoreError", "atomic_write", "clean_name", "clean_text", "fsync_dir", "fsync_write", "now"]
