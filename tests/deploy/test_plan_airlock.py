@@ -4,31 +4,19 @@ floor (SITE/outputs.yaml, read-only, found by its --site) when there is one, and
 Without an engine: the plan, the workspace folder, what the app makes of /site, and the Swarm translation."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from deploy.plan import (APP_FLOOR, APP_SITE, APP_STATE, APP_UID, OUTPUTS_FLOOR_LABEL, EnclaveSubnets, app_argv,
-                         plan_enclave, plan_gateway)
+from deploy.plan import (APP_FLOOR, APP_SITE, APP_STATE, APP_UID, OUTPUTS_FLOOR_LABEL, app_argv, plan_enclave,
+                         plan_gateway)
 from deploy.provision import ensure_workspace
 from deploy.site import Site
 from outputs.floor import effective_rules, site_folder
 from policies.recipient import RecipientPolicy
-
-IMAGES = {"app": "safeshare/app:1", "kiosk": "safeshare/kiosk:1", "gateway": "safeshare/gateway:1"}
-SUBNETS = EnclaveSubnets(enclave="10.214.0.0/27", vnc="10.214.0.32/27")
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Site:
-    root = tmp_path / "site"
-    root.mkdir()
-    (root / "site.json").write_text(json.dumps({"site_id": "abc123", "gateway_port": 6090}))
-    return Site(root)
-
+from tests.deploy.test_plan import IMAGES, SUBNETS, site  # noqa: F401 (site: a fixture)
 
 def policy(recipient: str = "alice") -> RecipientPolicy:
     return RecipientPolicy.model_validate({"recipient": recipient, "release": "adult-k5", "expires": "2099-12-31"})
