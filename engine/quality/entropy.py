@@ -43,8 +43,9 @@ class NonUniformEntropy(QualityModel):
         raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
         return float(self._normalize(raw).mean())
 
-    def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
-        raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
+    def _suppression_raw(self, levels, codes, sizes, suppressed) -> np.ndarray:
+        """Per attribute, sum_w s_w log2(S / s_w) over the suppressed records' generalized values w (unnormalized)."""
+        raw = np.zeros(self.d)
         total = float(sizes[suppressed].sum())
         if total > 0:
             # s_w for all attributes in one bincount (codes offset per attribute), taken from whichever side has
@@ -66,8 +67,44 @@ class NonUniformEntropy(QualityModel):
             for i in range(self.d):
                 per_value = counted[offsets[i]:offsets[i] + cards[i]]
                 per_value = per_value[per_value > 0.5]
-                raw[i] += float(np.dot(per_value, np.log2(total / per_value)))
-        return self._normalize(raw)
+                raw[i] = float(np.dot(per_value, np.log2(total / per_value)))
+        return raw
+
+    def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
+        raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
+        suppression = self._suppression_raw(levels, codes, sizes, suppressed)
+        # kept for suppression_terms, which the search asks for right after the loss of the same classes
+        self._last_suppression = (tuple(levels), codes, sizes, suppressed, suppression)
+        return self._normalize(raw + suppression)
+
+    def generalization_terms(self, levels: Levels) -> np.ndarray:
+        """Per attribute, the normalized generalization term (their mean is `lower_bound`)."""
+        return self._normalize(np.array([g[lv] for g, lv in zip(self._generalization, levels)]))
+
+    def suppression_terms(self, levels, codes, sizes, suppressed) -> np.ndarray:
+        """Per attribute, the normalized suppression term of a transformation whose classes are (codes, sizes).
+
+        Where suppression removes exactly the classes below a minimal size (k-anonymity alone), every
+        specialization x of this transformation y has, attribute by attribute, a suppression term at least this
+        large, so mean(generalization_terms(x) + suppression_terms(y)) is a lower bound of loss(x):
+
+        * the suppressed records of x include those of y: x is finer, so every class of y is a union of classes of
+          x; a record x keeps lies in a class of x of at least k records, contained in a class of y of at least k
+          records, which y keeps too. So R(y), the records y suppresses, is a subset of R(x);
+        * f(c) = sum_w c_w log2(C / c_w) = C log2 C - sum_w c_w log2 c_w (C = sum_w c_w) never falls when a record
+          is added: adding one to c_w changes it by phi(C) - phi(c_w) with phi(z) = (z+1) log2(z+1) - z log2 z,
+          increasing, and C >= c_w (a new value w is c_w = 0, phi(0) = 0); so f over R(x) >= f over R(y) at the
+          same level;
+        * f never falls when a value is split into finer ones (x's level of the attribute is at most y's): for
+          c = a + b, c log2(C / c) <= a log2(C / a) + b log2(C / b) since a, b <= c.
+
+        Both steps together give suppression term of x >= suppression term of y, attribute by attribute.
+        """
+        last = getattr(self, "_last_suppression", None)
+        if last is not None and last[0] == tuple(levels) and last[1] is codes and last[2] is sizes \
+                and last[3] is suppressed:
+            return self._normalize(last[4])
+        return self._normalize(self._suppression_raw(levels, codes, sizes, suppressed))
 
     def loss(self, levels, codes, sizes, suppressed) -> float:
         return float(self._attribute_array(levels, codes, sizes, suppressed).mean())

@@ -34,6 +34,7 @@ from ..privacy.configuration import Monotonicity
 from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress
 from .evaluator import Evaluator
+from .floor import applies as floor_applies, floor_sweep
 from .tags import ExplicitTags, make_tags
 
 Node = tuple[int, ...]
@@ -247,11 +248,17 @@ class FlashSearch:
         phase_one = self.evaluator.checked
         counters = {"pruned_by_bound": self.pruned_by_bound, "complete": self.complete,
                     "phases": {"binary": phase_one}}
-        if self.two_phase and self.complete:
+        flags = self.anonymous.flags if explicit else None
+        if self.two_phase and self.complete and floor_applies(self.evaluator, flags):
+            # top-down with the suppression floor (engine.search.floor): the same optimum, fewer checks
+            admissible = flags & ~self.insufficient.flags if self.prune_by_bound else flags
+            second = floor_sweep(self.evaluator, lattice, self.incumbent, self.deadline, self.progress, admissible)
+        elif self.two_phase and self.complete:
             seeds = [n for n in self.anonymous.minimal() if not self.insufficient_quality(n)]
             second = branch_and_bound(self.evaluator, lattice, self.incumbent, self.deadline, self.progress,
                                       start=seeds, admissible=lambda n: n in self.anonymous,
                                       known=self.class_bounds)
+        if self.two_phase and self.complete:
             counters["pruned_by_bound"] += second["pruned_by_bound"]
             counters["complete"] = second["complete"]
             counters["phases"]["second"] = self.evaluator.checked - phase_one
