@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -87,8 +86,6 @@ async def screenshot(cdp, path: Path, until: str) -> None:
 
 def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     import aiohttp
-    import httpx
-    import uvicorn
 
     from deploy.custodian_api import create_app
     from deploy.people import People
@@ -101,7 +98,7 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     from outputs.airlock.workflow import Airlock
     from outputs.airlock.workspace import Workspace
     from tests.cdp import chromium
-    from tests.proxy.rfbtools import free_port
+    from tests.served import served
 
     provisioner = Provisioner(Site(tmp_path / "site"))
     people = People(provisioner.records.engine, scrypt_n=2 ** 10)
@@ -115,12 +112,6 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     assert not taken.errors, taken.errors
     (request_id,) = [r.request_id for r in airlock.records.requests(recipient="alice")]
     shots = Path(os.environ["SAFESHARE_SCREENSHOTS"]) if os.environ.get("SAFESHARE_SCREENSHOTS") else None
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(provisioner, expiry_interval=None), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
     seen: dict[str, dict] = {}
 
     async def run() -> None:
@@ -129,18 +120,8 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
                 async with chromium(tmp_path / name, http, window="1280,900") as cdp:
                     seen[name] = await review(cdp, base, name, request_id, shots)
 
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with served(create_app(provisioner, expiry_interval=None)) as base:
         asyncio.run(asyncio.wait_for(run(), 180))
-    finally:
-        server.should_exit = True
-        thread.join(10)
     try:
         carol, dave = seen["carol"], seen["dave"]
         assert carol["login_path"] == "/review/login"

@@ -202,29 +202,19 @@ def test_the_player_page_says_tampered_never_verified(site: SiteFiles, tmp_path:
     """The web player in headless Chromium: the genuine recording is shown as verified; forged bytes of the same size
     with the old modification time are shown as TAMPERED."""
     import asyncio
-    import threading
-    import time
 
     import aiohttp
-    import httpx
-    import uvicorn
 
     from deploy.custodian_api import create_app
     from deploy.provision import Provisioner
     from tests.cdp import chromium, wait_for_js
-    from tests.proxy.rfbtools import free_port
+    from tests.served import served
 
     (folder,) = ordered(site)
     screen = folder / "screen.rfbrec"
     genuine, stat = screen.read_bytes(), screen.stat()
     provisioner = Provisioner(Site(site.root))
     key = provisioner.records.add_key("aud", "auditor")
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(provisioner, expiry_interval=None), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
     titles: list[str] = []
 
     async def shown_title(cdp) -> str:
@@ -241,17 +231,9 @@ def test_the_player_page_says_tampered_never_verified(site: SiteFiles, tmp_path:
             titles.append(await shown_title(cdp))
 
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        asyncio.run(run())
+        with served(create_app(provisioner, expiry_interval=None)) as base:
+            asyncio.run(run())
     finally:
-        server.should_exit = True
-        thread.join(10)
         provisioner.close()
     assert titles[0].endswith(" · verified"), titles
     assert "TAMPERED" in titles[1] and "verified" not in titles[1], titles

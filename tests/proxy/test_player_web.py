@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
-import threading
-import time
 from pathlib import Path
 
 import aiohttp
@@ -19,9 +17,9 @@ from deploy.custodian_api import create_app
 from deploy.provision import Provisioner
 from deploy.site import Site
 from tests.cdp import chromium, wait_for_js
-from tests.proxy.rfbtools import free_port
 from tests.proxy.test_player import changing_session  # noqa: F401 - fixture
 from tests.proxy.test_replay import HEIGHT, WIDTH, needs_x, x_screen  # noqa: F401 - fixture
+from tests.served import served
 
 needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is installed by setup.sh")
 
@@ -40,8 +38,6 @@ def canvas_image(value) -> np.ndarray:
 
 @pytest.fixture
 def service(changing_session, tmp_path: Path):  # noqa: F811
-    import uvicorn
-
     folder, truths = changing_session
     site = Site(tmp_path / "site")
     site.prepare()
@@ -49,22 +45,8 @@ def service(changing_session, tmp_path: Path):  # noqa: F811
     provisioner = Provisioner(site)
     keys = {"auditor": provisioner.records.add_key("aud", "auditor"),
             "custodian": provisioner.records.add_key("ops", "custodian")}
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(provisioner, expiry_interval=None), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield {"base": base, "keys": keys, "session": folder.name, "truths": truths, "provisioner": provisioner}
-    server.should_exit = True
-    thread.join(10)
+    with served(create_app(provisioner, expiry_interval=None)) as base:
+        yield {"base": base, "keys": keys, "session": folder.name, "truths": truths, "provisioner": provisioner}
     provisioner.close()
 
 
