@@ -386,6 +386,9 @@ class ReviewPages:
             "votes": [{**v, "at": _short_time(v.get("at"))} for v in output.get("votes", [])],
             "my_vote": mine[-1]["vote"] if mine else None,
             "table": table, "images": images, "checks": check_rows, "analysis": analysis_lines(meta),
+            # meta.json leaves whole in the package: shown whole, as its bytes (keys the page does not draw above,
+            # a key given twice, values past the analysis' clip), so nothing in it leaves unseen
+            "meta_raw": meta_bytes.decode("utf-8", errors="replace") if meta_bytes is not None else None,
             "release": _release_text(release),
             "files": [{"name": n, "sha256": m.get("sha256"), "size": m.get("size")}
                       for n, m in sorted(files.items()) if isinstance(m, dict)],

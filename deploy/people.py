@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, Integer, String, select, update
+from sqlalchemy import Engine, Integer, String, func, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from deploy.people_roles import ROLES
@@ -192,6 +192,11 @@ class People:
         with self._session.begin() as db:
             if db.scalar(select(PersonRow).where(PersonRow.name == name)) is not None:
                 raise PersonError(f"a person named {name!r} exists")
+            # the airlock tells people apart ignoring case (a requester 'Alice' is 'alice'): no two such names
+            twin = db.scalar(select(PersonRow.name).where(func.lower(PersonRow.name) == name.lower()))
+            if twin is not None:
+                raise PersonError(f"person name {name!r}: {twin!r} exists, and names differing only in case are "
+                                  f"one person to the airlock")
             row = PersonRow(name=name, role=role, password_hash=stored, created_at=self.clock())
             db.add(row)
             db.flush()
