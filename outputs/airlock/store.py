@@ -27,9 +27,12 @@ import secrets
 import shutil
 import stat
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
+
+from safeshare.exchange import exchange
 
 AIRLOCK_DIR = "airlock"
 REQUEST_FILE = "request.json"
@@ -47,6 +50,11 @@ MAX_SUPPORTING = 20  # supporting files in one request
 MAX_TEXT = 4000  # context, controls, justification (characters; the app's output_store.MAX_TEXT)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# the chunks that draw an image (PNG 1.2 critical chunks and colour/size ancillaries); no text, time or private ones
+PNG_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"sBIT", b"bKGD",
+                        b"pHYs"})
+PNG_SMALL_CHUNK = 1024  # bytes at most in a chunk other than IDAT (PLTE is 768 at most)
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 ALLOWED_TYPES = {".csv": "text/csv", ".json": "application/json", ".png": "image/png", ".txt": "text/plain"}
 OUTPUT_FILES_SKIPPED = frozenset({"rendering.html"})  # never copied (re-rendered by the review pages)
 # what an output may hold: the files the review pages show a checker (the table from data.csv, meta.json's checks
@@ -124,6 +132,7 @@ def check_file(name: str, data: bytes, where: str | None = None) -> str:
     if kind == "image/png":
         if not data.startswith(PNG_MAGIC):
             raise StoreError(f"{label}: not a PNG image (no PNG signature)")
+        _check_png(data, label)
         return kind
     try:
         text = data.decode("utf-8")
@@ -139,6 +148,48 @@ def check_file(name: str, data: bytes, where: str | None = None) -> str:
     elif kind == "text/csv":
         _check_csv(text, label)
     return kind
+
+
+def _check_png(data: bytes, label: str) -> None:
+    """A PNG made of image chunks only (PNG_CHUNKS, small but for IDAT), each with its CRC, ending at IEND, whose
+    image data inflates to exactly the pixels its header declares (non-interlaced): a text, private or unknown
+    chunk, bytes after IEND or after the image's pixels would leave in the package while the checker's page draws
+    only the picture. (The pixels themselves can still hide a little: a picture is shown, not read bit by bit.)"""
+    pos, kind, idat = len(PNG_MAGIC), b"", []
+    while pos < len(data) and kind != b"IEND":
+        if pos + 12 > len(data):
+            raise StoreError(f"{label}: a PNG chunk is cut short at byte {pos}")
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, end = data[pos + 4:pos + 8], pos + 12 + length
+        if end > len(data):
+            raise StoreError(f"{label}: a PNG chunk is cut short at byte {pos}")
+        if kind not in PNG_CHUNKS or (pos == len(PNG_MAGIC)) != (kind == b"IHDR"):
+            raise StoreError(f"{label}: PNG chunk {kind.decode('latin-1')!r} at byte {pos} is not allowed (only "
+                             f"image chunks: what a checker sees is what leaves)")
+        if kind != b"IDAT" and length > PNG_SMALL_CHUNK:
+            raise StoreError(f"{label}: PNG chunk {kind.decode('latin-1')!r} has {length} bytes; at most "
+                             f"{PNG_SMALL_CHUNK}")
+        if zlib.crc32(data[pos + 4:end - 4]) != int.from_bytes(data[end - 4:end], "big"):
+            raise StoreError(f"{label}: PNG chunk {kind.decode('latin-1')!r} at byte {pos} fails its CRC")
+        if kind == b"IDAT":
+            idat.append(data[pos + 8:end - 4])
+        pos = end
+    if kind != b"IEND" or pos != len(data):
+        raise StoreError(f"{label}: a PNG must end with its IEND chunk ({len(data) - pos} bytes follow it or it "
+                         f"has none)")
+    ihdr = data[16:29]
+    width, height = int.from_bytes(ihdr[0:4], "big"), int.from_bytes(ihdr[4:8], "big")
+    depth, colour, interlace = ihdr[8], ihdr[9], ihdr[12]
+    if colour not in _PNG_CHANNELS or interlace != 0 or depth not in (1, 2, 4, 8, 16):
+        raise StoreError(f"{label}: PNG colour type {colour}, depth {depth}, interlace {interlace} not accepted")
+    expected = height * (1 + (width * depth * _PNG_CHANNELS[colour] + 7) // 8)
+    inflate = zlib.decompressobj()
+    try:
+        pixels = inflate.decompress(b"".join(idat), expected + 1)
+    except zlib.error as exc:
+        raise StoreError(f"{label}: PNG image data does not inflate: {exc}") from None
+    if len(pixels) != expected or not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
+        raise StoreError(f"{label}: PNG image data is not exactly the {width}x{height} pixels its header declares")
 
 
 def _check_csv(text: str, label: str) -> None:
@@ -311,7 +362,7 @@ class AirlockStore:
             if target.exists():
                 old_round = int(self.read_request(request_id).get("round", 0))
                 kept = target.parent / f".round-{old_round}-{request_id}-{secrets.token_hex(3)}"
-                if _exchange(temp, target):  # one step: the request folder is never missing
+                if exchange(temp, target):  # one step: the request folder is never missing
                     os.rename(temp, kept)
                     return target
                 os.rename(target, kept)
@@ -340,69 +391,42 @@ class AirlockStore:
             oid = str(output["output_id"])
             if wanted is not None and oid not in wanted:
                 continue
-            contents[oid] = {}
             folder = self.request_dir(request_id) / OUTPUTS_DIR / oid
-            listed = output.get("files", {})
-            present = set(_names(folder))
-            for name in sorted(present - set(listed)):
-                problems.append(f"outputs/{oid}/{name}: added after submission")
-            for name, meta in sorted(listed.items()):
-                try:
-                    data = _read_plain(folder / name)
-                except FileNotFoundError:
-                    problems.append(f"outputs/{oid}/{name}: missing")
-                    continue
-                except StoreError as exc:
-                    problems.append(f"outputs/{oid}/{name}: {exc}")
-                    continue
-                if sha256(data) != meta.get("sha256") or len(data) != meta.get("size"):
-                    problems.append(f"outputs/{oid}/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
-                    continue
-                contents[oid][name] = data
+            contents[oid] = _recheck(folder, f"outputs/{oid}", output.get("files", {}), problems, sized=True)
         if problems:
             raise ChecksumMismatch("checksum mismatch: " + "; ".join(problems))
         return contents
 
-
     def verify_supporting(self, request_id: str, request: dict[str, Any]) -> None:
         """Re-hash the supporting files against request.json (ChecksumMismatch naming each difference)."""
-        problems = []
+        problems: list[str] = []
         folder = self.request_dir(request_id) / SUPPORTING_DIR
-        listed = request.get("supporting", {}) or {}
-        for name in sorted(set(_names(folder)) - set(listed)):
-            problems.append(f"supporting/{name}: added after submission")
-        for name, meta in sorted(listed.items()):
-            try:
-                data = _read_plain(folder / name)
-            except FileNotFoundError:
-                problems.append(f"supporting/{name}: missing")
-                continue
-            except StoreError as exc:
-                problems.append(f"supporting/{name}: {exc}")
-                continue
-            if sha256(data) != meta.get("sha256"):
-                problems.append(f"supporting/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
+        _recheck(folder, SUPPORTING_DIR, request.get("supporting", {}) or {}, problems, sized=False)
         if problems:
             raise ChecksumMismatch("checksum mismatch: " + "; ".join(problems))
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
-    import ctypes
-    import errno
-
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
+def _recheck(folder: Path, where: str, listed: dict[str, Any], problems: list[str], sized: bool) -> dict[str, bytes]:
+    """Re-hash the files `listed` ({name: {sha256, size}}) in `folder` as frozen; each added, missing, unreadable or
+    differing file is appended to `problems` as `where/name: ...` (with `sized`, a differing size counts too).
+    Returns {name: bytes} of the files that match."""
+    contents: dict[str, bytes] = {}
+    for name in sorted(set(_names(folder)) - set(listed)):
+        problems.append(f"{where}/{name}: added after submission")
+    for name, meta in sorted(listed.items()):
+        try:
+            data = _read_plain(folder / name)
+        except FileNotFoundError:
+            problems.append(f"{where}/{name}: missing")
+            continue
+        except StoreError as exc:
+            problems.append(f"{where}/{name}: {exc}")
+            continue
+        if sha256(data) != meta.get("sha256") or (sized and len(data) != meta.get("size")):
+            problems.append(f"{where}/{name}: sha256 {sha256(data)} is not {meta.get('sha256')}")
+            continue
+        contents[name] = data
+    return contents
 
 
 def _names(folder: Path) -> list[str]:
