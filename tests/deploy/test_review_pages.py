@@ -298,7 +298,8 @@ def test_a_conflict_is_shown_and_a_third_vote_decides(service) -> None:
 
 def test_a_png_output_is_shown_as_an_image_from_the_service(service) -> None:
     app, _, airlock = service
-    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    png = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x00\x00\x00\x00:~\x9bU"
+           b"\x00\x00\x00\nIDATx\x9cch\x00\x00\x00\x82\x00\x81w\xcdr\xb6\x00\x00\x00\x00IEND\xaeB`\x82")  # 1x1 grey
     output = FrozenOutput(output_id="3", name="plot", kind="histogram", status="pass", checks=[],
                           justification=None, files=(FrozenFile("plot.png", png),))
     request_id = submit(airlock, outputs=(output,))

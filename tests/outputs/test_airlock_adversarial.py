@@ -161,3 +161,55 @@ def test_two_case_variants_of_one_checker_cannot_approve_through_the_workflow(tm
     assert airlock.get(request_id).state == "submitted"
     airlock.vote(request_id, "1", "dave", "approve")
     assert airlock.get(request_id).state == "approved"
+
+
+# --- images: only the picture leaves ---------------------------------------------------------------------------
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    import zlib
+
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+def png(width: int = 2, height: int = 2, pixels: bytes | None = None, extra: bytes = b"", tail: bytes = b"",
+        before_iend: bytes = b"") -> bytes:
+    """A real grey 8-bit PNG (each row: filter byte 0 and `width` pixels), with chunks or bytes added."""
+    import zlib
+
+    raw = pixels if pixels is not None else b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + extra + _chunk(b"IDAT", zlib.compress(raw) + tail)
+            + before_iend + _chunk(b"IEND", b""))
+
+
+def test_a_png_with_a_hidden_payload_is_refused() -> None:
+    """The review page draws a PNG; text chunks, private chunks, bytes after IEND, data after the deflate stream or
+    more pixel rows than the header declares would all leave unseen in the package."""
+    check_file("plot.png", png())
+    secret = b"1961-02-03,90210,F,52000\n" * 40
+    hidden = {
+        "text chunk": png(extra=_chunk(b"tEXt", b"Comment\x00" + secret)),
+        "private chunk": png(extra=_chunk(b"prVt", secret)),
+        "after IEND": png() + secret,
+        "after the deflate stream": png(tail=secret),
+        "more rows than declared": png(pixels=b"".join(b"\x00" + b"\x80\x80" for _ in range(2)) + secret),
+        "a big colour chunk": png(extra=_chunk(b"bKGD", secret * 2)),
+        "bad CRC": png()[:-1] + b"\x00",
+    }
+    for what, data in hidden.items():
+        with pytest.raises(StoreError):
+            check_file("plot.png", data)
+            pytest.fail(f"a PNG with a payload {what} passed")
+
+
+def test_a_png_payload_planted_in_an_output_never_leaves(tmp_path: Path) -> None:
+    site, state = tmp_path / "site", tmp_path / "state"
+    ws = workspace(state)
+    (save_output(state, 1) / "chart.png").write_bytes(png() + b"row-level data" * 100)
+    draft(state, 1, [{"output_id": 1}])
+    [handled] = _run(site, ws).handled
+    assert handled["outcome"] == "refused" and "IEND" in handled["reason"]
+    (save_output(state, 2) / "chart.png").write_bytes(png())
+    draft(state, 2, [{"output_id": 2}])
+    [handled] = _run(site, ws).handled
+    assert handled["outcome"] == "ok"
