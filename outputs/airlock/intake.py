@@ -108,6 +108,25 @@ def _text(draft: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _read_frozen(workspace: Workspace, folder: tuple[str, ...], name: str, kind: str, where: str, budget: list[int],
+                 output_id: str | None = None) -> FrozenFile:
+    """One file of an output (`output_id`: also one the checkers are shown) or of the supporting files, read safely
+    and checked against the allowlist and bounds; `budget[0]` counts the request's bytes so far. Refused else."""
+    if kind != "file":
+        raise Refused(f"{where}: not a plain file (a link, folder or device); refused, not followed")
+    try:
+        data = read_file(workspace.path, folder + (name,), MAX_FILE_BYTES)
+        check_file(name, data, where)
+        if output_id is not None:
+            check_output_file(output_id, name)
+    except (WorkspaceError, StoreError) as exc:
+        raise Refused(str(exc)) from None
+    budget[0] += len(data)
+    if budget[0] > MAX_REQUEST_BYTES:
+        raise Refused(f"the request's files take more than the {MAX_REQUEST_BYTES} bytes a request may have")
+    return FrozenFile(name, data)
+
+
 def read_output(workspace: Workspace, output_id: str, justification: str | None, budget: list[int]) -> FrozenOutput:
     """One output's folder read safely and checked (allowlist, bounds, its release); Refused with the reason."""
     entries = list_dir(workspace.path, rel_output(output_id))
@@ -117,19 +136,8 @@ def read_output(workspace: Workspace, output_id: str, justification: str | None,
     for name, kind in entries:
         if name in OUTPUT_FILES_SKIPPED:
             continue
-        where = f"output {output_id}: {name}"
-        if kind != "file":
-            raise Refused(f"{where}: not a plain file (a link, folder or device); refused, not followed")
-        try:
-            data = read_file(workspace.path, rel_output(output_id) + (name,), MAX_FILE_BYTES)
-            check_file(name, data, where)
-            check_output_file(output_id, name)
-        except (WorkspaceError, StoreError) as exc:
-            raise Refused(str(exc)) from None
-        budget[0] += len(data)
-        if budget[0] > MAX_REQUEST_BYTES:
-            raise Refused(f"the request's files take more than the {MAX_REQUEST_BYTES} bytes a request may have")
-        files.append(FrozenFile(name, data))
+        files.append(_read_frozen(workspace, rel_output(output_id), name, kind, f"output {output_id}: {name}", budget,
+                                  output_id))
     meta_file = next((f for f in files if f.name == "meta.json"), None)
     if meta_file is None or not any(f.name == "data.csv" for f in files):
         raise Refused(f"output {output_id}: data.csv or meta.json missing")
@@ -189,18 +197,8 @@ def read_submission(workspace: Workspace, number: int) -> dict[str, Any]:
     if len(entries) > MAX_SUPPORTING:
         raise Refused(f"request {number}: {len(entries)} supporting files; at most {MAX_SUPPORTING}")
     for name, kind in entries:
-        where = f"supporting file {name}"
-        if kind != "file":
-            raise Refused(f"{where}: not a plain file (a link, folder or device); refused, not followed")
-        try:
-            data = read_file(workspace.path, rel_supporting(number) + (name,), MAX_FILE_BYTES)
-            check_file(name, data, where)
-        except (WorkspaceError, StoreError) as exc:
-            raise Refused(str(exc)) from None
-        budget[0] += len(data)
-        if budget[0] > MAX_REQUEST_BYTES:
-            raise Refused(f"the request's files take more than the {MAX_REQUEST_BYTES} bytes a request may have")
-        supporting.append(FrozenFile(name, data))
+        supporting.append(_read_frozen(workspace, rel_supporting(number), name, kind, f"supporting file {name}",
+                                       budget))
     return {"context": _text(draft, "context"), "controls": _text(draft, "controls"), "outputs": outputs,
             "supporting": supporting}
 
