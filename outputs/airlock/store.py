@@ -67,6 +67,10 @@ OUTPUT_ID = re.compile(r"[1-9][0-9]{0,8}")
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _RID = re.compile(RID_PATTERN)
 _LINE_END = re.compile(r"\r\n|\r|\n")
+# characters a table cell on the review page does not show: controls (tab, line breaks inside a quoted cell), soft
+# hyphen, zero-width characters, direction marks and overrides, line/paragraph separators, the byte-order mark
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f"
+                        "\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]")
 
 OUTPUT_STATUSES = ("pass", "review", "fail")  # outputs.checks PASS, REVIEW, FAIL
 
@@ -205,6 +209,11 @@ def _check_csv(text: str, label: str) -> None:
             if len(row) > MAX_CSV_COLUMNS:
                 raise StoreError(f"{label}: row {number} has {len(row)} columns, more than the {MAX_CSV_COLUMNS} "
                                  f"a CSV may have")
+            hidden = next((cell for cell in row if _INVISIBLE.search(cell)), None)
+            if hidden is not None:
+                char = _INVISIBLE.search(hidden).group()  # type: ignore[union-attr]
+                raise StoreError(f"{label}: row {number} has a cell holding {char!r}, a character the review page "
+                                 f"cannot show (a tab, line break, control, zero-width or direction mark)")
             longest = max((len(cell) for cell in row), default=0)
             if longest > MAX_CSV_CELL_CHARS:
                 raise StoreError(f"{label}: row {number} has a cell of {longest} characters, more than the "

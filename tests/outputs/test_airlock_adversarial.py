@@ -213,3 +213,13 @@ def test_a_png_payload_planted_in_an_output_never_leaves(tmp_path: Path) -> None
     draft(state, 2, [{"output_id": 2}])
     [handled] = _run(site, ws).handled
     assert handled["outcome"] == "ok"
+
+
+@pytest.mark.parametrize("cell", ["12\t", "Fe\u200bmale", "12\u202e34", "a\nb", "x\x01", "\ufeffmale"])
+def test_a_csv_cell_with_characters_the_page_cannot_show_is_refused(cell: str) -> None:
+    """A tab, a line break inside a quoted cell, a control, zero-width or direction character renders as nothing
+    (or as something else) in the checker's table, and would carry what no checker read."""
+    data = f'sex,count\n"{cell}",120\nmale,130\n'.encode()
+    with pytest.raises(StoreError, match="cannot show"):
+        check_file("data.csv", data)
+    check_file("data.csv", "sex,count\n\"Never married, spouse absent\",12\nmännlich,130\n".encode())
