@@ -23,6 +23,7 @@ Every method writes its event to `airlock_events` in the same transaction as the
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -493,9 +494,15 @@ class Airlock:
 
         self.get(request_id)  # NotFound before anything is made
         lock_path = self.store.request_dir(request_id).parent / f".release-{request_id}.lock"
-        with open(lock_path, "a") as lock:  # one release at a time: a second waits, then finds it released
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:  # never through a link a writer of SITE/airlock planted (it would create or lock a file elsewhere)
+            lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"{lock_path}: not a plain lock file ({exc.strerror or exc}); release refused") from None
+        try:  # one release at a time: a second waits, then finds it released
+            fcntl.flock(lock, fcntl.LOCK_EX)
             return self._release(request_id, signing_key, actor)
+        finally:
+            os.close(lock)
 
     def _release(self, request_id: str, signing_key: Any, actor: str) -> RequestRecord:
         from safeshare.signing import append_to_ledger

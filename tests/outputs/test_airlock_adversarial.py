@@ -223,3 +223,26 @@ def test_a_csv_cell_with_characters_the_page_cannot_show_is_refused(cell: str) -
     with pytest.raises(StoreError, match="cannot show"):
         check_file("data.csv", data)
     check_file("data.csv", "sex,count\n\"Never married, spouse absent\",12\nmännlich,130\n".encode())
+
+
+# --- (d) a writer of SITE/airlock ------------------------------------------------------------------------------
+
+def test_a_release_lock_planted_as_a_link_is_not_followed(tmp_path: Path) -> None:
+    """A writer of SITE/airlock links `.release-<id>.lock` to a file elsewhere: the release neither creates nor
+    locks it (refused, nothing released); with the link gone the release goes through."""
+    from safeshare.signing import ensure_outputs_key
+
+    airlock = open_airlock(tmp_path / "site")
+    request_id = submit(airlock).request_id
+    airlock.vote(request_id, "1", "carol", "approve")
+    airlock.vote(request_id, "1", "dave", "approve")
+    key = ensure_outputs_key(tmp_path / "site")
+    lock = airlock.store.request_dir(request_id).parent / f".release-{request_id}.lock"
+    victim = tmp_path / "elsewhere" / "made-by-the-release"
+    victim.parent.mkdir()
+    lock.symlink_to(victim)
+    with pytest.raises(StoreError, match="not a plain lock file"):
+        airlock.release(request_id, key, "cli:custodian")
+    assert not victim.exists() and airlock.get(request_id).state == "approved"
+    lock.unlink()
+    assert airlock.release(request_id, key, "cli:custodian").state == "released"
