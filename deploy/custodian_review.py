@@ -426,16 +426,21 @@ class ReviewPages:
         session, form = checked
         if not valid_request_id(request_id):
             return self.error_page(404, f"no request {request_id!r}", session)
+        shown_round = form.get("round", "")  # the round the page showed (its form carries it)
+        if shown_round and not shown_round.isdigit():
+            return self.error_page(400, "the form's round is not a number", session)
         return await run_in_threadpool(self.cast, session, request_id, output_id, form.get("vote", ""),
-                                       form.get("comment", ""))
+                                       form.get("comment", ""), int(shown_round) if shown_round else None)
 
-    def cast(self, session: WebSession, request_id: str, output_id: str, vote: str, comment: str) -> Response:
-        """The vote through the library; the release through it too when the vote left the request approved."""
+    def cast(self, session: WebSession, request_id: str, output_id: str, vote: str, comment: str,
+             shown_round: int | None = None) -> Response:
+        """The vote through the library (for the round the page showed: a tab left open across a resubmission
+        votes on nothing it did not show); the release through it too when the vote left the request approved."""
         from outputs.airlock.workflow import APPROVED, AirlockError, NotFound
 
         airlock, name = self.ctx.airlock, session.person.name
         try:
-            airlock.vote(request_id, output_id, name, vote, comment, actor=f"checker:{name}")
+            airlock.vote(request_id, output_id, name, vote, comment, actor=f"checker:{name}", round_=shown_round)
         except NotFound as exc:
             return self.error_page(404, str(exc), session)
         except AirlockError as exc:

@@ -393,9 +393,11 @@ class Airlock:
         return self.get(request_id)
 
     def vote(self, request_id: str, output_id: str, checker: str, vote: str, comment: str = "",
-             actor: str | None = None) -> OutputDecision:
+             actor: str | None = None, round_: int | None = None) -> OutputDecision:
         """Record `checker`'s vote on an output of a submitted request; moves the request on when every output is
-        decided. Refused (and audited) for the requester, an unknown vote, a request not under review."""
+        decided. Refused (and audited) for the requester, an unknown vote, a request not under review, and, when
+        `round_` is given (the round the checker's page showed), a request resubmitted since: a vote is for the
+        content the checker saw, never for a later round's."""
         output_id = str(output_id)
         actor = actor or f"checker:{checker}"
         record = self.get(request_id)
@@ -411,6 +413,10 @@ class Airlock:
                                request_id, checker=checker, **detail)
         if record.state != SUBMITTED:
             raise self._refuse(actor, "voted", f"{request_id} is {record.state}, not under review",
+                               record.recipient, request_id, checker=checker, **detail)
+        if round_ is not None and round_ != record.round:
+            raise self._refuse(actor, "voted", f"{request_id} was resubmitted (round {record.round}) since the page "
+                               f"that cast this vote (round {round_}) was loaded; look at it again",
                                record.recipient, request_id, checker=checker, **detail)
         current = {o.output_id: o for o in self.records.outputs(request_id, record.round)}
         if output_id not in current:

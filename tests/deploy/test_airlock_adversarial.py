@@ -252,3 +252,29 @@ def test_package_sha_listed_is_the_recorded_one(door) -> None:
     status, body, _ = run(scenario())
     assert status == 200 and _sha(b"PK alice") in body.decode() and _sha(b"PK replaced") not in body.decode()
     assert re.search(r"<code>[0-9a-f]{64}</code>", body.decode())
+
+
+def test_a_page_left_open_across_a_resubmission_votes_on_nothing_it_did_not_show(service) -> None:
+    """Carol loads round 1; the request is returned and resubmitted with a changed table (round 2, votes reset);
+    her open tab's Approve must not count for round 2's table, which she never saw."""
+    app, _, airlock = service
+    request_id = submit(airlock, outputs=(frequency_output("1"),))
+    carol, dave, erin = signed_in(app, "carol"), signed_in(app, "dave"), signed_in(app, "erin")
+    stale = carol.get(f"/review/requests/{request_id}").text
+    assert 'name="round" value="1"' in stale
+    vote(dave, request_id, "1", "changes", "round the counts")
+    vote(erin, request_id, "1", "changes")
+    assert airlock.get(request_id).state == "returned"
+    changed = frequency_output("1")
+    changed = FrozenOutput(**{**changed.__dict__, "files": (
+        FrozenFile("data.csv", b"education,count\nBachelors,400\nMasters,150\n"),
+        next(f for f in changed.files if f.name == "meta.json"))})
+    assert submit(airlock, outputs=(changed,)) == request_id and airlock.get(request_id).round == 2
+    answer = carol.post(f"/review/requests/{request_id}/outputs/1/vote",
+                        data={"csrf": csrf_of(stale), "round": "1", "vote": "approve"}, follow_redirects=False)
+    assert answer.status_code == 409 and "resubmitted" in answer.text
+    assert airlock.counted_votes(request_id, "1") == []
+    fresh = carol.get(f"/review/requests/{request_id}").text
+    assert 'name="round" value="2"' in fresh
+    assert vote(carol, request_id, "1", "approve").status_code == 303
+    assert [v.checker for v in airlock.counted_votes(request_id, "1")] == ["carol"]
