@@ -246,3 +246,48 @@ def test_a_release_lock_planted_as_a_link_is_not_followed(tmp_path: Path) -> Non
     assert not victim.exists() and airlock.get(request_id).state == "approved"
     lock.unlink()
     assert airlock.release(request_id, key, "cli:custodian").state == "released"
+
+
+def test_a_forged_status_file_is_rewritten_and_trusted_by_nothing(tmp_path: Path) -> None:
+    """The enclave rewrites status/1.json to say its request was released (with another recipient's id): the next
+    pass puts the host's view back, and no host step reads the forged state."""
+    site, state = tmp_path / "site", tmp_path / "state"
+    ws = workspace(state)
+    save_output(state, 1)
+    draft(state, 1, [{"output_id": 1}])
+    [handled] = _run(site, ws).handled
+    forged = {"request": 1, "request_id": "bbbb000002-0001-deadbeef", "state": "released", "round": 1,
+              "download_until": "2099-01-01T00:00:00+00:00", "outputs": {}, "refusal": None}
+    write_json_atomic(Layout(state).status_file(1), forged)
+    result = _run(site, ws)
+    assert result.statuses == 1 and not result.handled
+    assert status(state, 1)["state"] == "submitted" and status(state, 1)["request_id"] == handled["request_id"]
+    assert open_airlock(site).get(handled["request_id"]).state == "submitted"
+
+
+@pytest.mark.parametrize("outputs", [[{"output_id": "1/../2"}], [{"output_id": "../1"}], [{"output_id": "01"}],
+                                     [{"output_id": -1}], [{"output_id": True}], [{"output_id": 1}, {"output_id": 1}],
+                                     [{"output_id": "1\x00"}], [{"output_id": 1e3}]])
+def test_crafted_output_ids_are_refused(tmp_path: Path, outputs: list) -> None:
+    site, state = tmp_path / "site", tmp_path / "state"
+    ws = workspace(state)
+    save_output(state, 1)
+    save_output(state, 2)
+    draft(state, 1, outputs)
+    [handled] = _run(site, ws).handled
+    assert handled["outcome"] == "refused"
+    assert not list((site / "airlock").glob("*/*/request.json"))
+
+
+@pytest.mark.parametrize("entry", [{"request": "../../2", "action": "submit"}, {"request": 2, "action": "submit"},
+                                   {"request": 1, "action": "release"}, ["submit"], "submit"])
+def test_crafted_outbox_entries_are_refused(tmp_path: Path, entry) -> None:
+    site, state = tmp_path / "site", tmp_path / "state"
+    ws = workspace(state)
+    save_output(state, 1)
+    draft(state, 1, [{"output_id": 1}], submit=False)
+    draft(state, 2, [{"output_id": 1}], submit=False)
+    write_json_atomic(Layout(state).outbox_file(1), entry)
+    [handled] = _run(site, ws).handled
+    assert handled["outcome"] == "refused"
+    assert not open_airlock(site).records.requests()
