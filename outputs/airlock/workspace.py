@@ -281,9 +281,12 @@ def list_dir(root: str | os.PathLike[str], parts: tuple[str, ...] = (),
     except FileNotFoundError:
         return []
     try:
-        names = os.listdir(fd)
-        if len(names) > max_entries:
-            raise WorkspaceError(f"{_where(root, parts)}: {len(names)} entries, more than the {max_entries} read")
+        names = []
+        with os.scandir(fd) as entries:  # stops at max_entries + 1: a folder of millions is not read whole each pass
+            for entry in entries:
+                names.append(entry.name)
+                if len(names) > max_entries:
+                    raise WorkspaceError(f"{_where(root, parts)}: more than the {max_entries} entries read")
         out = []
         for name in sorted(names):
             if name.startswith("."):

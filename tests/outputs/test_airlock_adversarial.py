@@ -291,3 +291,40 @@ def test_crafted_outbox_entries_are_refused(tmp_path: Path, entry) -> None:
     [handled] = _run(site, ws).handled
     assert handled["outcome"] == "refused"
     assert not open_airlock(site).records.requests()
+
+
+def test_a_folder_of_many_entries_is_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An enclave that fills its outbox with a million names must not make the host read them all at every pass:
+    the listing stops one past the cap."""
+    import os
+
+    from outputs.airlock import workspace as ws_module
+
+    outbox = Layout(tmp_path).outbox
+    outbox.mkdir(parents=True)
+    for i in range(300):
+        (outbox / f"{i + 1}.json").write_text("{}")
+    read = []
+    real = os.scandir
+
+    class Counting:
+        def __init__(self, fd):
+            self.inner = real(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.inner.close()
+
+        def __iter__(self):
+            for entry in self.inner:
+                read.append(entry.name)
+                yield entry
+
+    monkeypatch.setattr(ws_module.os, "scandir", Counting)
+    with pytest.raises(ws_module.WorkspaceError, match="more than the 10 entries"):
+        ws_module.list_dir(tmp_path, ("airlock", "outbox"), max_entries=10)
+    assert len(read) == 11
+    monkeypatch.undo()
+    assert len(ws_module.list_dir(tmp_path, ("airlock", "outbox"))) == 300
