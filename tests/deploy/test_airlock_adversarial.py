@@ -155,9 +155,16 @@ def test_a_rewritten_request_json_is_never_shown_or_released(service) -> None:
     request_id = submit(airlock, outputs=(frequency_output("1"),))
     path = airlock.store.request_file(request_id)
     path.write_text(path.read_text().replace("wage-gap study", "wage-gap study REWRITTEN"))
-    carol, dave = signed_in(app, "carol"), signed_in(app, "dave")
-    page = carol.get(f"/review/requests/{request_id}")
+    page = signed_in(app, "carol").get(f"/review/requests/{request_id}")
     assert page.status_code == 409 and "REWRITTEN" not in page.text and "checksum mismatch" in page.text
+    from outputs.airlock.store import ChecksumMismatch
+    from safeshare.signing import ensure_outputs_key
+
+    airlock.vote(request_id, "1", "carol", "approve")
+    airlock.vote(request_id, "1", "dave", "approve")
+    with pytest.raises(ChecksumMismatch):
+        airlock.release(request_id, ensure_outputs_key(airlock.store.site_root), "cli:custodian")
+    assert airlock.get(request_id).state == "approved" and not airlock.store.package_file(request_id).exists()
 
 
 # --- the front door ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from outputs.airlock.intake import run_intake
 from outputs.airlock.store import StoreError, check_file
 from outputs.airlock.workflow import Refused, decide, visible_votes
 from outputs.airlock.records import Vote
-from tests.outputs.airlock_helpers import (CSV, RID, RELEASE, db_url, draft, frozen_output, open_airlock,
+from tests.outputs.airlock_helpers import (CSV, RELEASE, db_url, draft, frozen_output, open_airlock,
                                            save_output, status, submit, workspace)
 from outputs.airlock.workspace import Layout, Workspace, write_json_atomic
 
