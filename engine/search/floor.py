@@ -68,29 +68,42 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
     level_bounds = sum(per_attribute[axis][points[:, axis]] for axis in range(len(shape))) / len(shape)
     level_bounds = level_bounds - MARGIN * (1.0 + np.abs(level_bounds))
     # rank by rank from the top; within a rank, the smallest level bound first (good solutions early)
-    order = np.lexsort((level_bounds, -points.sum(axis=1)))
-    for position in order:
-        point = tuple(int(v) for v in points[position])
-        node = tuple(v + int(lo) for v, lo in zip(point, lower))
-        level_bound = float(level_bounds[position])
-        if incumbent.rules_out(node, level_bound):
-            counters["pruned_by_bound"] += 1
-            continue
-        floor_bound = float((quality.generalization_terms(node) + floor[point]).mean())
-        floor_bound -= MARGIN * (1.0 + abs(floor_bound))
-        if floor_bound > level_bound and incumbent.rules_out(node, floor_bound):
-            counters["pruned_by_floor"] += 1
-            continue
-        if deadline.passed():
-            counters["complete"] = False
-            break
-        before = evaluator.checked
-        evaluation = evaluator.evaluate(node, None, incumbent.rules_out)
-        progress.update(evaluator.checked - before)
-        incumbent.offer(evaluation)
-        if evaluation.suppressed_records:
-            terms = quality.suppression_terms(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
-            below = tuple(slice(0, v + 1) for v in point)
-            np.maximum(floor[below], terms, out=floor[below])
+    ranks = points.sum(axis=1)
+    order = np.lexsort((level_bounds, -ranks))
+    starts = np.flatnonzero(np.diff(ranks[order])) + 1
+    d = len(shape)
+    for chunk in np.split(order, starts):
+        if incumbent.best is not None:   # a level bound above the incumbent's loss rules out at once (no tie)
+            above = level_bounds[chunk] > incumbent.loss
+            counters["pruned_by_bound"] += int(np.count_nonzero(above))
+            chunk = chunk[~above]
+        for position in chunk:
+            point = tuple(int(v) for v in points[position])
+            node = tuple(v + int(lo) for v, lo in zip(point, lower))
+            level_bound = float(level_bounds[position])
+            if incumbent.rules_out(node, level_bound):
+                counters["pruned_by_bound"] += 1
+                continue
+            row = floor[point]
+            floor_bound = sum(float(per_attribute[axis][v] + row[axis]) for axis, v in enumerate(point)) / d
+            floor_bound -= MARGIN * (1.0 + abs(floor_bound))
+            if floor_bound > level_bound and incumbent.rules_out(node, floor_bound):
+                counters["pruned_by_floor"] += 1
+                continue
+            if deadline.passed():
+                counters["complete"] = False
+                return _total(counters)
+            before = evaluator.checked
+            evaluation = evaluator.evaluate(node, None, incumbent.rules_out)
+            progress.update(evaluator.checked - before)
+            incumbent.offer(evaluation)
+            if evaluation.suppressed_records:
+                terms = quality.suppression_terms(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+                below = tuple(slice(0, v + 1) for v in point)
+                np.maximum(floor[below], terms, out=floor[below])
+    return _total(counters)
+
+
+def _total(counters: dict) -> dict:
     counters["pruned_by_bound"] += counters["pruned_by_floor"]
     return counters
