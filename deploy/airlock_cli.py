@@ -2,8 +2,8 @@
 
     list      requests (queue), filtered by state or recipient
     show      one request: texts, outputs, checks, justifications, hashes; votes as the --checker may see them
-    vote      REQUEST OUTPUT approve|changes|reject --checker NAME --comment TEXT (NAME must be an active checker of
-              the site's people; the requester can never vote)
+    vote      REQUEST OUTPUT approve|changes|reject --checker NAME --password-file FILE [--round N] --comment TEXT
+              (NAME an active checker of the site's people, proven by their password; the requester can never vote)
     return    return a submitted or approved request to the researcher for changes
     release   package and sign an approved request (refused with "checksum mismatch" if a stored file changed)
     withdraw  withdraw an open request
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
@@ -125,27 +126,38 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_person(site, airlock, name: str, request_id: str, actor: str) -> None:
-    """The CLI acts as a named person: an active checker of the site's people (deploy/people.py), like the pages."""
+def _check_person(site, airlock, name: str, password: str, request_id: str, actor: str) -> None:
+    """The CLI acts as a named person, who proves it like on the pages: an active checker of the site's people
+    (deploy/people.py) with that person's password. A shell on the custodian's host is not a second checker: without
+    the password one person could cast both approvals under two names. Failures are audited (without the password)."""
+    from deploy.people import People
     from outputs.airlock.workflow import Refused
 
-    try:
-        from deploy.people import People
-    except ImportError:  # pragma: no cover - people arrive with the review pages
-        return
     people = People(site.db_url)
     try:
-        person = people.get(name)
+        person, why = people.authenticate(name, password)
     finally:
-        dispose = getattr(people, "dispose", None) or getattr(getattr(people, "engine", None), "dispose", None)
-        if dispose:
-            dispose()
-    if person is None or not person.active or person.role != "checker":
+        people.engine.dispose()
+    if person is None or person.role != "checker":
+        reason = {"unknown": "is not a person of this site", "wrong-password": "gave a wrong password",
+                  "disabled": "is disabled"}.get(why, "is not a checker")
         record = airlock.records.get(request_id)
-        message = f"{name} is not an active checker of this site (safeshare custodian person add {name} --role checker)"
+        message = (f"{name} {reason}: the CLI votes as an active checker of the site's people, signed in with their "
+                   f"password (safeshare custodian person add {name} --role checker)")
         airlock.records.event(actor, "voted", "refused", record.recipient if record else None,
-                              request_id if record else None, checker=name, reason=message)
+                              request_id if record else None, checker=name, reason=f"{name} {reason}")
         raise Refused(message)
+
+
+def _read_password(path: str) -> str:
+    """One line from --password-file (`-`: standard input), as `custodian person add` reads it."""
+    from deploy.site import SiteError
+
+    try:
+        text = sys.stdin.readline() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SiteError(f"--password-file {path}: {exc}") from exc
+    return text.split("\n", 1)[0].rstrip("\r")
 
 
 def cmd_vote(args: argparse.Namespace) -> int:
@@ -153,8 +165,9 @@ def cmd_vote(args: argparse.Namespace) -> int:
     actor = f"{_actor()} as checker:{args.checker}"
     try:
         airlock.get(args.request)
-        _check_person(site, airlock, args.checker, args.request, actor)
-        decision = airlock.vote(args.request, args.output, args.checker, args.vote, args.comment or "", actor=actor)
+        _check_person(site, airlock, args.checker, _read_password(args.password_file), args.request, actor)
+        decision = airlock.vote(args.request, args.output, args.checker, args.vote, args.comment or "", actor=actor,
+                                round_=args.round)
         record = airlock.get(args.request)
     finally:
         airlock.close()
@@ -291,6 +304,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     vo.add_argument("output")
     vo.add_argument("vote", choices=VOTES)
     vo.add_argument("--checker", required=True, help="the checker voting (an active person of the site)")
+    vo.add_argument("--password-file", required=True, metavar="FILE",
+                    help="the checker's password (first line of FILE; '-' reads it from standard input), checked "
+                         "like a sign-in to the review pages: a wrong one is refused (exit 1) and audited")
+    vo.add_argument("--round", type=int, default=None, metavar="N",
+                    help="the round of the request you reviewed (`airlock show`): a vote for an older round, after "
+                         "the researcher resubmitted, is refused instead of counting for content you did not see")
     vo.add_argument("--comment", default="", help="why (shown to the researcher once the request is decided)")
     _common(vo)
     vo.set_defaults(func=_run("vote", cmd_vote))

@@ -101,7 +101,7 @@ def test_a_request_made_in_up_is_reviewed_released_and_downloaded(tmp_path: Path
                              str(password), "--site", str(home))
             assert done.returncode == 0, done.stderr
             done = safeshare("airlock", "vote", request_id, str(output["id"]), "approve", "--checker", checker,
-                             "--comment", "fine", "--site", str(home), "--json")
+                             "--password-file", str(password), "--comment", "fine", "--site", str(home), "--json")
             assert done.returncode == 0, done.stderr
         done = safeshare("airlock", "release", request_id, "--site", str(home), "--json")
         assert done.returncode == 0, done.stdout + done.stderr

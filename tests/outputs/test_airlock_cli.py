@@ -24,6 +24,7 @@ def site(tmp_path: Path) -> Path:
         people.add(name, "checker", "a long enough password")
     people.add("dave", "checker", "a long enough password")
     people.disable("dave")
+    (root / "password").write_text("a long enough password\n")
     return root
 
 
@@ -39,15 +40,16 @@ def test_review_from_the_command_line(site: Path, capsys) -> None:
                         ).request_id
     airlock.close()
     s = ("--site", str(site))
+    pw = ("--password-file", str(site / "password"))
     code, out, _ = run(capsys, "airlock", "list", "--state", "submitted", "--json", *s)
     assert code == 0 and [i["request_id"] for i in json.loads(out)] == [request_id]
     # the requester, an unknown person and a disabled checker are refused (exit 1) and audited
     for name in ("alice", "mallory", "dave"):
-        code, _, err = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", name, *s)
+        code, _, err = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", name, *pw, *s)
         assert code == 1 and "refused" in err
-    code, _, err = run(capsys, "airlock", "vote", "ab12cd34ef-0001-00000000", "1", "approve", "--checker", "bob", *s)
+    code, _, err = run(capsys, "airlock", "vote", "ab12cd34ef-0001-00000000", "1", "approve", "--checker", "bob", *pw, *s)
     assert code == 2 and "no airlock request" in err
-    code, out, _ = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "bob",
+    code, out, _ = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "bob", *pw,
                        "--comment", "fine", "--json", *s)
     assert code == 0 and json.loads(out)["decision"] is None  # hidden until a second checker voted
     code, out, _ = run(capsys, "airlock", "show", request_id, "--checker", "carol", "--json", *s)
@@ -55,7 +57,8 @@ def test_review_from_the_command_line(site: Path, capsys) -> None:
     for output in ("1", "2"):
         for checker in ("bob", "carol"):
             if (output, checker) != ("1", "bob"):
-                assert run(capsys, "airlock", "vote", request_id, output, "approve", "--checker", checker, *s)[0] == 0
+                assert run(capsys, "airlock", "vote", request_id, output, "approve", "--checker", checker, *pw,
+                           *s)[0] == 0
     code, out, _ = run(capsys, "airlock", "show", request_id, "--json", *s)
     assert json.loads(out)["state"] == "approved"
     code, out, err = run(capsys, "airlock", "release", request_id, "--json", *s)
@@ -133,3 +136,31 @@ def test_intake_once_on_a_site_without_recipients(site: Path, capsys) -> None:
     code, out, err = run(capsys, "airlock", "intake", "--once", "--json", "--site", str(site))
     assert code == 0, err
     assert json.loads(out) == {"handled": [], "saved": 0, "statuses": 0, "errors": []}
+
+
+def test_a_vote_from_the_command_line_needs_the_checkers_password_and_the_round_shown(site: Path, capsys) -> None:
+    """One person with a shell on the custodian's host cannot cast two approvals under two names: the CLI checks the
+    named checker's password like a sign-in, and a vote names the round it reviewed."""
+    airlock = open_airlock(site)
+    request_id = submit(airlock, [frozen_output("1")]).request_id
+    airlock.close()
+    s = ("--site", str(site))
+    (site / "wrong").write_text("not carol's password at all\n")
+    code, _, err = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "carol",
+                       "--password-file", str(site / "wrong"), *s)
+    assert code == 1 and "wrong password" in err
+    with pytest.raises(SystemExit) as exited:  # argparse: --password-file is required
+        run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "carol", *s)
+    assert exited.value.code == 2 and "--password-file" in capsys.readouterr().err
+    code, _, err = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "carol",
+                       "--password-file", str(site / "password"), "--round", "0", *s)
+    assert code == 1 and "round" in err
+    code, out, _ = run(capsys, "airlock", "show", request_id, "--json", *s)
+    assert json.loads(out)["outputs"][0]["votes"] == []  # neither refused vote counted
+    code, out, _ = run(capsys, "custodian", "events", "--json", *s)
+    refused = [e for e in json.loads(out) if e.get("source") == "airlock" and e.get("outcome") == "refused"]
+    assert any("wrong password" in json.dumps(e) for e in refused)
+    assert "not carol's password" not in out and "a long enough password" not in out
+    code, out, _ = run(capsys, "airlock", "vote", request_id, "1", "approve", "--checker", "carol",
+                       "--password-file", str(site / "password"), "--round", "1", "--json", *s)
+    assert code == 0, out
