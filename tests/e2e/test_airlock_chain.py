@@ -17,8 +17,8 @@ Chromium of their own on the review pages, the front door's download with the re
    the only file the front door served (exactly one `downloaded` event), and the airlock's events of the chain are,
    in order, output-saved, submitted, voted, voted, approved, released, downloaded, each by its actor.
 
-The stack runs once (module-scope fixtures); its teardown is `safeshare down`, after which no process that names
-the home is left.
+The stack runs once (module-scope fixtures; about 45 s in all); its teardown is `safeshare down`, after which no
+process that names the test's folder (HOME, the browsers' profiles) is left.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         log.close()
     assert done.returncode == 0, done.stderr
     assert up.returncode == 0, (root / "up.log").read_text()[-3000:]
-    assert processes_mentioning(str(home)) == []
+    assert processes_mentioning(str(root)) == []  # up's components and the three browsers (profiles in ROOT)
 
 
 def snapshot(home: Path) -> dict[str, str]:
