@@ -159,6 +159,22 @@ def _sample_nodes(lattice: Lattice) -> list[Node]:
     return list(dict.fromkeys(nodes))
 
 
+# A sampled check this many times dearer than the median is a one-time cost, not a check's (see typical_check_seconds).
+ONE_TIME_FACTOR = 20.0
+
+
+def typical_check_seconds(costs: Sequence[float]) -> float:
+    """The mean cost of the sampled checks, leaving out a check that paid a one-time cost: the first check of a
+    process that runs the compiled path loads its kernels (0.3 s) or, on a machine that has not compiled them yet
+    (a fresh clone, a new numba cache), compiles them (2 s and more). Counted as a check's cost, that once made ADULT
+    k = 5 look like 2,300 s of optimal search and sent `auto` to the genetic algorithm for the whole 600 s limit.
+    A check ONE_TIME_FACTOR times dearer than the median of the sample is such a cost; the checks' own spread
+    (bottom, top and between) stays well inside it."""
+    median = float(np.median(costs))
+    typical = [cost for cost in costs if cost <= ONE_TIME_FACTOR * median] or list(costs)
+    return float(np.mean(typical))
+
+
 def auto_choice(context: SearchContext, configuration: PrivacyConfiguration, quality: QualityModel,
                 time_limit: float | None) -> tuple[str, dict]:
     """`auto`: the optimal algorithm when it can be expected to finish within the time limit, else a heuristic.
@@ -178,7 +194,7 @@ def auto_choice(context: SearchContext, configuration: PrivacyConfiguration, qua
         context.progress.update(1)
         context.incumbent.offer(evaluation)
         context.evaluated[node] = evaluation
-    per_check = float(np.mean(costs))
+    per_check = typical_check_seconds(costs)
     expected = lattice.size * EXPECTED_SHARE[optimal] * per_check
     details = {"requested": "auto", "optimal_algorithm": optimal, "seconds_per_check": round(per_check, 6),
                "estimated_optimal_seconds": float(f"{expected:.4g}"), "time_limit_seconds": time_limit}
