@@ -174,11 +174,6 @@ class FlashSearch:
                 high = mid - 1
                 continue
             hint = path[low - 1] if low > 0 else None
-            # Either half's middle is checked next: both roll up on the worker thread meanwhile.
-            if low <= mid - 1:
-                self.evaluator.prefetch(path[(low + mid - 1) // 2], hint)
-            if mid + 1 <= high:
-                self.evaluator.prefetch(path[(mid + 1 + high) // 2], node)
             if self.check(node, hint):
                 lowest = node
                 high = mid - 1
