@@ -201,7 +201,7 @@ def test_searches_equal_the_reference_on_adult(monkeypatch, k, limit, model):
 @pytest.mark.parametrize("k,limit,model", [(3, 0.0, "loss"), (5, 1.0, "loss"), (10, 0.05, "loss"),
                                            (2, 0.1, "non_uniform_entropy")])
 def test_rolling_up_ahead_on_a_worker_thread_changes_nothing(monkeypatch, k, limit, model):
-    """Flash's binary search and branch and bound hand the likely next checks to the worker thread: the same
+    """Branch and bound (Flash2P's second phase) hands the likely next check to the worker thread: the same
     optimum, tie break, checks and phases as the sequential run, and no thread is left behind."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: no worker thread")
