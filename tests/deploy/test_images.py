@@ -104,8 +104,10 @@ def test_big_layers_are_shared_and_sizes_stay_bounded(offline_images: BuildResul
     assert len(layers["app"]) - len(runtime) <= 3
     sizes = image_sizes(offline_images.images)
     print(f"image sizes (MB): { {k: round(v / 1e6) for k, v in sizes.items()} }")
-    assert sizes["app"] < 800e6 and sizes["gateway"] < 800e6, sizes  # wheels left in a layer would show here
-    assert sizes["kiosk"] < 1500e6, sizes
+    # wheels left in a layer would show here. numba and llvmlite (about 210 MB, a core dependency since the compiled
+    # per-check path of issue 28) took the app and gateway from 684 to 897 MB and the kiosk from 1.37 to 1.59 GB
+    assert sizes["app"] < 1000e6 and sizes["gateway"] < 1000e6, sizes
+    assert sizes["kiosk"] < 1750e6, sizes
 
 
 def test_image_configuration(offline_images: BuildResult) -> None:
