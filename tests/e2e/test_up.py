@@ -245,7 +245,8 @@ def test_safeshare_up_end_to_end(tmp_path: Path) -> None:
     assert seen["ready_seconds"] < 90, seen
     status = seen["status"]
     assert seen["status_rc"] == 0 and status["running"] and status["healthy"], status
-    assert set(status["components"]) == {"app", "kiosk", "gateway"}
+    # the custodian service on HOME: the airlock's intake and the checkers' review pages
+    assert set(status["components"]) == {"app", "kiosk", "gateway", "custodian"}
     assert seen["second_rc"] == 1 and "already runs" in seen["second_err"]
     assert seen["state"] == "connected"
     assert seen["overview_not_blank"] > 5  # the app's page, not an empty screen
