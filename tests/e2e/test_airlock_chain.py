@@ -41,7 +41,7 @@ from tests.cdp import Cdp, chromium, wait_for_js
 from tests.deploy.review_helpers import PASSWORD, write_password
 from tests.deploy.test_review_browser import review
 from tests.e2e.test_up import processes_mentioning
-from tests.e2e.test_up_airlock import call, free_port, safeshare
+from tests.e2e.test_up_airlock import call, free_port, safeshare, stop_up
 from tests.enclave.test_app_airlock_browser import submit_form, text
 from tests.enclave.test_app_browser import WATCH_CSP
 
@@ -86,14 +86,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
             assert done.returncode == 0, done.stderr
         yield Stack(root, home, ready)
     finally:
-        done = safeshare("down", "--home", str(home))
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
-        up.stdout.close()
-        log.close()
+        done = stop_up(home, up, log)
     assert done.returncode == 0, done.stderr
     assert up.returncode == 0, (root / "up.log").read_text()[-3000:]
     assert processes_mentioning(str(root)) == []  # up's components and the three browsers (profiles in ROOT)

@@ -48,6 +48,20 @@ def call(url: str, method: str = "GET", body: dict | None = None, cookie: str | 
         return refused.code, refused.read()
 
 
+
+def stop_up(home: Path, up: subprocess.Popen, log) -> subprocess.CompletedProcess:
+    """`safeshare down` for the `up` started on HOME, then wait for it (killed after 60 s) and close its output;
+    returns down's result for the caller to assert on after its own clean-up."""
+    done = safeshare("down", "--home", str(home))
+    try:
+        up.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait()
+    up.stdout.close()
+    log.close()
+    return done
+
 def test_a_request_made_in_up_is_reviewed_released_and_downloaded(tmp_path: Path) -> None:
     home = tmp_path / "home"
     listen = f"127.0.0.1:{free_port()}"
@@ -118,14 +132,7 @@ def test_a_request_made_in_up_is_reviewed_released_and_downloaded(tmp_path: Path
         actions = [event["action"] for entry in history for event in entry["events"]]
         assert actions.count("downloaded") == 1 and "released" in actions and "submitted" in actions
     finally:
-        done = safeshare("down", "--home", str(home))
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
-        up.stdout.close()
-        log.close()
+        done = stop_up(home, up, log)
     assert done.returncode == 0, done.stderr
     assert up.returncode == 0, (tmp_path / "up.log").read_text()[-3000:]
     assert not (home / "up.json").exists()
