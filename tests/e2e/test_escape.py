@@ -556,6 +556,30 @@ def page_area(enclave: Enclave) -> bytes:
                     for y in range(200, height - 20, 7) for x in range(20, width - 40, 7))
 
 
+def settled_page_area(enclave: Enclave, timeout: float = 5.0) -> bytes:
+    """The page area once two looks 0.3 s apart agree: on a loaded machine Chromium can be caught mid-repaint (after
+    the blur click, or after the watermark's minute redraw exposes what lay under its glyphs), and a half-painted
+    screen is not a dialog. A dialog stays, so it is still in the settled look."""
+    deadline = time.monotonic() + timeout
+    last = page_area(enclave)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = page_area(enclave)
+        if _changed(last, now) < 0.005:
+            return now
+        last = now
+    return last
+
+
+def _palette(area: bytes) -> list[tuple[str, float]]:
+    """The three commonest colours of a page area and their shares, for a failure's message."""
+    from collections import Counter
+
+    counts = Counter(area[i:i + 3] for i in range(0, len(area), 3))
+    total = max(sum(counts.values()), 1)
+    return [(c.hex(), round(n / total, 3)) for c, n in counts.most_common(3)]
+
+
 def _changed(before: bytes, after: bytes) -> float:
     pixels = len(before) // 3
     return sum(before[i:i + 3] != after[i:i + 3] for i in range(0, len(before), 3)) / max(pixels, 1)
@@ -630,7 +654,7 @@ def check_attempt(enclave: Enclave, name: str) -> None:
     assert watchdog is not None
     before = (watchdog.closed, watchdog.tabs_closed, watchdog.restarts, kiosk.browser_starts)
     title = enclave.kiosk.shown()[0].title
-    screen = page_area(enclave)
+    screen = settled_page_area(enclave)
     requests = len(enclave.app.requests)
 
     async def attempt() -> None:
@@ -652,6 +676,8 @@ def check_attempt(enclave: Enclave, name: str) -> None:
     assert after == before, (f"{name}: the watchdog had to act (closed windows, closed tabs, restarts, browser "
                              f"starts: {before} -> {after}); {watchdog.events[-3:]}")
     assert loaded == [], f"{name}: the browser asked the app for {loaded} (a tab in the background, a download?)"
-    changed = _changed(screen, page_area(enclave))
-    assert changed < 0.02, f"{name}: {changed:.0%} of the page area changed (a dialog in the window?)"
+    now = settled_page_area(enclave)
+    changed = _changed(screen, now)
+    assert changed < 0.02, (f"{name}: {changed:.0%} of the page area changed (a dialog in the window?); colours "
+                            f"before {_palette(screen)}, after {_palette(now)}")
     assert enclave.only_the_app(), f"{name}: {enclave.kiosk.shown()}"
