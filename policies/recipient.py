@@ -4,8 +4,8 @@ which session limits, on what screen, and how long their sessions are kept.
 The one home of the file's schema (shipped as policies/schemas/recipient-policy.schema.json): the gateway, the proxy,
 the kiosk, provisioning, retention and `safeshare up` all read it through `load_recipient_policy`. The schema is
 strict (unknown keys are an error) because a misspelt limit silently falling back to a default would be a control
-that is not there. The screen is parsed here, once; the session limits' meaning (rates, blocked shortcuts) is the
-proxy's (`proxy.limits.SessionLimits`).
+that is not there. The screen is parsed here, once; the session limits' schema is `policies.limits.SessionLimits`
+(enforced by the proxy's `proxy.limits.InputFilter`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from proxy.limits import SessionLimits
+from policies.limits import SessionLimits
 
 DEFAULT_SCREEN = (1280, 800)
 MIN_SCREEN = (320, 240)

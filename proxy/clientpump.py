@@ -18,6 +18,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from policies.shortcuts import keysym_name
 from proxy import rfb
 from proxy.cuttext import CutTextDrop
 from proxy.eventlog import EventLog
@@ -71,7 +72,7 @@ class ClientPump:
             down, keysym = event.down, event.keysym
             self.last_input = time.monotonic()
             verdict, shortcut = self.filter.key(down, keysym)
-            name = rfb.keysym_name(keysym)
+            name = keysym_name(keysym)
             if verdict == FORWARD:
                 self.upstream.write(struct.pack(">BBxxI", rfb.C_KEY_EVENT, 1 if down else 0, keysym))
                 self.counters["keys_forwarded"] += 1

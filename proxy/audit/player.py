@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from policies.shortcuts import keysym_name, modifier_of
 from proxy.audit.rfbdecode import Replay
 from proxy.audit.sessions import read_meta
 from proxy.sessiondir import EVENTS, SCREEN
 from proxy.eventlog import GENESIS, read_events
-from proxy.rfb import keysym_name, modifier_of
 
 FORMAT = 4  # bump when the prepared form changes: older caches are rebuilt (4: the log's head in `source`)
 FRAME_INTERVAL = 0.1
