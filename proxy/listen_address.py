@@ -16,7 +16,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+LISTINGS = "proxies"  # SITE/proxies/<rid>.json: where each per-recipient proxy listens; <rid>.sock by default
 UNIX_PREFIX = "unix:"
 # websockify's convention for a Unix-socket target returned by a token plugin
 WEBSOCKIFY_UNIX = "unix_socket"
@@ -57,6 +59,16 @@ class ListenAddress:
         if self.unix_path is not None:
             return [WEBSOCKIFY_UNIX, str(self.unix_path)]
         return [str(self.host), str(self.port)]
+
+
+def listing_path(site: Any, recipient: str) -> Path:
+    """Where the proxy of `recipient` at `site` (deploy.site.Site) publishes its address."""
+    return site.root / LISTINGS / f"{site.recipient_id(recipient)}.json"
+
+
+def default_listen(site: Any, recipient: str) -> str:
+    """The Unix socket the proxy of `recipient` listens on unless told otherwise."""
+    return f"unix:{site.root / LISTINGS / site.recipient_id(recipient)}.sock"
 
 
 def _is_loopback(host: str) -> bool:

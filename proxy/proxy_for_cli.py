@@ -38,10 +38,10 @@ def _user(text: str) -> int:
 
 def cmd_proxy_for(args: argparse.Namespace) -> int:
     from deploy.site import SiteError
-    from proxy.listen_address import ListenAddress
+    from proxy.listen_address import ListenAddress, default_listen, listing_path
     from proxy.recipient_proxy import RecipientProxy
     from proxy.tokens import TokenStore
-    from safeshare.websockify import default_listen, listing_path, open_site
+    from proxy.websockify_plugin import open_site
 
     try:
         if args.poll_interval <= 0 or args.poll_interval > 1.0:

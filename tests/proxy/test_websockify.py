@@ -23,11 +23,11 @@ import aiohttp
 import pytest
 
 from deploy.site import Site
-from proxy.listen_address import ListenAddress, publish, read_listing
+from proxy.listen_address import ListenAddress, default_listen, listing_path, publish, read_listing
 from proxy.recipient_proxy import RecipientProxy, usable_grants
 from proxy.tokens import SessionBook, TokenStore
 from safeshare.cli import main as safeshare_main
-from safeshare.websockify import TokenPlugin, default_listen, listing_path
+from safeshare.websockify import TokenPlugin
 from tests.cdp import wait_for
 from tests.proxy.rfbtools import FakeVncServer, RfbClient, free_port, wait_port
 from tests.proxy.test_gateway import raw_update, ws_rfb_connect
