@@ -49,9 +49,9 @@ def main() -> int:
 
     from deploy.images.build import build_all, image_refs
     from deploy.site import Site
-    from deploy.swarm import ENCLAVE_BYTES
-    from deploy.swarm_crypto import control_host_check
-    from deploy.swarm_provision import SwarmProvisioner
+    from deploy.swarm.reconcile import ENCLAVE_BYTES
+    from deploy.swarm.crypto import control_host_check
+    from deploy.swarm.provision import SwarmProvisioner
     from tests.deploy.swarm_helpers import WorkerNode, host_networks, init_swarm, leave_swarm, swarm_state
     from tests.deploy.test_provision import revoke_during_session
 

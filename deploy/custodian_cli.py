@@ -29,12 +29,12 @@ def _site(args: argparse.Namespace):
 def _provisioner(args: argparse.Namespace):
     """The single-engine Provisioner, or the Swarm one (--orchestrator swarm, or a site provisioned on Swarm)."""
     from deploy.provision import Provisioner
-    from deploy.swarm import orchestrator_of
+    from deploy.swarm.reconcile import orchestrator_of
 
     site = _site(args)
     if (getattr(args, "orchestrator", None) or orchestrator_of(site.root)) != "swarm":
         return Provisioner(site)
-    from deploy.swarm_provision import SwarmProvisioner
+    from deploy.swarm.provision import SwarmProvisioner
 
     recipient_node = getattr(args, "node", None)
     allow = bool(getattr(args, "allow_unencrypted_overlay", False))

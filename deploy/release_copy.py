@@ -11,7 +11,7 @@ copying only what a sealed bundle consists of (its manifest, its seal and the fi
 content, never the link), then verifies the copy (`engine.bundle.check_bundle` as release DATASET/ID) before
 renaming it into place, and the plan (deploy/plan.py) mounts that copy read-only. What the enclave sees is the
 verified copy, whatever the releases folder holds later. Swarm ships the same copy to a node-local volume and
-verifies it there (deploy/swarm_ship.py).
+verifies it there (deploy/swarm/ship.py).
 
 The copy's path carries the release's dataset and id, so a changed release is a new copy and a new container spec;
 an existing copy is kept while its seal is byte for byte the bundle's and it still verifies (provisioning again

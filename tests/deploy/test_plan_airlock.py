@@ -121,7 +121,7 @@ def test_the_workspace_folder(tmp_path: Path) -> None:
 
 
 def test_swarm_keeps_a_tmpfs_workspace_and_ships_the_floor_as_a_config(site: Site) -> None:
-    from deploy.swarm_specs import MOVED_TMPFS, NodeFiles, SpecError, service_draft
+    from deploy.swarm.specs import MOVED_TMPFS, NodeFiles, SpecError, service_draft
 
     site.outputs_floor.write_text("safe_threshold: 15\n")
     app = plan(site).app

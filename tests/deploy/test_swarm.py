@@ -21,7 +21,7 @@ import pytest
 from deploy.images.build import image_refs
 from deploy.plan import LABEL
 from deploy.site import Site
-from deploy.swarm_provision import SwarmProvisioner
+from deploy.swarm.provision import SwarmProvisioner
 from tests.deploy.site_helpers import seal_releases
 from tests.deploy.swarm_helpers import WorkerNode, host_networks, init_swarm, leave_swarm, run, swarm_state
 from tests.deploy.test_provision import (FETCH, PROBE, _free_port, _token, address, cli, exec_python,
@@ -201,7 +201,7 @@ def test_provisioning_twice_changes_nothing(site: dict) -> None:
 
 
 def test_without_encryption_provisioning_fails_closed(site: dict) -> None:
-    from deploy.swarm_crypto import control_host_check
+    from deploy.swarm.crypto import control_host_check
 
     check = control_host_check()
     policy = write_policy(site["policies"], "erin", "adult-k5")
@@ -338,7 +338,7 @@ def _kiosk_spec():
 
 
 def test_a_container_spec_becomes_a_pinned_service_as_strict() -> None:
-    from deploy.swarm_specs import MOVED_TMPFS, NodeFiles, service_draft
+    from deploy.swarm.specs import MOVED_TMPFS, NodeFiles, service_draft
 
     files = NodeFiles(vnc_secret=("sid", "ss-abc123-0123456789-vnc-aaaa"))
     draft = service_draft(_kiosk_spec(), image_id="sha256:feed", entrypoint=["tini", "--", "safeshare", "kiosk"],
@@ -366,7 +366,7 @@ def test_what_a_service_cannot_do_as_strictly_is_refused() -> None:
     import dataclasses
 
     from deploy.plan import Mount
-    from deploy.swarm_specs import NodeFiles, SpecError, service_draft
+    from deploy.swarm.specs import NodeFiles, SpecError, service_draft
 
     spec = _kiosk_spec()
     with pytest.raises(SpecError, match="path on the control host"):  # no secret given for /secrets

@@ -1,5 +1,5 @@
-"""The custodian's Provisioner (deploy/provision.py) with the Swarm reconciler (deploy/swarm.py) in place of the
-single-engine one: the same checks, files, tokens and audit events, enclaves placed on Swarm nodes.
+"""The custodian's Provisioner (deploy/provision.py) with the Swarm reconciler (deploy/swarm/reconcile.py) in place of
+the single-engine one: the same checks, files, tokens and audit events, enclaves placed on Swarm nodes.
 
 Two things only Swarm has are the custodian's to say: where a recipient must run (`pins`: recipient -> node id or
 hostname), and that overlay networks may stay unencrypted where the kernel cannot encrypt them. That opt-out is
@@ -16,7 +16,7 @@ from typing import Any
 from deploy.provision import ProvisionResult, Provisioner
 from deploy.reconcile import ReconcileError
 from deploy.site import Site
-from deploy.swarm import SwarmReconciler, remember_orchestrator
+from deploy.swarm.reconcile import SwarmReconciler, remember_orchestrator
 
 UNENCRYPTED_NOTE = "overlay networks NOT encrypted"
 SUBNET_CURSOR_FILE = "swarm-subnets.json"  # where the next-fit allocation of enclave subnets continues

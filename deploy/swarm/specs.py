@@ -1,11 +1,11 @@
-"""A plan's ContainerSpec (deploy/plan.py) as a Swarm service, for deploy/swarm.py.
+"""A plan's ContainerSpec (deploy/plan.py) as a Swarm service, for deploy/swarm/reconcile.py.
 
 The plan is written for one engine; three things in it a Swarm service cannot say the same way, and each is
 translated here rather than planned twice:
 
 - Files from the control host. A task may run on another host, so a bind mount of SITE/... would mount whatever
   that host has at the path (or nothing). Each of the plan's mounts is mapped by its target: the sealed release
-  (/release) to a node-local volume that deploy/swarm_ship.py filled and verified on that node, the trust store
+  (/release) to a node-local volume that deploy/swarm/ship.py filled and verified on that node, the trust store
   (/trust.json) and the site's output floor (/site/outputs.yaml) to Swarm configs, the kiosk's secrets folder to a
   Swarm secret holding its VNC password, and the app's read-write workspace (/state) to a tmpfs (no intake reads
   a workspace on another node, so nothing leaves through the airlock there yet). Any other bind mount is refused:

@@ -2,10 +2,10 @@
 
 The same plan as on one engine (deploy/plan.py) is applied by a second reconciler: the recipient's app and kiosk
 become two services with one task each, constrained to one node (`node.id==...`), on the recipient's two overlay
-networks (internal, encrypted: deploy/swarm_crypto.py decides whether encryption really works, and provisioning
+networks (internal, encrypted: deploy/swarm/crypto.py decides whether encryption really works, and provisioning
 fails closed when it does not, unless the custodian opted out, which is audited). The release is shipped to that
-node and verified there (deploy/swarm_ship.py); the trust store is a Swarm config and the kiosk's VNC password a
-Swarm secret (deploy/swarm_specs.py translates the plan's mounts).
+node and verified there (deploy/swarm/ship.py); the trust store is a Swarm config and the kiosk's VNC password a
+Swarm secret (deploy/swarm/specs.py translates the plan's mounts).
 
 The gateway stays one container on the control host (the engine this process talks to, a Swarm manager), created by
 the single-engine reconciler exactly as before, and joins each recipient's VNC overlay network (they are
@@ -31,9 +31,9 @@ from typing import Any
 from deploy.plan import (APP_FLOOR, APP_TRUST, LABEL, SPEC_LABEL, EnclaveNames, EnclavePlan, EnclaveSubnets,
                          GatewayPlan, NetworkSpec)
 from deploy.reconcile import RID, ROLE, Applied, DockerReconciler, ReconcileError, Removed, engine_errors
-from deploy.swarm_crypto import EncryptionCheck, control_host_check, refusal
-from deploy.swarm_ship import ShipError, ship, wipe
-from deploy.swarm_specs import NODE_LABEL, SWARM_SPEC_LABEL, NodeFiles, SpecError, service_draft
+from deploy.swarm.crypto import EncryptionCheck, control_host_check, refusal
+from deploy.swarm.ship import ShipError, ship, wipe
+from deploy.swarm.specs import NODE_LABEL, SWARM_SPEC_LABEL, NodeFiles, SpecError, service_draft
 
 ENCLAVE_BYTES = 301 << 20  # an idle enclave (kiosk 216 MB + app 85 MB), benchmarks/provision_bench.py
 ORCHESTRATOR_FILE = "orchestrator.json"  # SITE/orchestrator.json: which reconciler the site's enclaves are under
@@ -300,7 +300,7 @@ class SwarmReconciler(DockerReconciler):
     def _node_files(self, plan: EnclavePlan, bundle: Path, node_id: str, existing: Mapping[str, Any]) -> NodeFiles:
         """The trust config and VNC secret (created when missing); the release volume only when the running app
         already uses this bundle's volume on this node (else None: it must be shipped)."""
-        from deploy.swarm_ship import release_volume
+        from deploy.swarm.ship import release_volume
 
         volume = release_volume(plan.rid, bundle)
         app = existing.get("app")
@@ -458,7 +458,7 @@ class SwarmReconciler(DockerReconciler):
             self.notes.append(f"the release volume {volume} on node {node[:12]} was not emptied: {exc}")
 
     def _remove_overlay_networks(self, networks: list[Any]) -> list[str]:
-        from deploy.swarm_ship import _remove_network
+        from deploy.swarm.ship import _remove_network
 
         removed = []
         for net in networks:

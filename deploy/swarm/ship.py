@@ -1,4 +1,4 @@
-"""Putting a sealed release on the node an enclave will run on, for deploy/swarm.py.
+"""Putting a sealed release on the node an enclave will run on, for deploy/swarm/reconcile.py.
 
 Why not the other ways: a Swarm config or secret holds at most 500 KB and lives in every manager's Raft log (a
 release is megabytes to gigabytes); a bind mount needs the bundle at the same path on the node, which the control
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy.plan import LABEL, release_ref
-from deploy.swarm_crypto import NODE_PROBE
-from deploy.swarm_specs import launcher_command
+from deploy.swarm.crypto import NODE_PROBE
+from deploy.swarm.specs import launcher_command
 
 SHIP_PORT = 8099
 SHIP_TIMEOUT = 300.0
