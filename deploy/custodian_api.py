@@ -37,8 +37,8 @@ from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from deploy.audit_cli import verify_site_session
-from deploy.audit_limits import AuthFailureLog, ViewLog
+from deploy.audit.cli import verify_site_session
+from deploy.audit.limits import AuthFailureLog, ViewLog
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
 from deploy.site import Site
@@ -290,7 +290,7 @@ def _aware(value: datetime | None) -> datetime | None:
 async def _expiry_loop(provisioner: Provisioner, interval: float, auth_log: AuthFailureLog) -> None:
     """Expiry and the players of newly ended sessions every `interval` seconds, session retention every hour, and
     the summary of failed authentications once their window has ended."""
-    from deploy.retention import apply_retention
+    from deploy.audit.retention import apply_retention
     from proxy.db import utcnow
 
     last_retention = -1e18

@@ -39,7 +39,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from deploy.audit_limits import AuthFailureLog
+from deploy.audit.limits import AuthFailureLog
 from deploy.people import People, SignInThrottle, WebSession, csrf_matches
 from deploy.records import Records
 from deploy.review_render import analysis_lines, output_table, read_meta

@@ -12,7 +12,7 @@ session has its own CSRF token, put in every form and compared (constant time) o
 Sign-in attempts are limited (`SignInThrottle`): after MAX_FAILURES failures within FAILURE_WINDOW seconds from one
 source address, or for one name, further attempts are refused without checking the password until the window has
 passed, so a password cannot be guessed faster than that; the failures themselves are audited through the service's
-rate-limited `auth-failed` writer (deploy/audit_limits.py).
+rate-limited `auth-failed` writer (deploy/audit/limits.py).
 """
 from __future__ import annotations
 

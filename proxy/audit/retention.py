@@ -1,5 +1,5 @@
 """Which recorded sessions have outlived their retention period. Deleting them (and logging each deletion) is the
-custodian's job: `deploy/retention.py`."""
+custodian's job: `deploy/audit/retention.py`."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from deploy.audit_limits import PER_SOURCE, VIEW_INTERVAL, WINDOW, AuthFailureLog, ViewLog
+from deploy.audit.limits import PER_SOURCE, VIEW_INTERVAL, WINDOW, AuthFailureLog, ViewLog
 from deploy.custodian_api import bearer_token, create_app
 from deploy.provision import Provisioner
 from deploy.records import AuditEventRow

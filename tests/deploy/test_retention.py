@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from deploy.records import Records
-from deploy.retention import apply_retention
+from deploy.audit.retention import apply_retention
 from deploy.site import Site
 from tests.proxy.test_audit import fake_session
 

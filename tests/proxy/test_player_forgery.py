@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tests.proxy.test_seals as seals
-from deploy.audit_cli import verify_site_session
+from deploy.audit.cli import verify_site_session
 from deploy.site import Site
 from proxy.audit.evidence import judge
 from proxy.audit.player import prepare, prepare_ended

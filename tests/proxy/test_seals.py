@@ -531,7 +531,7 @@ def test_meta_json_must_agree_with_the_log(site: SiteFiles) -> None:
 
 def test_the_custodian_services_verification_checks_signature_and_anchor(site: SiteFiles) -> None:
     """`GET /audit/sessions/{id}/verify` and the player's `verified` use the site's trust store and database."""
-    from deploy.audit_cli import verify_site_session
+    from deploy.audit.cli import verify_site_session
     from deploy.site import Site
 
     first, second = ordered(site)
@@ -549,7 +549,7 @@ def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles, monkeypa
     on, and checked then."""
     from datetime import datetime, timedelta, timezone
 
-    import deploy.audit_sequence
+    import deploy.audit.sequence
     from deploy.records import Records
     from safeshare.cli import main
 
@@ -565,5 +565,5 @@ def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles, monkeypa
     records = Records(site.db, clock=lambda: later)
     records.audit("system:retention", "session-deleted", "ok", "ann", session=first.name, log_head=head)
     records.dispose()
-    monkeypatch.setattr(deploy.audit_sequence, "now", lambda: later)
+    monkeypatch.setattr(deploy.audit.sequence, "now", lambda: later)
     assert main(["audit", *args]) == 0, capsys.readouterr().out

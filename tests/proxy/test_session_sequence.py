@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from deploy.records import Records
-from deploy.retention import apply_retention
+from deploy.audit.retention import apply_retention
 from deploy.site import Site
 from proxy.audit.sequence import Deletion, check_deletions, deletion_problems
 from safeshare.cli import main
@@ -124,7 +124,7 @@ def test_a_middle_session_deleted_with_a_forged_deletion_event_is_found(site: Si
 
 def test_a_genuine_retention_deletion_after_its_due_date_passes(site: SiteFiles, tmp_path: Path, capsys,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import deploy.audit_sequence
+    import deploy.audit.sequence
 
     first, middle, newest = ordered(site)
     kept = tmp_path / "auditor" / "checkpoint.json"
@@ -134,10 +134,10 @@ def test_a_genuine_retention_deletion_after_its_due_date_passes(site: SiteFiles,
     done = apply_retention(Site(site.root), records, later)  # the custodian service's retention, a year on
     records.dispose()
     assert sorted(item["session"] for item in done) == sorted([first.name, middle.name, newest.name])
-    monkeypatch.setattr(deploy.audit_sequence, "now", lambda: later + timedelta(hours=1))
+    monkeypatch.setattr(deploy.audit.sequence, "now", lambda: later + timedelta(hours=1))
     assert verify(site, capsys, "--checkpoint", str(kept)) == (0, [])
     # the same deletions checked today would be in the future: that is found
-    monkeypatch.setattr(deploy.audit_sequence, "now", lambda: datetime.now(timezone.utc))
+    monkeypatch.setattr(deploy.audit.sequence, "now", lambda: datetime.now(timezone.utc))
     code, problems = verify(site, capsys)
     assert code == 1 and len(problems) == 3 and all("in the future" in p for p in problems)
 

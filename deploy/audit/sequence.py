@@ -57,7 +57,7 @@ def retention_days(args: argparse.Namespace):
     from sqlalchemy import inspect
 
     from deploy.records import Records, RecipientRow
-    from deploy.retention import retention_days_for
+    from deploy.audit.retention import retention_days_for
     from proxy.db import make_engine
 
     site = _site(args)
@@ -113,7 +113,7 @@ def sequence_check(args: argparse.Namespace, root: Path, checks: list) -> Any:
 
 
 def _trust_of(args: argparse.Namespace):
-    from deploy.audit_cli import _trust
+    from deploy.audit.cli import _trust
 
     return _trust(args)
 
@@ -135,7 +135,7 @@ def write_atomic(path: Path, text: str) -> None:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     """Verify the whole sessions root with the database; refuse (exit 1) if anything is found, else write the
     checkpoint (to --out, else stdout)."""
-    from deploy.audit_cli import _check, _site_db
+    from deploy.audit.cli import _check, _site_db
     from deploy.site import SiteError
     from proxy.audit.sequence import CheckpointError, make_checkpoint
     from safeshare.signing import KeyFileError

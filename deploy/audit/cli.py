@@ -14,8 +14,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from deploy.audit_sequence import VERIFY_CHECKPOINT_HELP
-from deploy.audit_sequence import register as register_checkpoint
+from deploy.audit.sequence import VERIFY_CHECKPOINT_HELP
+from deploy.audit.sequence import register as register_checkpoint
 from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 
 
@@ -114,7 +114,7 @@ def _status(check) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from safeshare.signing import KeyFileError
 
-    from deploy.audit_sequence import sequence_check
+    from deploy.audit.sequence import sequence_check
     from deploy.site import SiteError
     from proxy.audit.sequence import CheckpointError
 
@@ -357,7 +357,7 @@ def partial_proof(folder: Path, check, decoded_sha256: str) -> dict:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     from deploy.records import Records
-    from deploy.retention import apply_retention
+    from deploy.audit.retention import apply_retention
     from deploy.site import Site, SiteError, default_site
     from proxy.db import utcnow
 
@@ -514,4 +514,4 @@ the site (a copy) is checked without anchors unless --db names its database.""")
     retention.add_argument("--json", action="store_true")
     retention.set_defaults(func=cmd_retention)
 
-    register_checkpoint(sub)  # audit checkpoint (deploy/audit_sequence.py)
+    register_checkpoint(sub)  # audit checkpoint (deploy/audit/sequence.py)
