@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .classes import combined_key
+from .grouping import combined_key
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .codes import sorted_codes
 from .errors import InputError
+from .grouping import group
 from .hierarchy import Hierarchy
+from .sensitive import encode_sensitive
+
+__all__ = ["EncodedAttribute", "EncodedTable", "encode_attribute", "encode_table", "sorted_codes"]
 
 
 @dataclass(frozen=True)
@@ -43,21 +48,6 @@ class EncodedAttribute:
         first_member = np.zeros(self.cardinality(from_level), dtype=np.int64)
         first_member[self.to_level[from_level]] = np.arange(self.to_level[from_level].size)
         return self.to_level[to_level][first_member]
-
-
-def sorted_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(column.astype(str), return_inverse=True)`: the distinct values as text in sorted order and each
-    record's position among them, by hashing (pandas' factorize) and sorting only the distinct values, which is an
-    order of magnitude faster than sorting a million strings."""
-    codes, uniques = pd.factorize(np.asarray(column, dtype=object), sort=False)
-    uniques = np.asarray(uniques, dtype=object).astype(str)
-    if (codes < 0).any() or np.unique(uniques).size != uniques.size:
-        # A missing value, or values that differ but read the same as text (1 and "1"): the plain way.
-        return np.unique(np.asarray(column).astype(str), return_inverse=True)
-    order = np.argsort(uniques, kind="stable")
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[order] = np.arange(order.size)
-    return uniques[order], rank[codes]
 
 
 def encode_attribute(name: str, column: np.ndarray, hierarchy: Hierarchy, source: str | None = None,
@@ -117,8 +107,6 @@ class EncodedTable:
 
     def base_classes(self) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
         """Distinct level-0 tuples: (codes (d, m), counts (m,), class of each record (n,))."""
-        from .classes import group
-
         codes = np.stack([a.records for a in self.attributes])
         return group(codes, np.ones(self.n, dtype=np.int64), [a.cardinality(0) for a in self.attributes])
 
@@ -127,8 +115,6 @@ def encode_table(frame: pd.DataFrame, hierarchies: dict[str, Hierarchy], source:
                  level_bounds: dict[str, tuple[int | None, int | None]] | None = None,
                  sensitive: dict[str, Hierarchy | None] | None = None) -> EncodedTable:
     """`sensitive` names the sensitive attributes the privacy models use, each with its hierarchy or None."""
-    from .sensitive import encode_sensitive
-
     bounds = level_bounds or {}
     attributes = [
         encode_attribute(name, frame[name].to_numpy(), h, source, *bounds.get(name, (None, None)))

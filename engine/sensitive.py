@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .encoding import sorted_codes
+from .codes import sorted_codes
 from .errors import InputError
 from .hierarchy import Hierarchy
 
