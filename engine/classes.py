@@ -121,7 +121,9 @@ class ClassCache:
             return self._last_view[1]
         codes, sizes = self._joint(node, hint)
         cards = [self.cards[i][lv] for i, lv in enumerate(node)]
-        view = project(codes, sizes, self.attributes, cards, self.sensitive)
+        # On the compiled path (and with the fixed radix) the projection and the histograms run compiled too.
+        places = self.radix if self.kernels is not None else None
+        view = project(codes, sizes, self.attributes, cards, self.sensitive, places)
         population = getattr(self.table, "population", None)
         if population is not None:
             view.population = lambda v, levels=tuple(node): population.counts_for(levels, v)

@@ -62,6 +62,9 @@ class ClassView:
     joint_values: np.ndarray | None = None         # (sensitive, joint) value codes
     joint_sizes: np.ndarray | None = None          # (joint,)
     population: Callable[["ClassView"], "PopulationCounts"] | None = None
+    # engine._distribution_numba when the view was built on the compiled path (project(..., places=...)): its
+    # histograms are built compiled, and the distribution-based models decide compiled (engine.privacy).
+    kernels: object = None
     _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
     _population: "PopulationCounts | None" = None
 
@@ -87,6 +90,12 @@ class ClassView:
             raise KeyError(f"{name!r} is not a sensitive attribute of this table")
         row = self.sensitive_names.index(name)
         card = self.sensitive[row].cardinality
+        if self.kernels is not None:
+            result = SparseDistribution(*self.kernels.histogram(self.joint_class, self.joint_values[row],
+                                                                self.joint_sizes, self.class_count, card),
+                                        self.class_count)
+            self._distributions[name] = result
+            return result
         key = self.joint_class.astype(np.int64) * card + self.joint_values[row]
         if len(self.sensitive_names) == 1:
             # Joint classes are already distinct (class, value) pairs: no grouping, only a sort.
@@ -119,11 +128,19 @@ class PopulationCounts:
 
 
 def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, cardinalities: list[int],
-            sensitive: tuple = ()) -> ClassView:
+            sensitive: tuple = (), places: np.ndarray | None = None) -> ClassView:
     """Group joint classes (quasi-identifiers + sensitive rows, `sensitive` the EncodedSensitive of those rows) into
-    quasi-identifier classes."""
+    quasi-identifier classes. With `places` (the class cache's fixed radix, one place per row; only when numba is
+    loaded, engine.kernels) the grouping and the histograms run compiled (engine._distribution_numba), with the
+    same result to the last bit."""
     if not sensitive:
         return ClassView(joint_codes, joint_sizes)
+    if places is not None:
+        from . import _distribution_numba as compiled
+
+        codes, sizes, inverse = compiled.project(joint_codes, joint_sizes, attributes, places)
+        return ClassView(codes, sizes, tuple(sensitive), inverse, joint_codes[attributes:].astype(np.int64),
+                         joint_sizes, kernels=compiled)
     qi = joint_codes[:attributes]
     key = combined_key(qi, cardinalities)
     inverse, uniques = pd.factorize(key, sort=False)

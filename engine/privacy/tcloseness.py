@@ -78,8 +78,13 @@ class TClosenessModel(ClassModel):
     def _ordered(counts: np.ndarray, sizes: np.ndarray, prepared: dict) -> np.ndarray:
         order = prepared["order"]
         p = counts[:, order] / sizes[:, None].astype(np.float64)
-        cumulative = np.cumsum(p - prepared["q"][order][None, :], axis=1)
-        return np.abs(cumulative).sum(axis=1)   # compared with t (m - 1), as ARX does
+        cumulative = np.abs(np.cumsum(p - prepared["q"][order][None, :], axis=1))
+        # Summed value by value, as ARX does (and as numpy's sum(axis=1) happens to for this layout, but not for a
+        # single row, which it sums pairwise): the compiled decision sums in the same order.
+        distance = np.zeros(counts.shape[0])
+        for column in cumulative.T:
+            distance += column
+        return distance   # compared with t (m - 1), as ARX does
 
     @staticmethod
     def _hierarchical(counts: np.ndarray, sizes: np.ndarray, prepared: dict) -> np.ndarray:
@@ -98,7 +103,29 @@ class TClosenessModel(ClassModel):
             extra = positive - negative
         return cost / (table_size * sizes)
 
+    def compiled(self, classes) -> tuple[np.ndarray, np.ndarray]:
+        """The compiled decision (engine.privacy._distribution_kernels; numba is loaded): per class the distance
+        (as `distances` gives it, to the last bit) and the violation (as `violating` on the reference path)."""
+        from . import _distribution_kernels as compiled
+
+        prepared = self._prepare(classes.sensitive_attribute(self.attribute))
+        distribution = classes.distribution(self.attribute)
+        entries = (distribution.classes, distribution.values, distribution.counts, classes.sizes)
+        if self.distance == "equal":
+            return compiled.t_closeness_equal(*entries, prepared["q"], self.t)
+        if self.distance == "ordered":
+            return compiled.t_closeness_ordered(*entries, prepared["q"], prepared.setdefault("order64", prepared["order"].astype(np.int64)),
+                                                self.t * (prepared["m"] - 1.0))
+        if "flat_tree" not in prepared:
+            tree = prepared["tree"]
+            widths = [prepared["m"]] + [int(parent.max()) + 1 for parent in tree]
+            starts = np.cumsum([0] + [parent.size for parent in tree[:-1]]).astype(np.int64)
+            prepared["flat_tree"] = (np.concatenate(tree).astype(np.int64), starts, np.array(widths, dtype=np.int64))
+        return compiled.t_closeness_hierarchical(*entries, prepared["counts"], *prepared["flat_tree"], self.t)
+
     def violating(self, classes) -> np.ndarray:
+        if getattr(classes, "kernels", None) is not None:
+            return self.compiled(classes)[1]
         sensitive = classes.sensitive_attribute(self.attribute)
         distance = self.distances(classes, sensitive)
         if self.distance == "ordered":

@@ -1,0 +1,110 @@
+"""The compiled projection of joint classes onto quasi-identifier classes, and the per-class sensitive-value
+histograms, for the distribution-based privacy models (imported only once numba is, through
+`engine.distributions.project` on the compiled path; the class cache decides the path, engine.kernels).
+
+Why: a check of l-diversity or t-closeness groups the joint classes (quasi-identifiers + sensitive values, rolled up
+from a finer transformation by the class cache) into quasi-identifier classes and sorts their (class, value) pairs;
+in numpy that is a mixed-radix key, a hash factorization, a stable argsort and a handful of casts per check, whose
+fixed costs dominate. Here it is one hash pass and one two-pass counting sort.
+
+Every result equals engine.distributions' numpy reference exactly (integers only): classes numbered in order of
+first appearance of their first joint class, sizes and counts as int64, histogram entries sorted by class and value.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing, as engine._kernels_numba
+
+
+@_jit
+def project(joint_codes, joint_sizes, attributes, places):
+    """Group the joint classes (codes (rows, m), sizes) by their first `attributes` rows, keyed in the fixed radix
+    `places` (one place per row, wide enough for its level-0 codes). Returns the classes' codes (attributes, u) in the
+    joint codes' dtype, their sizes (int64) and the class of every joint class (int64), classes numbered in order
+    of first appearance (engine.distributions.project)."""
+    m = joint_codes.shape[1]
+    bits = 4
+    while (1 << bits) < 2 * m:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.full(2 << bits, -1, np.int64)
+    inverse = np.empty(m, np.int64)
+    sizes = np.zeros(m, np.int64)
+    member = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        k = np.int64(0)
+        for i in range(attributes):
+            k += np.int64(joint_codes[i, j]) * places[i]
+        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
+        while True:
+            stored = table[2 * h]
+            if stored == k:
+                c = table[2 * h + 1]
+                inverse[j] = c
+                sizes[c] += joint_sizes[j]
+                break
+            if stored < 0:
+                table[2 * h] = k
+                table[2 * h + 1] = u
+                inverse[j] = u
+                sizes[u] = joint_sizes[j]
+                member[u] = j
+                u += 1
+                break
+            h = (h + 1) & mask
+    codes = np.empty((attributes, u), joint_codes.dtype)
+    for i in range(attributes):
+        for t in range(u):
+            codes[i, t] = joint_codes[i, member[t]]
+    return codes, sizes[:u].copy(), inverse
+
+
+@_jit
+def histogram(joint_class, values, joint_sizes, class_count, cardinality):
+    """Per class, the records holding each sensitive value, as sparse entries (class, value, count) sorted by class
+    and value, equal values of a class merged (several sensitive attributes: joint classes repeat a value). A stable
+    counting sort by value, then by class (engine.distributions.ClassView.distribution)."""
+    m = joint_class.size
+    by_value = np.zeros(cardinality + 1, np.int64)
+    for j in range(m):
+        by_value[values[j] + 1] += 1
+    for v in range(cardinality):
+        by_value[v + 1] += by_value[v]
+    order = np.empty(m, np.int64)
+    for j in range(m):
+        v = values[j]
+        order[by_value[v]] = j
+        by_value[v] += 1
+    by_class = np.zeros(class_count + 1, np.int64)
+    for j in range(m):
+        by_class[joint_class[j] + 1] += 1
+    for c in range(class_count):
+        by_class[c + 1] += by_class[c]
+    sorted_ = np.empty(m, np.int64)
+    for r in range(m):
+        j = order[r]
+        c = joint_class[j]
+        sorted_[by_class[c]] = j
+        by_class[c] += 1
+    classes = np.empty(m, np.int64)
+    out_values = np.empty(m, np.int64)
+    counts = np.empty(m, np.int64)
+    w = 0
+    for r in range(m):
+        j = sorted_[r]
+        c = joint_class[j]
+        v = values[j]
+        if w > 0 and classes[w - 1] == c and out_values[w - 1] == v:
+            counts[w - 1] += joint_sizes[j]
+        else:
+            classes[w] = c
+            out_values[w] = v
+            counts[w] = joint_sizes[j]
+            w += 1
+    return classes[:w].copy(), out_values[:w].copy(), counts[:w].copy()

@@ -1,0 +1,189 @@
+"""The compiled decisions of the distribution-based models (l-diversity, t-closeness): one pass over a
+transformation's per-class sensitive-value histogram (engine.distributions.SparseDistribution, entries sorted by
+class and value) giving each class's statistic and whether the class must be suppressed.
+
+Imported only on the compiled path (a ClassView built with the kernels, engine.distributions.project), when numba
+is already loaded. The numpy code in engine.privacy.ldiversity and engine.privacy.tcloseness stays the reference,
+and every result here is its result to the last bit, because each floating-point operation is the reference's, in
+the reference's order: per-class sums accumulate entry by entry as np.bincount does, the ordered distance's sum runs
+value by value as the reference's (and ARX's) does, sums of integer-valued floats are exact in any order, and
+logarithms and Grassberger's
+G(n) are looked up in tables the models compute with numpy (`log_table`, `grassberger_table`), never recomputed
+with another libm. tests/engine/test_distribution_kernels.py compares the two.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+
+@_jit
+def distinct(classes, class_count):
+    """Distinct values per class (entries per class)."""
+    out = np.zeros(class_count, np.int64)
+    for e in range(classes.size):
+        out[classes[e]] += 1
+    return out
+
+
+@_jit
+def l_diversity(classes, counts, class_count, variant, minimal, threshold, c, table, log_table, log2):
+    """Per class the statistic and the violation of l-diversity.
+
+    variant 0 distinct (statistic: distinct values), 1 entropy with Shannon's estimator, 2 entropy with Grassberger's
+    (`table`: G(n) by n; statistic: bits), 3 recursive (c,l) (statistic: c x the tail minus the largest count). A
+    class with fewer than `minimal` distinct values always violates."""
+    n_entries = classes.size
+    seen = np.zeros(class_count, np.int64)
+    for e in range(n_entries):
+        seen[classes[e]] += 1
+    statistic = np.zeros(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    if variant == 0:
+        for k in range(class_count):
+            statistic[k] = seen[k]
+            violating[k] = seen[k] < minimal
+        return statistic, violating
+    if variant == 1 or variant == 2:
+        total = np.zeros(class_count, np.float64)
+        weighted = np.zeros(class_count, np.float64)
+        for e in range(n_entries):
+            k = classes[e]
+            f = np.float64(counts[e])
+            total[k] += f
+            if variant == 1:
+                weighted[k] += f * (log_table[counts[e]] / log2)
+            else:
+                weighted[k] += f * table[counts[e]]
+        for k in range(class_count):
+            log_total = log_table[np.int64(total[k])]
+            if variant == 1:
+                h = -((weighted[k] / total[k]) - log_total / log2)
+            else:
+                h = (log_total - weighted[k] / total[k]) / log2
+            statistic[k] = h
+            violating[k] = seen[k] < minimal or h < threshold
+        return statistic, violating
+    # recursive (c,l): each class's counts sorted descending, r_1 < c (r_l + ... + r_n)
+    start = 0
+    for k in range(class_count):
+        stop = start + seen[k]
+        buffer = np.sort(counts[start:stop])[::-1]
+        largest = np.float64(buffer[0]) if buffer.size > 0 else 0.0
+        tail = 0.0
+        for r in range(minimal - 1 if minimal > 1 else 0, buffer.size):
+            tail += np.float64(buffer[r])
+        statistic[k] = tail * c - largest
+        violating[k] = seen[k] < minimal or not (largest < tail * c)
+        start = stop
+    return statistic, violating
+
+
+@_jit
+def t_closeness_equal(classes, values, counts, sizes, q, t):
+    """Equal ground distance per class, (1 + sum over the class's values of (|q_i - p_i| - q_i)) / 2, and whether it
+    exceeds t (not <= t)."""
+    class_count = sizes.size
+    acc = np.zeros(class_count, np.float64)
+    for e in range(classes.size):
+        k = classes[e]
+        p = np.float64(counts[e]) / np.float64(sizes[k])
+        qv = q[values[e]]
+        acc[k] += np.abs(qv - p) - qv
+    distance = np.empty(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        d = (1.0 + acc[k]) / 2.0
+        distance[k] = d
+        violating[k] = not (d <= t)
+    return distance, violating
+
+
+@_jit
+def t_closeness_ordered(classes, values, counts, sizes, q, order, limit):
+    """Ordered distance per class, sum_i |sum_(j<=i) (p_j - q_j)| over the values in `order` (compared with
+    limit = t (m - 1), as ARX does), and whether it exceeds the limit."""
+    class_count = sizes.size
+    m = q.size
+    p = np.zeros(m, np.float64)
+    distance = np.empty(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    e = 0
+    for k in range(class_count):
+        size = np.float64(sizes[k])
+        start = e
+        while e < classes.size and classes[e] == k:
+            p[values[e]] = np.float64(counts[e])
+            e += 1
+        cumulative = 0.0
+        d = 0.0
+        for j in range(m):
+            v = order[j]
+            step = p[v] / size - q[v]
+            cumulative = step if j == 0 else cumulative + step
+            d += np.abs(cumulative)
+        distance[k] = d
+        violating[k] = d > limit
+        for r in range(start, e):
+            p[values[r]] = 0.0
+    return distance, violating
+
+
+@_jit
+def t_closeness_hierarchical(classes, values, counts, sizes, table_counts, parents, starts, widths, t):
+    """Hierarchical distance per class (Li et al. 2007, in ARX's integers scaled by |table| x |class|), and whether
+    it exceeds t. Level L's parent map (children of level L-1 to nodes of level L) is parents[starts[L-1]:...], with
+    widths[L] nodes at level L (widths[0]: the values)."""
+    class_count = sizes.size
+    m = table_counts.size
+    height = starts.size
+    table_size = 0.0
+    for i in range(m):
+        table_size += table_counts[i]
+    widest = 0
+    for w in widths:
+        widest = max(widest, w)
+    dense = np.zeros(m, np.float64)
+    extra = np.empty(widest, np.float64)
+    positive = np.empty(widest, np.float64)
+    negative = np.empty(widest, np.float64)
+    distance = np.empty(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    e = 0
+    for k in range(class_count):
+        size = np.float64(sizes[k])
+        begin = e
+        while e < classes.size and classes[e] == k:
+            dense[values[e]] = np.float64(counts[e])
+            e += 1
+        for i in range(m):
+            extra[i] = table_counts[i] * size - dense[i] * table_size
+        cost = 0.0
+        for level in range(1, height + 1):
+            below = widths[level - 1]
+            nodes = widths[level]
+            for x in range(nodes):
+                positive[x] = 0.0
+                negative[x] = 0.0
+            base = starts[level - 1]
+            for x in range(below):
+                parent = parents[base + x]
+                value = extra[x]
+                if value > 0.0:
+                    positive[parent] += value
+                elif value < 0.0:
+                    negative[parent] -= value
+            lesser = 0.0
+            for x in range(nodes):
+                lesser += min(positive[x], negative[x])
+            cost += (level / np.float64(height)) * lesser
+            for x in range(nodes):
+                extra[x] = positive[x] - negative[x]
+        d = cost / (table_size * size)
+        distance[k] = d
+        violating[k] = not (d <= t)
+        for r in range(begin, e):
+            dense[values[r]] = 0.0
+    return distance, violating
