@@ -47,7 +47,7 @@ def main() -> int:
 
     from deploy.images.build import build_all
     from deploy.provision import Provisioner
-    from deploy.site import Site
+    from deploy.site.folder import Site
 
     build_all()  # a cache hit when the images are there
     with tempfile.TemporaryDirectory(prefix="provision-bench-", dir="/var/tmp") as folder:

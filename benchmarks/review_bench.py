@@ -51,7 +51,7 @@ def main() -> None:
     from deploy.custodian_api import create_app
     from deploy.people import People
     from deploy.provision import Provisioner
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from outputs.airlock.records import AirlockRecords
     from outputs.airlock.store import AirlockStore
     from outputs.airlock.workflow import Airlock

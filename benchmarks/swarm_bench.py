@@ -48,7 +48,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from deploy.images.build import build_all, image_refs
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from deploy.swarm.reconcile import ENCLAVE_BYTES
     from deploy.swarm.crypto import control_host_check
     from deploy.swarm.provision import SwarmProvisioner

@@ -25,7 +25,7 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_REFUS
 
 
 def _site(args: argparse.Namespace):
-    from deploy.site import Site, default_site
+    from deploy.site.folder import Site, default_site
     from pathlib import Path
 
     return Site(Path(args.site) if args.site else default_site(), db_url=args.db)
@@ -59,7 +59,7 @@ def _emit(args: argparse.Namespace, document: Any, text: str) -> None:
 def _run(command: str, func):
     """Map the airlock's errors to exit codes with one line on stderr naming the command."""
     def run(args: argparse.Namespace) -> int:
-        from deploy.site import SiteError
+        from deploy.site.folder import SiteError
         from outputs.airlock.store import ChecksumMismatch, StoreError
         from outputs.airlock.workflow import NotFound, Refused
         from safeshare.signing import KeyFileError
@@ -151,7 +151,7 @@ def _check_person(site, airlock, name: str, password: str, request_id: str, acto
 
 def _read_password(path: str) -> str:
     """One line from --password-file (`-`: standard input), as `custodian person add` reads it."""
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
 
     try:
         text = sys.stdin.readline() if path == "-" else Path(path).read_text(encoding="utf-8")

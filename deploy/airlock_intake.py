@@ -25,7 +25,7 @@ from typing import Any
 
 from deploy.plan import release_ref
 from deploy.records import ACTIVE, Records
-from deploy.site import Site
+from deploy.site.folder import Site
 
 log = logging.getLogger("safeshare.airlock.intake")
 

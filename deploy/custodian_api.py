@@ -41,7 +41,7 @@ from deploy.audit.cli import verify_site_session
 from deploy.audit.limits import AuthFailureLog, ViewLog
 from deploy.provision import Provisioner, ProvisionError
 from deploy.records import ApiKey
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.evidence import judge
 from proxy.audit.player import prepare, prepare_ended
 from proxy.audit.sessions import find_sessions

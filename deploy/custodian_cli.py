@@ -15,7 +15,7 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _site(args: argparse.Namespace):
-    from deploy.site import Site, default_site
+    from deploy.site.folder import Site, default_site
 
     site = Site(Path(args.site) if args.site else default_site(), db_url=args.db)
     changed = site.configure(gateway_port=getattr(args, "gateway_port", None),
@@ -67,7 +67,7 @@ def _fail(command: str, exc: Exception) -> int:
 
 def cmd_provision(args: argparse.Namespace) -> int:
     from deploy.provision import ProvisionError, cli_actor
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from proxy.tokens import parse_ttl
 
     try:
@@ -98,7 +98,7 @@ def cmd_provision(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     from deploy.provision import ProvisionError, cli_actor
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
 
     if bool(args.recipient) == bool(args.expired):
         print("safeshare revoke: give a RECIPIENT or --expired", file=sys.stderr)
@@ -130,7 +130,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_recipients(args: argparse.Namespace) -> int:
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
 
     try:
         provisioner = _provisioner(args)
@@ -209,10 +209,10 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
 
     from itertools import chain
 
-    from deploy.key_rotation import file_signatures, site_signatures
+    from deploy.site.key_rotation import file_signatures, site_signatures
     from deploy.provision import cli_actor
     from deploy.records import Records
-    from deploy.site import GATEWAY_UID, give_to_gateway
+    from deploy.site.folder import GATEWAY_UID, give_to_gateway
     from safeshare.signing import KeyFileError, TrustStore, rotate_key
 
     site = _site(args)
@@ -306,7 +306,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _guarded(command: str, func):
     """A site folder whose settings cannot be used is bad input (exit 2) for every command."""
     def run(args: argparse.Namespace) -> int:
-        from deploy.site import SiteError
+        from deploy.site.folder import SiteError
 
         try:
             return func(args)

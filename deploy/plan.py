@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from deploy.images.hardening import HARDENING
 
 if TYPE_CHECKING:  # only read: the plan needs neither a database nor pydantic at import time
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from policies.recipient import RecipientPolicy
 
 LABEL = "org.safeshare"

@@ -57,7 +57,7 @@ from deploy.records import ACTIVE, EXPIRED, REVOKED, Records
 from deploy.release_copy import RELEASE_DIR, copy_release
 from deploy.release_copy import prune as prune_copies
 from deploy.release_copy import remove_all as remove_release_copies
-from deploy.site import Site, give_to_gateway, write_atomic
+from deploy.site.folder import Site, give_to_gateway, write_atomic
 from engine.bundle import BundleError, resolve_release
 from proxy.db import utcnow
 from policies.recipient import PolicyError, RecipientPolicy, load_recipient_policy

@@ -33,7 +33,7 @@ manifest records the effective gate, the site gate and where it came from (`gate
 have no built-in value: a limit either gate sets is in force, the smaller one where both set it.
 
 Where the site is: `safeshare deid --site SITE`, else `$SAFESHARE_SITE`, else `/var/lib/safeshare` when that folder
-exists (the same default as `deploy.site`, which the engine does not import); `seal_release` uses the folder above
+exists (the default of `deploy.site.folder`, which the engine does not import); `seal_release` uses the folder above
 the releases store (`SITE/releases/..`) and re-checks the manifest's recorded risk against that site's gate, so an
 output produced under another (or no) site gate cannot be sealed here; it then evaluates the gate itself on the
 released data (engine.release_gate), so a hand-edited verdict or risk figure cannot be sealed either.

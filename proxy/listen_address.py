@@ -62,7 +62,7 @@ class ListenAddress:
 
 
 def listing_path(site: Any, recipient: str) -> Path:
-    """Where the proxy of `recipient` at `site` (deploy.site.Site) publishes its address."""
+    """Where the proxy of `recipient` at `site` (deploy.site.folder.Site) publishes its address."""
     return site.root / LISTINGS / f"{site.recipient_id(recipient)}.json"
 
 

@@ -37,7 +37,7 @@ def _user(text: str) -> int:
 
 
 def cmd_proxy_for(args: argparse.Namespace) -> int:
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from proxy.listen_address import ListenAddress, default_listen, listing_path
     from proxy.recipient_proxy import RecipientProxy
     from proxy.tokens import TokenStore
@@ -108,7 +108,7 @@ def cmd_proxy_for(args: argparse.Namespace) -> int:
 
 
 def _default_site() -> Path:
-    from deploy.site import default_site
+    from deploy.site.folder import default_site
 
     return default_site()
 

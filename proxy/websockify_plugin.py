@@ -37,7 +37,7 @@ log = logging.getLogger("safeshare.websockify")
 
 def open_site(root: str | os.PathLike[str], db_url: str | None = None) -> Any:
     """The site folder with its database URL: `db_url`, else $SAFESHARE_DB, else the site's SQLite file."""
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from proxy.db import DB_URL_ENV
 
     return Site(Path(root), db_url=db_url or os.environ.get(DB_URL_ENV) or None)

@@ -35,8 +35,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-# Where a site folder keeps its keys (deploy.site.Site, `safeshare up`'s home folder, RELEASES/..): the one home of
-# these names, since the engine, the proxy and deploy all need them and do not import each other.
+# Where a site folder keeps its keys (deploy.site.folder.Site, `safeshare up`'s home folder, RELEASES/..): the one
+# home of these names, since the engine, the proxy and deploy all need them and do not import each other.
 KEYS_DIR = Path("keys")
 RELEASE_KEY = KEYS_DIR / "release-signing.key"
 GATEWAY_KEY = Path("secrets") / "gateway" / "signing.key"

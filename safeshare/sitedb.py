@@ -7,8 +7,8 @@ opened an empty `HOME/db/safeshare.db`, found none of the gateway's anchors and 
 verified, while `audit verify` (without `--db`) passed. So an old home's file is moved by `up` (`migrate_legacy`),
 and every other tool refuses a folder that holds one (`site_db_url`) instead of silently opening another, empty one.
 
-A leaf like `safeshare.signing`, so that any package may ask it: deploy.site.Site (and through it provisioning, the
-custodian and audit commands, proxy-for and the token plugin) and deploy.local (`up`) do. Only the default SQLite
+A leaf like `safeshare.signing`, so that any package may ask it: deploy.site.folder.Site (and through it provisioning,
+the custodian and audit commands, proxy-for and the token plugin) and deploy.local (`up`) do. Only the default SQLite
 file is decided here; an explicit `--db` URL wins everywhere.
 """
 from __future__ import annotations

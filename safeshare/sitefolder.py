@@ -7,7 +7,7 @@ site folder /var/lib/safeshare when it exists. A command that finds none refuses
 near the bundle.
 
 A leaf like `safeshare.signing`: the engine, the enclave and deploy resolve the site the same way without importing
-each other (deploy.site re-uses these names).
+each other (deploy.site.folder re-uses these names).
 """
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_the_enclave_mounts_no_folder_a_releases_writer_can_change(tmp_path: Pat
     running enclave at /release. The plan mounts the custodian's verified copy now (SITE/enclaves/<rid>/release/...,
     deploy/release_copy.py; tests/deploy/test_release_copy.py)."""
     from deploy.plan import EnclaveSubnets, plan_enclave
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from policies.recipient import RecipientPolicy
 
     root = tmp_path / "site"
@@ -217,7 +217,7 @@ def test_release_refuses_a_manifest_whose_transformation_omits_a_quasi_identifie
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Focus 3: retired key records (safeshare/signing.py, deploy/key_rotation.py)
+# Focus 3: retired key records (safeshare/signing.py, deploy/site/key_rotation.py)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _rotate(site: Path, purpose: str, capsys) -> dict:

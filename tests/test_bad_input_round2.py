@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from deploy.custodian_api import create_app
 from deploy.provision import Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.sessions import find_sessions
 from safeshare.signing import SigningKey, TrustStore
 from tests.proxy.test_seals import SiteFiles, ordered, record_sessions

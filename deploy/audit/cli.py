@@ -23,7 +23,7 @@ def _sessions_root(text: str | None, site: str | None = None) -> Path:
     """PATH when given, else SITE/sessions of --site, $SAFESHARE_SITE or /var/lib/safeshare."""
     if text:
         return Path(text)
-    from deploy.site import default_site
+    from deploy.site.folder import default_site
 
     return (Path(site) if site else default_site()) / "sessions"
 
@@ -33,7 +33,7 @@ def _verify_db(args: argparse.Namespace) -> tuple[str | None, str]:
     verified is the site's sessions (no PATH, or a PATH inside SITE/sessions of --site, $SAFESHARE_SITE or
     /var/lib/safeshare), that site's database if it exists (safeshare.sitedb; an old `up` home's is refused,
     SiteError). A PATH elsewhere (a copy) gets none: another site's rows would report its sessions missing."""
-    from deploy.site import default_site
+    from deploy.site.folder import default_site
 
     if args.db:
         return args.db, "--db"
@@ -52,7 +52,7 @@ def _verify_db(args: argparse.Namespace) -> tuple[str | None, str]:
 def _trust(args: argparse.Namespace):
     """The trust store signatures are checked against: --trust, else SITE/trust.json (--site, $SAFESHARE_SITE).
     Never a file found next to the sessions: whoever can write those could put their own key there."""
-    from deploy.site import default_site
+    from deploy.site.folder import default_site
     from safeshare.signing import TRUST_FILE, TrustStore
 
     path = Path(args.trust) if args.trust else (Path(args.site) if args.site else default_site()) / TRUST_FILE
@@ -115,7 +115,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from safeshare.signing import KeyFileError
 
     from deploy.audit.sequence import sequence_check
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from proxy.audit.sequence import CheckpointError
 
     try:
@@ -218,7 +218,7 @@ def _session_folder(text: str, site_text: str | None) -> Path:
     path = Path(text)
     if path.is_dir():
         return path
-    from deploy.site import default_site
+    from deploy.site.folder import default_site
 
     return (Path(site_text) if site_text else default_site()) / "sessions" / text
 
@@ -227,7 +227,7 @@ def _site_db(args: argparse.Namespace) -> str | None:
     """The database export records its audit event in: --db, else the site's SQLite file if it exists."""
     if args.db:
         return args.db
-    from deploy.site import Site, default_site
+    from deploy.site.folder import Site, default_site
 
     site = Site(Path(args.site) if args.site else default_site())
     return site.db_url if site.db_file.is_file() else None
@@ -240,7 +240,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     one in the verified seal (a recording swapped between the two reads is refused as tampered)."""
     import getpass
 
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from proxy.audit.evidence import judge
     from proxy.audit.player import export_video, prepare
     from proxy.sessiondir import read_meta
@@ -358,7 +358,7 @@ def partial_proof(folder: Path, check, decoded_sha256: str) -> dict:
 def cmd_retention(args: argparse.Namespace) -> int:
     from deploy.records import Records
     from deploy.audit.retention import apply_retention
-    from deploy.site import Site, SiteError, default_site
+    from deploy.site.folder import Site, SiteError, default_site
     from proxy.db import utcnow
 
     try:

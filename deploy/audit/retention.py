@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.records import Records
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.retention import due_sessions
 from policies.recipient import PolicyError, load_recipient_policy
 from proxy.sessiondir import read_meta

@@ -26,7 +26,7 @@ def now() -> datetime:
 
 
 def _site(args: argparse.Namespace):
-    from deploy.site import Site, default_site
+    from deploy.site.folder import Site, default_site
 
     return Site(Path(args.site) if getattr(args, "site", None) else default_site(), db_url=args.db)
 
@@ -136,7 +136,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     """Verify the whole sessions root with the database; refuse (exit 1) if anything is found, else write the
     checkpoint (to --out, else stdout)."""
     from deploy.audit.cli import _check, _site_db
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from proxy.audit.sequence import CheckpointError, make_checkpoint
     from safeshare.signing import KeyFileError
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from deploy.provision import ProvisionResult, Provisioner
 from deploy.reconcile import ReconcileError
-from deploy.site import Site
+from deploy.site.folder import Site
 from deploy.swarm.reconcile import SwarmReconciler, remember_orchestrator
 
 UNENCRYPTED_NOTE = "overlay networks NOT encrypted"

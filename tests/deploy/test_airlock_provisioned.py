@@ -18,7 +18,7 @@ import pytest
 
 from deploy.provision import LABEL
 from deploy.records import Records
-from deploy.site import Site
+from deploy.site.folder import Site
 from tests.deploy.site_helpers import cli
 
 pytestmark = pytest.mark.docker

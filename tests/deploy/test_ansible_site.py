@@ -221,7 +221,7 @@ def test_the_systemd_units_verify(tmp_path, service, after_docker):
     """The systemd path is not run here (the targets have no systemd): its units at least pass systemd's checker."""
     import jinja2
 
-    templates = REPO / "deploy" / "ansible" / "roles" / "safeshare_host" / "templates"
+    templates = REPO / "deploy" / "site" / "ansible" / "roles" / "safeshare_host" / "templates"
     run = tmp_path / f"{service}.run"
     run.write_text("#!/bin/sh\nexec true\n")
     run.chmod(0o755)
@@ -239,10 +239,10 @@ def test_the_systemd_units_verify(tmp_path, service, after_docker):
 @needs_ansible
 @pytest.mark.ansible
 def test_the_example_inventory_is_one_control_and_two_enclave_hosts():
-    from deploy.ansible_run import load_inventory
-    from deploy.site_artifacts import CONTROL_IMAGES, ENCLAVE_IMAGES
+    from deploy.site.artifacts import CONTROL_IMAGES, ENCLAVE_IMAGES
+    from deploy.site.playbook import load_inventory
 
-    site = load_inventory(REPO / "deploy" / "ansible" / "inventory.example.yml",
+    site = load_inventory(REPO / "deploy" / "site" / "ansible" / "inventory.example.yml",
                           {"safeshare_control": CONTROL_IMAGES, "safeshare_enclave": ENCLAVE_IMAGES})
     assert site.control == ["control.site.example"]
     assert site.enclaves == ["enclave-1.site.example", "enclave-2.site.example"]

@@ -17,7 +17,7 @@ from deploy.audit.limits import PER_SOURCE, VIEW_INTERVAL, WINDOW, AuthFailureLo
 from deploy.custodian_api import bearer_token, create_app
 from deploy.provision import Provisioner
 from deploy.records import AuditEventRow
-from deploy.site import Site
+from deploy.site.folder import Site
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from deploy.custodian_api import create_app
 from deploy.provision import Provisioner
 from deploy.records import Records
-from deploy.site import Site, SiteError, SiteSettings, write_atomic
+from deploy.site.folder import Site, SiteError, SiteSettings, write_atomic
 from policies.recipient import RecipientPolicy
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from deploy.records import Records
-from deploy.site import Site
+from deploy.site.folder import Site
 from tests.proxy.rfbtools import free_port
 
 REPO = Path(__file__).resolve().parents[2]

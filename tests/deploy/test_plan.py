@@ -16,7 +16,7 @@ from deploy.images.hardening import HARDENING
 from deploy.plan import (APP_TRUST, LABEL, SPEC_LABEL, EnclaveSubnets, Hardening, PoolFull, allocate_subnets,
                          app_argv, enclave_names, gateway_argv, kiosk_argv, plan_enclave, plan_gateway,
                          release_ref)
-from deploy.site import Site
+from deploy.site.folder import Site
 from policies.recipient import RecipientPolicy
 from safeshare.signing import GATEWAY_KEY
 

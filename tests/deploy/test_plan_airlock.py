@@ -13,7 +13,7 @@ import pytest
 from deploy.plan import (APP_FLOOR, APP_SITE, APP_STATE, APP_UID, OUTPUTS_FLOOR_LABEL, app_argv, plan_enclave,
                          plan_gateway)
 from deploy.provision import ensure_workspace
-from deploy.site import Site
+from deploy.site.folder import Site
 from outputs.floor import effective_rules, site_folder
 from policies.recipient import RecipientPolicy
 from tests.deploy.test_plan import IMAGES, SUBNETS, site  # noqa: F401 (site: a fixture)

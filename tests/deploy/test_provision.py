@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from deploy.provision import LABEL, Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.tokens import SessionBook
 from tests.deploy.site_helpers import cli, seal_releases
 from tests.deploy.test_containers import novnc_sees_the_app

@@ -14,7 +14,7 @@ import pytest
 
 from deploy.plan import LABEL, EnclaveSubnets, enclave_names, plan_enclave
 from deploy.reconcile import DockerReconciler, ReconcileError
-from deploy.site import Site
+from deploy.site.folder import Site
 from policies.recipient import RecipientPolicy
 
 pytestmark = pytest.mark.docker

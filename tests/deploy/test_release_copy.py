@@ -13,7 +13,7 @@ from deploy.plan import EnclavePlan
 from deploy.provision import Provisioner
 from deploy.reconcile import Applied, Removed
 from deploy.release_copy import copy_release
-from deploy.site import Site
+from deploy.site.folder import Site
 from engine.bundle import BundleError, check_bundle
 # no_ambient_site: an autouse fixture (no $SAFESHARE_SITE or default site of the machine running the tests)
 from tests.engine.test_trust_from_site import no_ambient_site, raw_frame, sealed  # noqa: F401

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from deploy.records import Records
 from deploy.audit.retention import apply_retention
-from deploy.site import Site
+from deploy.site.folder import Site
 from tests.proxy.test_audit import fake_session
 
 REPO = Path(__file__).resolve().parents[2]

@@ -90,7 +90,7 @@ def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     from deploy.custodian_api import create_app
     from deploy.people import People
     from deploy.provision import Provisioner
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from outputs.airlock.intake import run_intake
     from outputs.airlock.package import verify_package
     from outputs.airlock.records import AirlockRecords

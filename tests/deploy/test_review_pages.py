@@ -17,7 +17,7 @@ from deploy.custodian_api import create_app
 from deploy.custodian_review import CSP, SESSION_COOKIE
 from deploy.people import MAX_FAILURES, People, WebSessionRow
 from deploy.provision import Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from outputs.airlock.records import AirlockRecords
 from outputs.airlock.store import AirlockStore, FrozenFile, FrozenOutput
 from outputs.airlock.workflow import Airlock

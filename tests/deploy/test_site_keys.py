@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploy.provision import ProvisionError, Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from engine.bundle import verify_bundle
 from safeshare.signing import SigningKey, TrustStore
 from tests.enclave.test_app_support import small_frame, synthetic_bundle

@@ -20,7 +20,7 @@ import pytest
 
 from deploy.images.build import image_refs
 from deploy.plan import LABEL
-from deploy.site import Site
+from deploy.site.folder import Site
 from deploy.swarm.provision import SwarmProvisioner
 from tests.deploy.site_helpers import seal_releases
 from tests.deploy.swarm_helpers import WorkerNode, host_networks, init_swarm, leave_swarm, run, swarm_state

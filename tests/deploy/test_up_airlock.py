@@ -16,7 +16,7 @@ import pytest
 
 from deploy.airlock_intake import local_intake
 from deploy.local import UpConfig, component_argv, free_port, status
-from deploy.site import Site
+from deploy.site.folder import Site
 from enclave.app import create_app
 from tests.deploy.site_helpers import REPO
 from tests.enclave.test_app_outputs import outputs_frame

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from deploy.custodian_api import create_app
 from deploy.local import UpConfig, component_argv, ensure_gateway_key
 from deploy.provision import Provisioner
-from deploy.site import Site, SiteError
+from deploy.site.folder import Site, SiteError
 from proxy.eventlog import KeySource
 from proxy.tokens import TokenStore
 from tests.cdp import wait_for

@@ -227,7 +227,7 @@ def test_the_researcher_saves_an_output_and_submits_a_request_in_chromium(stack:
     assert seen["request_page"] == "/requests/1" and seen["after_submit"] == "submitting"
     # up's intake loop took it: the page shows the airlock's state and the id under which HOME/airlock froze it
     assert seen["host_state"] == "submitted"
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from outputs.airlock.store import AirlockStore, rid_of
 
     assert rid_of(chain.request_id) == Site(stack.home).recipient_id(stack.ready["recipient"])

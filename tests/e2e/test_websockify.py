@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deploy.site import Site
+from deploy.site.folder import Site
 from policies.recipient import load_recipient_policy
 from proxy.tokens import TokenStore, issue_for_policy
 from safeshare.cli import main as safeshare_main

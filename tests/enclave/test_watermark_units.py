@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from deploy.plan import EnclaveSubnets, plan_enclave
-from deploy.site import Site
+from deploy.site.folder import Site
 from enclave.kiosk.config import KioskConfig, KioskConfigError, watermark_settings
 from enclave.kiosk.display import XDisplay
 from enclave.kiosk.vnc import desktop_name, x11vnc_command

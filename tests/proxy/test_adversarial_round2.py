@@ -60,7 +60,7 @@ def test_the_player_never_shows_a_forged_log_or_meta_as_verified(tmp_path) -> No
     one, takes recipient, release and start from the seal's signed metadata in that same read, and is verified only
     when that head is the verified seal's."""
     from deploy.audit.cli import verify_site_session
-    from deploy.site import Site
+    from deploy.site.folder import Site
     from proxy.audit.evidence import judge
     from proxy.audit.player import prepare, prepare_ended
     from tests.proxy.test_seals import ordered, record_sessions

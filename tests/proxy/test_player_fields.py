@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from deploy.custodian_api import create_app
 from deploy.provision import Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.player import prepare
 from tests.proxy.test_seals import SiteFiles, ordered, record_sessions
 

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 import tests.proxy.test_seals as seals
 from deploy.audit.cli import verify_site_session
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.evidence import judge
 from proxy.audit.player import prepare, prepare_ended
 from tests.proxy.test_seals import SiteFiles, ordered, record_sessions

@@ -15,7 +15,7 @@ import pytest
 
 from deploy.custodian_api import create_app
 from deploy.provision import Provisioner
-from deploy.site import Site
+from deploy.site.folder import Site
 from tests.cdp import chromium, wait_for_js
 from tests.proxy.test_player import changing_session  # noqa: F401 - fixture
 from tests.proxy.test_replay import HEIGHT, WIDTH, needs_x, x_screen  # noqa: F401 - fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.peer_uid import endpoint, tcp_peer_uid
 from proxy.recipient_proxy import RecipientProxy
 from proxy.tokens import TokenStore

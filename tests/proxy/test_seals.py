@@ -34,7 +34,7 @@ UPDATE = b"\x00\x00\x00\x01" + b"\x00\x00\x00\x00\x00\x02\x00\x01\x00\x00\x00\x0
 
 
 class SiteFiles:
-    """The parts of a site these tests need, at the paths deploy/site.py uses."""
+    """The parts of a site these tests need, at the paths deploy/site/folder.py uses."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -532,7 +532,7 @@ def test_meta_json_must_agree_with_the_log(site: SiteFiles) -> None:
 def test_the_custodian_services_verification_checks_signature_and_anchor(site: SiteFiles) -> None:
     """`GET /audit/sessions/{id}/verify` and the player's `verified` use the site's trust store and database."""
     from deploy.audit.cli import verify_site_session
-    from deploy.site import Site
+    from deploy.site.folder import Site
 
     first, second = ordered(site)
     assert verify_site_session(Site(site.root), first).ok

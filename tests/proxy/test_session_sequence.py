@@ -18,7 +18,7 @@ import pytest
 
 from deploy.records import Records
 from deploy.audit.retention import apply_retention
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.audit.sequence import Deletion, check_deletions, deletion_problems
 from safeshare.cli import main
 from tests.proxy.test_seals import SiteFiles, ordered, record_sessions

@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deploy.site import Site
+from deploy.site.folder import Site
 from proxy.listen_address import ListenAddress, default_listen, listing_path, publish, read_listing
 from proxy.recipient_proxy import RecipientProxy, usable_grants
 from proxy.tokens import SessionBook, TokenStore

@@ -1,4 +1,4 @@
-"""Running the site playbook (deploy/ansible/site.yml) with the ansible-playbook of this virtualenv.
+"""Running the site playbook (deploy/site/ansible/site.yml) with the ansible-playbook of this virtualenv.
 
 Why through the virtualenv: the `site` extra pins ansible-core, and the `ansible` package next to it bundles the
 collections the site needs (community.docker for hosts that are containers); nothing comes from Ansible Galaxy,

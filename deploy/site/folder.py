@@ -297,7 +297,7 @@ class Site:
     def _ensure_keys(self) -> tuple[SigningKey, SigningKey]:
         # A key file that is gone (or replaced) is a new key: the one it replaces is retired with a record of what
         # it signed here, as `custodian key rotate` does (the scans run only then).
-        from deploy.key_rotation import site_signatures
+        from deploy.site.key_rotation import site_signatures
 
         self.keys.mkdir(parents=True, exist_ok=True)
         os.chmod(self.keys, 0o700)

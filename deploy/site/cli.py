@@ -6,8 +6,8 @@
                 SITE/trust.json. Idempotent: existing keys are kept. Prints the key ids.
     site down   remove the site's gateway container and its front network (the last recipient's revocation leaves
                 them running). Idempotent; refused while recipient enclaves remain unless --force.
-    site deploy install or update the hosts of a site of several machines with Ansible (deploy/ansible/site.yml):
-                prepares what they install here (deploy/site_artifacts.py), then runs ansible-playbook from this
+    site deploy install or update the hosts of a site of several machines with Ansible (deploy/site/ansible/site.yml):
+                prepares what they install here (deploy/site/artifacts.py), then runs ansible-playbook from this
                 virtualenv. Idempotent: a second run changes nothing; --check shows what would change.
 
 Exit codes: 0 done (or nothing to do), 1 refused or failed (no engine, enclaves remain, a host failed), 2 bad input
@@ -24,13 +24,13 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _site(args: argparse.Namespace):
-    from deploy.site import Site, default_site
+    from deploy.site.folder import Site, default_site
 
     return Site(Path(args.site) if args.site else default_site(), db_url=getattr(args, "db", None))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
     from safeshare.signing import KeyFileError, TrustStore
 
     try:
@@ -61,7 +61,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from deploy.provision import ProvisionError, Provisioner, cli_actor
-    from deploy.site import SiteError
+    from deploy.site.folder import SiteError
 
     try:
         site = _site(args)
@@ -90,9 +90,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     import time
 
-    from deploy.ansible_run import (CONTROL_GROUP, ENCLAVE_GROUP, AnsibleMissing, InventoryError, load_inventory,
+    from deploy.site.playbook import (CONTROL_GROUP, ENCLAVE_GROUP, AnsibleMissing, InventoryError, load_inventory,
                                     playbook_command, run_playbook)
-    from deploy.site_artifacts import (CONTROL_IMAGES, DEFAULT_ARTIFACTS, ENCLAVE_IMAGES, MANIFEST, ArtifactError,
+    from deploy.site.artifacts import (CONTROL_IMAGES, DEFAULT_ARTIFACTS, ENCLAVE_IMAGES, MANIFEST, ArtifactError,
                                        prepare)
     from safeshare.exitcodes import EXIT_FAILED
 
@@ -166,14 +166,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy = sub.add_parser(
         "deploy", help="install or update a site's hosts with Ansible (control host, enclave hosts); idempotent",
         description="Turn the hosts of INVENTORY (groups safeshare_control: one host; safeshare_enclave: any number; "
-                    "see deploy/ansible/inventory.example.yml) into a safeshare site. First prepares on this machine "
-                    "what the hosts install, since they reach no registry: a local apt repository of their Debian "
-                    "packages, the control host's wheels, and the offline images (`safeshare images build`, saved "
-                    "as archives), all in --artifacts. Then runs deploy/ansible/site.yml with this virtualenv's "
-                    "ansible-playbook. The control host gets the custodian service, the gateway, the site database "
-                    "and the private signing keys; enclave hosts get Docker with its host firewall rule, the images "
-                    "and the public keys (trust.json) only. Exit 0 done, 1 a host failed, 2 bad inventory, "
-                    "3 nothing could be prepared (Ansible not installed, no image build).")
+                    "see deploy/site/ansible/inventory.example.yml) into a safeshare site. First prepares on this "
+                    "machine what the hosts install, since they reach no registry: a local apt repository of their "
+                    "Debian packages, the control host's wheels, and the offline images (`safeshare images build`, "
+                    "saved as archives), all in --artifacts. Then runs deploy/site/ansible/site.yml with this "
+                    "virtualenv's ansible-playbook. The control host gets the custodian service, the gateway, the "
+                    "site database and the private signing keys; enclave hosts get Docker with its host firewall "
+                    "rule, the images and the public keys (trust.json) only. Exit 0 done, 1 a host failed, 2 bad "
+                    "inventory, 3 nothing could be prepared (Ansible not installed, no image build).")
     deploy.add_argument("inventory", help="Ansible inventory (YAML or INI)")
     deploy.add_argument("--check", action="store_true", help="show what would change (ansible-playbook --check "
                                                              "--diff); the hosts stay as they are")

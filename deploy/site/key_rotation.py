@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deploy.site import Site
+from deploy.site.folder import Site
 from engine.bundle import release_signatures
 from safeshare.signing import ledger_signatures
 from proxy.sessiondir import EVENTS, session_folders
