@@ -10,11 +10,12 @@ only to the recipient it belongs to, only while its state is `released` and befo
 else is a 403 refusal page. A request id that does not exist is refused with the same page as another
 recipient's, so the answer says nothing about other recipients' requests.
 
-The package's bytes are read once, bounded, and their sha256 checked against the one the airlock recorded at
-release (the database, not the store, which this process only reads): a package.zip a writer of SITE/airlock
-replaced is refused ("checksum mismatch"), never served. Each download and each refusal of a named request is an
-airlock event (`downloaded` / `download-refused`, outputs.airlock.records) written BEFORE the answer: if the event
-cannot be written, nothing is served (fail closed). The actor is `recipient:<name>` with the token id in the detail.
+The package's bytes are read once, bounded, through the store (`outputs.airlock.store.AirlockStore.read_package`),
+and their sha256 checked against the one the airlock recorded at release (the database, not the store, which this
+process only reads): a package.zip a writer of SITE/airlock replaced is refused ("checksum mismatch"), never
+served. Each download and each refusal of a named request is an airlock event (`downloaded` / `download-refused`,
+outputs.airlock.records) written BEFORE the answer: if the event cannot be written, nothing is served (fail
+closed). The actor is `recipient:<name>` with the token id in the detail.
 """
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ import asyncio
 import hashlib
 import html
 import logging
-import os
-import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,9 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("safeshare.gateway.outputs")
 
 OUTPUTS_PATH = "/outputs"
-PACKAGE_NAME = "package.zip"
-# a package holds at most a request's bytes (MAX_REQUEST_BYTES, 20 MiB) plus its manifest: anything larger is not one
-MAX_PACKAGE_BYTES = 64 * 1024 * 1024
+PACKAGE_NAME = "package.zip"  # the download URL's last part (an HTTP path; the store's file is store.PACKAGE_FILE)
 DOOR_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; form-action 'none'; "
             "frame-ancestors 'none'; base-uri 'none'")
 
@@ -90,41 +87,15 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-def read_package(path: Path, limit: int = MAX_PACKAGE_BYTES) -> bytes:
-    """The package's bytes, read once: a regular file (no symlink followed), at most `limit` bytes."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path}: not a regular file")
-        if info.st_size > limit:
-            raise OSError(f"{path}: {info.st_size} bytes, more than a package can be")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise OSError(f"{path}: grew past {limit} bytes while read")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 class OutputsDoor:
     """The /outputs routes of one gateway, over the site's airlock store (read) and the airlock tables (events)."""
 
     def __init__(self, gateway: Gateway, airlock_dir: Path) -> None:
         from outputs.airlock.records import AirlockRecords
-        from outputs.airlock.store import AIRLOCK_DIR, AirlockStore
+        from outputs.airlock.store import AirlockStore
 
-        airlock_dir = Path(airlock_dir)
-        if airlock_dir.name != AIRLOCK_DIR:
-            raise ValueError(f"--airlock {airlock_dir}: must be a site's airlock folder (SITE/{AIRLOCK_DIR})")
+        self.store = AirlockStore.at(airlock_dir, "--airlock")  # a ValueError (StoreError) for another folder
         self.gateway = gateway
-        self.store = AirlockStore(airlock_dir.parent)
         self.records = AirlockRecords(gateway.store.engine)  # the site database the tokens live in
 
     def add_routes(self, app: web.Application) -> None:
@@ -218,7 +189,7 @@ class OutputsDoor:
                         reason=f"download period ended {until.isoformat() if until else '(none set)'}")
             raise DoorRefused(DOWNLOAD_ENDED)
         try:
-            data = read_package(self.store.package_file(request_id))
+            data = self.store.read_package(request_id)
         except (OSError, StoreError) as exc:
             self._event(grant, False, request_id, owner, reason=f"package not readable: {exc}")
             raise DoorRefused(UNAVAILABLE, str(exc), status=503) from None
@@ -328,4 +299,4 @@ def openapi_paths() -> dict[str, Any]:
     }
 
 
-__all__ = ["DoorRefused", "OutputsDoor", "list_page", "openapi_paths", "read_package"]
+__all__ = ["DoorRefused", "OutputsDoor", "list_page", "openapi_paths"]

@@ -498,7 +498,7 @@ class Drafts:
                 if folder_of is None:
                     raise DraftError(f"supporting_outputs[{i}]: there is no output {output_id}", 404)
                 name = f"output-{output_id}-data.csv"
-                body = (folder_of / "data.csv").read_bytes()
+                body = (folder_of / airlock_store.DATA_FILE).read_bytes()
                 payloads[name] = body
                 wanted[name] = {"name": name, "kind": "output", "output_id": output_id}
         if len(wanted) > airlock_store.MAX_SUPPORTING:

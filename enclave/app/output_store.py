@@ -24,8 +24,10 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
-OUTPUTS_DIR = "outputs"
-FILES = ("data.csv", "meta.json", "rendering.html")
+from outputs.airlock.store import DATA_FILE, META_FILE, RENDERING_FILE
+from outputs.airlock.workspace import OUTPUTS_DIR  # STATE/outputs: the airlock's intake reads it by these names
+
+FILES = (DATA_FILE, META_FILE, RENDERING_FILE)
 MAX_OUTPUTS = 200
 MAX_OUTPUT_BYTES = 2 * 1024 * 1024
 MAX_NAME = 120
@@ -113,12 +115,12 @@ class OutputStore:
         if not _ID.fullmatch(text):
             return None
         path = self.root / text
-        return path if (path / "meta.json").is_file() else None
+        return path if (path / META_FILE).is_file() else None
 
     def add(self, meta: dict, csv_text: str, rendering: str, complete=None) -> dict:
         """Store a new output (meta gets its id, files and their sha256, then `complete(record)` may add what needs
         the id) in one atomic write; OutputStoreError when a bound is hit."""
-        files = {"data.csv": csv_text.encode("utf-8"), "rendering.html": rendering.encode("utf-8")}
+        files = {DATA_FILE: csv_text.encode("utf-8"), RENDERING_FILE: rendering.encode("utf-8")}
         with self._lock:
             ids = self._ids()
             if len(ids) >= MAX_OUTPUTS:
@@ -136,7 +138,7 @@ class OutputStore:
                                        "(choose an attribute with fewer values or a smaller model)", 413)
             temp = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
             try:
-                for name, payload in {**files, "meta.json": body}.items():
+                for name, payload in {**files, META_FILE: body}.items():
                     fsync_write(temp / name, payload)
                 os.rename(temp, self.root / str(new_id))
             except BaseException:
@@ -149,7 +151,7 @@ class OutputStore:
         folder = self.folder(output_id)
         if folder is None:
             return None
-        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        return json.loads((folder / META_FILE).read_text(encoding="utf-8"))
 
     def list(self) -> list[dict]:
         out = []
@@ -165,13 +167,13 @@ class OutputStore:
             folder = self.folder(output_id)
             if folder is None:
                 raise OutputStoreError(f"no output {output_id}", 404)
-            record = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            record = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
             change(record)
             body = (json.dumps(record, indent=1) + "\n").encode("utf-8")
-            others = sum((folder / name).stat().st_size for name in FILES if name != "meta.json")
+            others = sum((folder / name).stat().st_size for name in FILES if name != META_FILE)
             if len(body) + others > MAX_OUTPUT_BYTES:
                 raise OutputStoreError("the output would exceed its size bound", 413)
-            atomic_write(folder / "meta.json", body)
+            atomic_write(folder / META_FILE, body)
         return record
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .records import AirlockRecords
-from .store import (MAX_FILE_BYTES, MAX_OUTPUTS, MAX_REQUEST_BYTES, MAX_SUPPORTING, OUTPUT_FILES_SKIPPED,
-                    AirlockStore, FrozenFile, FrozenOutput, StoreError, check_file, check_output_file,
-                    checks_summary, effective_status, sha256)
+from .store import (DATA_FILE, MAX_FILE_BYTES, MAX_OUTPUTS, MAX_REQUEST_BYTES, MAX_SUPPORTING, META_FILE,
+                    OUTPUT_FILES_SKIPPED, AirlockStore, FrozenFile, FrozenOutput, StoreError, check_file,
+                    check_output_file, checks_summary, effective_status, sha256)
 from .workflow import OPEN_STATES, Airlock, AirlockError, Refused
 from .workspace import (MAX_JSON_BYTES, OUTPUTS_DIR, Workspace, WorkspaceError, list_dir, read_file,
                         read_json, rel_outbox, rel_output, rel_request, rel_status, rel_supporting, remove_file,
@@ -84,7 +84,7 @@ def record_saved_outputs(workspace: Workspace, records: AirlockRecords, seen: se
         if kind != "dir" or not valid_number(name) or (workspace.rid, name) in known:
             continue
         try:
-            read_file(workspace.path, rel_output(name) + ("meta.json",), MAX_META_BYTES)  # complete outputs only
+            read_file(workspace.path, rel_output(name) + (META_FILE,), MAX_META_BYTES)  # complete outputs only
             hashes = _output_hashes(workspace, name)
         except FileNotFoundError:
             continue
@@ -138,8 +138,8 @@ def read_output(workspace: Workspace, output_id: str, justification: str | None,
             continue
         files.append(_read_frozen(workspace, rel_output(output_id), name, kind, f"output {output_id}: {name}", budget,
                                   output_id))
-    meta_file = next((f for f in files if f.name == "meta.json"), None)
-    if meta_file is None or not any(f.name == "data.csv" for f in files):
+    meta_file = next((f for f in files if f.name == META_FILE), None)
+    if meta_file is None or not any(f.name == DATA_FILE for f in files):
         raise Refused(f"output {output_id}: data.csv or meta.json missing")
     meta = json.loads(meta_file.data)
     if not isinstance(meta, dict):

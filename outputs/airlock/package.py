@@ -29,14 +29,13 @@ from typing import Any
 
 from safeshare.signing import SignatureError, SigningKey, TrustStore, canonical
 
-from .store import FILE_NAME, OUTPUT_ID, sha256
+from .store import FILE_NAME, MAX_PACKAGE_BYTES, OUTPUT_ID, AirlockStore, sha256
 
 PACKAGE_FORMAT = "safeshare-output-package/1"
 MANIFEST = "manifest.json"
 SIGNATURE = "signature.json"
 FILES_DIR = "files"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-MAX_PACKAGE_BYTES = 64 * 1024 * 1024
 _MEMBER = re.compile(r"files/([1-9][0-9]{0,8})/([A-Za-z0-9][A-Za-z0-9._-]{0,99})")
 
 
@@ -122,27 +121,11 @@ def signature_of(data: bytes) -> dict[str, Any]:
 def package_signatures(airlock_root: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The signature records of the packages under SITE/airlock (for a rotation of the outputs key when its ledger
     is missing); unreadable packages are skipped."""
-    for path in sorted(Path(airlock_root).glob("*/*/package.zip")):
+    for path in AirlockStore.at(airlock_root).package_files():
         try:
             yield signature_of(read_package_bytes(path))
         except Exception:  # a damaged package: its signature cannot be recorded, and it does not verify anyway
             continue
-
-
-def write_package(path: str | os.PathLike[str], data: bytes) -> None:
-    """package.zip whole or absent: a temp file in the folder, synced, renamed."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def read_package_bytes(path: str | os.PathLike[str]) -> bytes:
@@ -240,6 +223,6 @@ def verify_package(path: str | os.PathLike[str], trust: TrustStore | str | os.Pa
     return verify_package_bytes(read_package_bytes(path), trust, str(path))
 
 
-__all__ = ["MANIFEST", "PACKAGE_FORMAT", "PackageError", "PackageInputError", "SIGNATURE", "assemble",
-           "build_package", "make_manifest", "package_signatures", "read_package_bytes", "signature_of", "verify_package", "verify_package_bytes",
-           "write_package"]
+__all__ = ["MANIFEST", "MAX_PACKAGE_BYTES", "PACKAGE_FORMAT", "PackageError", "PackageInputError", "SIGNATURE",
+           "assemble", "build_package", "make_manifest", "package_signatures", "read_package_bytes", "signature_of",
+           "verify_package", "verify_package_bytes"]

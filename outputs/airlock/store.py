@@ -4,6 +4,14 @@
     outputs/<output_id>/<f>   the copied bytes: data.csv, meta.json and any allowlisted file of the output
     supporting/<f>            supporting files for the checkers only (never released)
     package.zip               after release: the signed package (outputs.airlock.package)
+and beside the request folders, in SITE/airlock/<rid>/:
+    .new-*                    a request folder being written (renamed into place whole)
+    .round-<n>-<request_id>-* an earlier round of a returned request (kept, never listed nor released)
+    .release-<request_id>.lock  one release of a request at a time
+
+Every reader and writer of the store (the intake, the workflow and release, the package's key rotation, the review
+pages, the front door's download, the command line) names its files through `AirlockStore`, so the format changes
+here only.
 
 The store is written by the host only (the intake, the release); the enclave never writes here, and a request's
 folder is made complete in a hidden sibling (`.new-*`) and renamed into place, so nobody sees half a request. The
@@ -39,6 +47,10 @@ REQUEST_FILE = "request.json"
 OUTPUTS_DIR = "outputs"
 SUPPORTING_DIR = "supporting"
 PACKAGE_FILE = "package.zip"
+# an output's files, as the app saves them (STATE/outputs/<id>/, enclave.app.output_store) and the store keeps them
+DATA_FILE = "data.csv"
+META_FILE = "meta.json"
+RENDERING_FILE = "rendering.html"
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_REQUEST_BYTES = 20 * 1024 * 1024
@@ -48,6 +60,9 @@ MAX_CSV_CELL_CHARS = 500  # and this many characters of a cell: a CSV beyond eit
 MAX_OUTPUTS = 50  # outputs in one request
 MAX_SUPPORTING = 20  # supporting files in one request
 MAX_TEXT = 4000  # context, controls, justification (characters; the app's output_store.MAX_TEXT)
+# a package.zip read back (download, verification): it holds at most a request's bytes (MAX_REQUEST_BYTES) plus its
+# manifest, so anything larger is not one
+MAX_PACKAGE_BYTES = 64 * 1024 * 1024
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # the chunks that draw an image (PNG 1.2 critical chunks and colour/size ancillaries); no text, time or private ones
@@ -56,10 +71,10 @@ PNG_CHUNKS = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"gAMA", b"
 PNG_SMALL_CHUNK = 1024  # bytes at most in a chunk other than IDAT (PLTE is 768 at most)
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 ALLOWED_TYPES = {".csv": "text/csv", ".json": "application/json", ".png": "image/png", ".txt": "text/plain"}
-OUTPUT_FILES_SKIPPED = frozenset({"rendering.html"})  # never copied (re-rendered by the review pages)
+OUTPUT_FILES_SKIPPED = frozenset({RENDERING_FILE})  # never copied (re-rendered by the review pages)
 # what an output may hold: the files the review pages show a checker (the table from data.csv, meta.json's checks
 # and analysis, images); any other file would be frozen and released without a checker having seen it
-OUTPUT_FILES_SHOWN = frozenset({"data.csv", "meta.json"})
+OUTPUT_FILES_SHOWN = frozenset({DATA_FILE, META_FILE})
 
 RID_PATTERN = r"[0-9a-z]{1,32}"
 REQUEST_ID = re.compile(rf"(?P<rid>{RID_PATTERN})-(?P<number>[0-9]{{4,9}})-(?P<nonce>[0-9a-f]{{8}})")
@@ -304,6 +319,15 @@ class AirlockStore:
         self.site_root = Path(site_root)
         self.root = self.site_root / AIRLOCK_DIR
 
+    @classmethod
+    def at(cls, airlock_dir: str | os.PathLike[str], what: str = "airlock folder") -> "AirlockStore":
+        """The store whose folder is `airlock_dir` (SITE/airlock, as the gateway's --airlock names it); StoreError
+        when the folder is not named as a site's airlock folder is (`what` names the option in the message)."""
+        airlock_dir = Path(airlock_dir)
+        if airlock_dir.name != AIRLOCK_DIR:
+            raise StoreError(f"{what} {airlock_dir}: must be a site's airlock folder (SITE/{AIRLOCK_DIR})")
+        return cls(airlock_dir.parent)
+
     def recipient_dir(self, rid: str) -> Path:
         if not valid_rid(rid):
             raise StoreError(f"recipient id {rid!r} is not {RID_PATTERN}")
@@ -325,6 +349,14 @@ class AirlockStore:
 
     def package_file(self, request_id: str) -> Path:
         return self.request_dir(request_id) / PACKAGE_FILE
+
+    def release_lock_file(self, request_id: str) -> Path:
+        """The lock that lets one release of `request_id` run at a time (beside the request folder, hidden)."""
+        return self.recipient_dir(rid_of(request_id)) / f".release-{request_id}.lock"
+
+    def package_files(self) -> list[Path]:
+        """Every released package.zip in the store (SITE/airlock/<rid>/<request_id>/package.zip), sorted."""
+        return sorted(self.root.glob(f"*/*/{PACKAGE_FILE}"))
 
     def exists(self, request_id: str) -> bool:
         return self.request_file(request_id).is_file()
@@ -387,6 +419,38 @@ class AirlockStore:
     def read_supporting(self, request_id: str, name: str) -> bytes:
         return _read_plain(self.supporting_file(request_id, name))
 
+    def read_frozen_output_file(self, request_id: str, output_id: str, name: str, listed: Any) -> bytes:
+        """An output's stored file, only if its bytes are those hashed at submission: `listed` is the output's
+        `files` in request.json ({name: {sha256, size}}). ChecksumMismatch when they differ (or it is not listed);
+        StoreError / OSError when it cannot be read."""
+        return _frozen(self.read_output_file(request_id, output_id, name), name, listed)
+
+    def read_frozen_supporting(self, request_id: str, name: str, listed: Any) -> bytes:
+        """A supporting file, only if its bytes are those hashed at submission (`listed`: request.json's
+        `supporting`); ChecksumMismatch, StoreError or OSError as read_frozen_output_file."""
+        return _frozen(self.read_supporting(request_id, name), name, listed)
+
+    def read_package(self, request_id: str, limit: int = MAX_PACKAGE_BYTES) -> bytes:
+        """A released package's bytes, read once: a regular file (no symlink followed), at most `limit` bytes
+        (OSError otherwise, naming the file)."""
+        return read_package_file(self.package_file(request_id), limit)
+
+    def write_package(self, request_id: str, data: bytes) -> Path:
+        """package.zip whole or absent: a temp file in the request folder, synced, renamed."""
+        path = self.package_file(request_id)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
+
     def verify(self, request_id: str, request: dict[str, Any] | None = None,
                output_ids: Iterable[str] | None = None) -> dict[str, dict[str, bytes]]:
         """Re-hash every stored file of the outputs `output_ids` (all when None) against request.json's hashes
@@ -438,6 +502,38 @@ def _recheck(folder: Path, where: str, listed: dict[str, Any], problems: list[st
     return contents
 
 
+def _frozen(data: bytes, name: str, listed: Any) -> bytes:
+    entry = listed.get(name) if isinstance(listed, dict) else None
+    expected = entry.get("sha256") if isinstance(entry, dict) else None
+    if sha256(data) != expected:
+        raise ChecksumMismatch(f"checksum mismatch: {name}: sha256 {sha256(data)} is not {expected}")
+    return data
+
+
+def read_package_file(path: str | os.PathLike[str], limit: int = MAX_PACKAGE_BYTES) -> bytes:
+    """A package's bytes, read once: a regular file (no symlink followed), at most `limit` bytes; OSError naming
+    the file otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise OSError(f"{path}: {info.st_size} bytes, more than a package can be")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise OSError(f"{path}: grew past {limit} bytes while read")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _names(folder: Path) -> list[str]:
     try:
         return [p.name for p in folder.iterdir()]
@@ -473,8 +569,9 @@ def _write_synced(path: Path, data: bytes) -> None:
     os.chmod(path, 0o644)
 
 
-__all__ = ["ALLOWED_TYPES", "AirlockStore", "ChecksumMismatch", "FrozenFile", "FrozenOutput", "MAX_CSV_CELL_CHARS",
-           "MAX_CSV_COLUMNS", "MAX_CSV_ROWS", "MAX_FILE_BYTES", "MAX_REQUEST_BYTES", "OUTPUT_FILES_SHOWN",
-           "PACKAGE_FILE", "REQUEST_FILE", "REQUEST_ID", "StoreError", "check_file", "check_name",
+__all__ = ["AIRLOCK_DIR", "ALLOWED_TYPES", "AirlockStore", "ChecksumMismatch", "DATA_FILE", "FrozenFile",
+           "FrozenOutput", "MAX_CSV_CELL_CHARS", "MAX_CSV_COLUMNS", "MAX_CSV_ROWS", "MAX_FILE_BYTES",
+           "MAX_PACKAGE_BYTES", "MAX_REQUEST_BYTES", "META_FILE", "OUTPUT_FILES_SHOWN", "OUTPUT_FILES_SKIPPED",
+           "PACKAGE_FILE", "RENDERING_FILE", "REQUEST_FILE", "REQUEST_ID", "StoreError", "check_file", "check_name",
            "check_output_file", "check_total", "checks_summary", "effective_status", "file_type", "new_request_id",
-           "request_bytes", "rid_of", "sha256", "valid_request_id", "valid_rid"]
+           "read_package_file", "request_bytes", "rid_of", "sha256", "valid_request_id", "valid_rid"]

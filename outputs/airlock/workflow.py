@@ -499,7 +499,7 @@ class Airlock:
         import fcntl
 
         self.get(request_id)  # NotFound before anything is made
-        lock_path = self.store.request_dir(request_id).parent / f".release-{request_id}.lock"
+        lock_path = self.store.release_lock_file(request_id)
         try:  # never through a link a writer of SITE/airlock planted (it would create or lock a file elsewhere)
             lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -513,7 +513,7 @@ class Airlock:
     def _release(self, request_id: str, signing_key: Any, actor: str) -> RequestRecord:
         from safeshare.signing import append_to_ledger
 
-        from .package import build_package, signature_of, write_package
+        from .package import build_package, signature_of
 
         record = self.get(request_id)
         if record.state != APPROVED:
@@ -538,7 +538,7 @@ class Airlock:
                              released_at=now.isoformat(timespec="seconds"))
         # the key's ledger records the signature before the package is published: a rotation keeps it verifying
         append_to_ledger(signing_key, [signature_of(data)], request_id=request_id, purpose="outputs")
-        write_package(self.store.package_file(request_id), data)
+        self.store.write_package(request_id, data)
         package_sha = sha256(data)
         return self._move(request_id, APPROVED, RELEASED, actor,
                           {"package_sha256": package_sha, "key_id": signing_key.key_id,

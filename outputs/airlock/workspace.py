@@ -34,7 +34,7 @@ OUTBOX_DIR = "outbox"
 STATUS_DIR = "status"
 SUPPORTING_DIR = "supporting"
 REQUEST_FILE = "request.json"
-OUTPUTS_DIR = "outputs"  # STATE/outputs, enclave.app.output_store.OUTPUTS_DIR
+OUTPUTS_DIR = "outputs"  # STATE/outputs, where the app saves outputs (enclave.app.output_store names it from here)
 
 MAX_JSON_BYTES = 256 * 1024  # request.json, outbox and status entries, an output's meta.json is read with its own cap
 MAX_ENTRIES = 1000  # names read from one folder at most
