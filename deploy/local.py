@@ -47,7 +47,6 @@ from enclave.kiosk.ready import find_ready
 from safeshare.signing import GATEWAY_KEY, TRUST_FILE, ensure_key
 from safeshare.sitedb import migrate_legacy, site_db_url
 
-AIRLOCK_DIR = "airlock"  # HOME/airlock: the airlock store (outputs.airlock.store), as SITE/airlock at a site
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies" / "examples"
 DEFAULT_POLICY = REPO_POLICIES / "adult-k5.yaml"
 DEFAULT_RECIPIENT = REPO_POLICIES / "recipient-demo.yaml"
@@ -159,6 +158,7 @@ def component_argv(config: UpConfig, bundle: Path, app_port: int,
     """The app's, kiosk's and gateway's command lines, from the builders provisioning's containers use too
     (deploy/plan.py), with this home's paths and loopback addresses. HOME is a site: its outputs.yaml (if any) is the
     app's output floor, HOME/app the app's workspace, HOME/airlock the store whose packages the gateway serves."""
+    from outputs.airlock.store import AIRLOCK_DIR  # HOME/airlock: the airlock store, as SITE/airlock at a site
     from outputs.floor import OUTPUTS_FILE  # here: the rules load yaml and pydantic, which `safeshare --help` must not
 
     home = config.home
@@ -206,6 +206,8 @@ class LocalEnclave:
                                  f"`safeshare down --home {home}` stops it")
         if cfg.db_url is None and (moved := migrate_legacy(home)) is not None:  # refuses a home with two
             self.say(f"moved the database of the old layout to {moved}")
+        from outputs.airlock.store import AIRLOCK_DIR  # HOME/airlock: the airlock store, as SITE/airlock at a site
+
         for sub in ("logs", "releases", "sessions", "kiosk", "app", AIRLOCK_DIR):
             (home / sub).mkdir(parents=True, exist_ok=True)
         if become_subreaper():

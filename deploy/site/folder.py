@@ -188,7 +188,9 @@ class Site:
     def airlock(self) -> Path:
         """SITE/airlock: the airlock store (outputs.airlock.store), frozen requests and released packages; written by
         the custodian's side only, mounted read-only into the gateway (which serves the packages)."""
-        return self.root / "airlock"
+        from outputs.airlock.store import AirlockStore
+
+        return AirlockStore(self.root).root
 
     def release_copy(self, rid: str, release: str) -> Path:
         """Where the verified copy of release `DATASET/ID` that recipient `rid`'s app mounts lies."""
