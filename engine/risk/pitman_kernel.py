@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from . import arx_gamma
+from . import arx_gamma, pitman_finite
 
 try:   # optional: `pip install safeshare[fast]`
     if os.environ.get("SAFESHARE_NO_NUMBA"):
@@ -73,9 +73,21 @@ def _closed(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np
 
 def _solve(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, starts: np.ndarray,
            accuracy: float, iterations_per_try: int, finite: bool) -> tuple[float, float, int, int]:
-    """pitman_arx.newton_raphson_2d with the closed form (or the finite sums); the try index is -1 when no root is
-    found."""
+    """pitman_arx.newton_raphson_2d with the closed form (or the finite sums, as the scalar loop of before: the
+    reference); the try index is -1 when no root is found."""
+    return _search(t0, a0, u, n, keys, values, starts, accuracy, iterations_per_try, finite, False, _NO_TABLES)
+
+
+def _search(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, starts: np.ndarray,
+            accuracy: float, iterations_per_try: int, finite: bool, blocked: bool,
+            tables: np.ndarray) -> tuple[float, float, int, int]:
+    """`_solve`, with the finite sums blocked (`pitman_finite.finite`, the same bits as the scalar loop) when
+    `blocked`, and the first evaluation of try k >= 1 resumed from `tables[k - 1]` (the checkpoints of start value
+    k - 1, `pitman_finite.START_TABLES`) when tables has a row per start value."""
     g = np.empty(6)
+    acc = np.empty(pitman_finite.U_SUMS + pitman_finite.N_SUMS)
+    buf = np.empty((7, pitman_finite.BLOCK))
+    resume = finite and blocked and tables.shape[0] == starts.shape[0]
     count = starts.shape[0]
     iterations_total = (count + 1) * iterations_per_try
     total = 0
@@ -99,10 +111,14 @@ def _solve(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: n
         power, steps = 1, 0
         while True:
             total += 1
-            if finite:
-                _finite(t, a, u, n, keys, values, True, g)
-            else:
+            if not finite:
                 _closed(t, a, u, n, keys, values, g)
+            elif not blocked:
+                _finite_scalar(t, a, u, n, keys, values, True, g)
+            elif resume and try_index > 0 and iterations == 0:
+                pitman_finite.finite_resumed(t, a, u, n, keys, values, g, acc, buf, tables[try_index - 1])
+            else:
+                pitman_finite.finite(t, a, u, n, keys, values, True, g, acc, buf)
             g1, g2, x1, x2, y1, y2 = g[0], g[1], g[2], g[3], g[4], g[5]
             if abs(g1) <= accuracy and abs(g2) <= accuracy:
                 return t, a, try_index, total
@@ -129,16 +145,20 @@ def _solve(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: n
     return math.nan, math.nan, -1, total
 
 
+_NO_TABLES = np.zeros((0, 1, pitman_finite.U_SUMS + pitman_finite.N_SUMS))
+
+
 def _same_point(t: float, a: float, saved_t: float, saved_a: float) -> bool:
     """The same point bit for bit: equal and neither coordinate a zero (0.0 == -0.0, but t / a tells them apart);
     NaN is never the same point."""
     return t == saved_t and a == saved_a and t != 0.0 and a != 0.0
 
 
-def _finite(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, derivatives: bool,
-            out: np.ndarray) -> None:
+def _finite_scalar(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, derivatives: bool,
+                   out: np.ndarray) -> None:
     """pitman_arx.PitmanSystem.iterative (derivatives) or .objective into out: the finite sums, each element as the
-    Python path computes it, added left to right as ARX's Java loops do (the Python path sums pairwise)."""
+    Python path computes it, added left to right as ARX's Java loops do (the Python path sums pairwise). One term
+    after the other: the reference for `pitman_finite.finite`, which computes the same bits blocked."""
     o1 = o3 = d1 = d5 = d3 = 0.0
     i = 1.0
     while i < u:
@@ -186,11 +206,14 @@ def _finite(t: float, a: float, u: float, n: float, keys: np.ndarray, values: np
 
 
 def _fit(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.ndarray, starts: np.ndarray,
-         accuracy: float, iterations_per_try: int) -> tuple[float, float, int, int, int, float, float]:
+         accuracy: float, iterations_per_try: int, blocked: bool,
+         tables: np.ndarray) -> tuple[float, float, int, int, int, float, float]:
     """pitman_arx.arx_pitman_fit without the result: (theta, alpha, try or -1, evaluations, method, the finite-sum
     residuals at the closed-form root). Method 0: the closed-form root, verified; 1: finite sums because the closed
-    form found no root (no residuals); 2: finite sums because the closed-form root failed the check."""
-    t, a, start, evaluations = _solve(t0, a0, u, n, keys, values, starts, accuracy, iterations_per_try, False)
+    form found no root (no residuals); 2: finite sums because the closed-form root failed the check. `blocked` and
+    `tables` as in `_search` (False and no tables: the scalar finite sums of before, the reference)."""
+    t, a, start, evaluations = _search(t0, a0, u, n, keys, values, starts, accuracy, iterations_per_try, False,
+                                       blocked, tables)
     g = np.empty(6)
     r1 = r2 = math.nan
     method = 0
@@ -198,11 +221,17 @@ def _fit(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.
         redo = True
         method = 1
     else:
-        _finite(t, a, u, n, keys, values, False, g)
+        if blocked:
+            pitman_finite.finite(t, a, u, n, keys, values, False, g, np.empty(pitman_finite.U_SUMS
+                                                                              + pitman_finite.N_SUMS),
+                                 np.empty((7, pitman_finite.BLOCK)))
+        else:
+            _finite_scalar(t, a, u, n, keys, values, False, g)
         r1, r2 = g[0], g[1]
         redo = r1 != r1 or r2 != r2 or abs(r1) > accuracy or abs(r2) > accuracy
     if redo:
-        t, a, start, more = _solve(t0, a0, u, n, keys, values, starts, accuracy, iterations_per_try, True)
+        t, a, start, more = _search(t0, a0, u, n, keys, values, starts, accuracy, iterations_per_try, True,
+                                    blocked, tables)
         evaluations += more
         method = method or 2
     return t, a, start, evaluations, method, r1, r2
@@ -211,20 +240,31 @@ def _fit(t0: float, a0: float, u: float, n: float, keys: np.ndarray, values: np.
 if numba is not None:
     _jit = numba.njit(cache=True, error_model="numpy", nogil=True)
     _closed = _jit(_closed)
-    _finite = _jit(_finite)
+    _finite_scalar = _jit(_finite_scalar)
     _same_point = _jit(_same_point)
+    _search = _jit(_search)
     _solve = _jit(_solve)
     _fit = _jit(_fit)
 
 
 def fit(start: tuple[float, float], u: float, n: float, keys: np.ndarray, values: np.ndarray, start_values,
-        accuracy: float, iterations_per_try: int) -> tuple[float, float, int | None, int, str, tuple | None]:
+        accuracy: float, iterations_per_try: int, reference: bool = False
+        ) -> tuple[float, float, int | None, int, str, tuple | None]:
     """ARX's solve-and-verify: (theta, alpha, try index or None, evaluations, "closed-form" or "finite-sums", the
-    finite-sum residuals at the closed-form root or None), as `pitman_arx.arx_pitman_fit` computes them."""
+    finite-sum residuals at the closed-form root or None), as `pitman_arx.arx_pitman_fit` computes them.
+
+    The finite sums run blocked and the first evaluation of each prepared start value resumes from its checkpoints
+    (`engine.risk.pitman_finite`); `reference=True` runs them one term after the other from i = 1, as before. Both
+    give the same bits."""
     starts = np.asarray(start_values, dtype=np.float64).reshape(-1, 2)
+    if reference:
+        tables = _NO_TABLES
+    else:
+        tables = pitman_finite.START_TABLES.for_starts(starts, pitman_finite.terms_count(max(float(u), float(n))))
     t, a, try_index, total, method, r1, r2 = _fit(
         float(start[0]), float(start[1]), float(u), float(n), np.ascontiguousarray(keys, dtype=np.float64),
-        np.ascontiguousarray(values, dtype=np.float64), starts, float(accuracy), int(iterations_per_try))
+        np.ascontiguousarray(values, dtype=np.float64), starts, float(accuracy), int(iterations_per_try),
+        not reference, tables)
     residual = None if method == 1 else (float(r1), float(r2))
     return (float(t), float(a), None if try_index < 0 else int(try_index), int(total),
             "finite-sums" if method else "closed-form", residual)
