@@ -108,3 +108,45 @@ def histogram(joint_class, values, joint_sizes, class_count, cardinality):
             counts[w] = joint_sizes[j]
             w += 1
     return classes[:w].copy(), out_values[:w].copy(), counts[:w].copy()
+
+
+@_jit
+def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
+    """`project` for joint classes that carry their key in the fixed radix: the sensitive rows take its lowest
+    places, so the quasi-identifier key is joint_key // span (span: the product of the sensitive rows' level-0
+    cardinalities), one read per joint class instead of one per attribute. Same result as `project`."""
+    m = joint_codes.shape[1]
+    bits = 4
+    while (1 << bits) < 2 * m:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.full(2 << bits, -1, np.int64)
+    inverse = np.empty(m, np.int64)
+    sizes = np.zeros(m, np.int64)
+    member = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        k = joint_key[j] // span
+        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
+        while True:
+            stored = table[2 * h]
+            if stored == k:
+                c = table[2 * h + 1]
+                inverse[j] = c
+                sizes[c] += joint_sizes[j]
+                break
+            if stored < 0:
+                table[2 * h] = k
+                table[2 * h + 1] = u
+                inverse[j] = u
+                sizes[u] = joint_sizes[j]
+                member[u] = j
+                u += 1
+                break
+            h = (h + 1) & mask
+    codes = np.empty((attributes, u), joint_codes.dtype)
+    for i in range(attributes):
+        for t in range(u):
+            codes[i, t] = joint_codes[i, member[t]]
+    return codes, sizes[:u].copy(), inverse

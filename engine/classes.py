@@ -123,7 +123,9 @@ class ClassCache:
         cards = [self.cards[i][lv] for i, lv in enumerate(node)]
         # On the compiled path (and with the fixed radix) the projection and the histograms run compiled too.
         places = self.radix if self.kernels is not None else None
-        view = project(codes, sizes, self.attributes, cards, self.sensitive, places)
+        entry = self._cache.get(node + self._tail) if places is not None else None
+        key = entry[2] if entry is not None and entry[0] is codes else None
+        view = project(codes, sizes, self.attributes, cards, self.sensitive, places, key)
         population = getattr(self.table, "population", None)
         if population is not None:
             view.population = lambda v, levels=tuple(node): population.counts_for(levels, v)

@@ -128,17 +128,24 @@ class PopulationCounts:
 
 
 def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, cardinalities: list[int],
-            sensitive: tuple = (), places: np.ndarray | None = None) -> ClassView:
+            sensitive: tuple = (), places: np.ndarray | None = None, joint_key: np.ndarray | None = None
+            ) -> ClassView:
     """Group joint classes (quasi-identifiers + sensitive rows, `sensitive` the EncodedSensitive of those rows) into
     quasi-identifier classes. With `places` (the class cache's fixed radix, one place per row; only when numba is
     loaded, engine.kernels) the grouping and the histograms run compiled (engine._distribution_numba), with the
-    same result to the last bit."""
+    same result to the last bit. `joint_key` (the joint classes' keys in that radix, when the cache holds them) saves
+    rebuilding the quasi-identifier key from every attribute."""
     if not sensitive:
         return ClassView(joint_codes, joint_sizes)
     if places is not None:
         from . import _distribution_numba as compiled
 
-        codes, sizes, inverse = compiled.project(joint_codes, joint_sizes, attributes, places)
+        if joint_key is not None:
+            # The sensitive rows hold the radix's lowest places: the quasi-identifier key is the quotient.
+            codes, sizes, inverse = compiled.project_keyed(joint_codes, joint_sizes, joint_key, attributes,
+                                                           int(places[attributes - 1]))
+        else:
+            codes, sizes, inverse = compiled.project(joint_codes, joint_sizes, attributes, places)
         return ClassView(codes, sizes, tuple(sensitive), inverse, joint_codes[attributes:].astype(np.int64),
                          joint_sizes, kernels=compiled)
     qi = joint_codes[:attributes]
