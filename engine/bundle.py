@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from safeshare.signing import (KEYS_DIR, RELEASE_KEY, TRUST_FILE, KeyFileError, SignatureError, SigningKey,
                                TrustedKey, TrustStore, append_to_ledger, canonical, ensure_key, ledger_path)
 
+from .bundle_common import PURPOSE, BundleError
 from .manifest import MANIFEST, Manifest, ManifestError, load_manifest
 
 if TYPE_CHECKING:
@@ -42,11 +43,6 @@ if TYPE_CHECKING:
 
 SEAL = "seal.json"
 SEAL_FORMAT = "safeshare-seal/2"  # /1 was an unsigned hash; it no longer verifies
-PURPOSE = "release"
-
-
-class BundleError(RuntimeError):
-    """A release bundle that must not be used (refused: exit 1 at the command line)."""
 
 
 def site_of_releases(releases: str | Path) -> Path:

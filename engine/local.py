@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .apply import apply_transformation
 from .classes import Evaluation, group
 from .encoding import EncodedTable, encode_table
 from .quality import MODEL_NAMES, make_quality_model
@@ -75,8 +76,6 @@ def local_recoding(policy, frame: pd.DataFrame, hierarchies: dict, bounds: dict,
                    configuration, run_search: Search, time_limit: float, iterations: int) -> LocalResult | None:
     """Run the iterations; None when the first (global) iteration has no solution. `run_search(table, quality
     model, seconds)` is the caller's search (same algorithm choice and limits as a global run)."""
-    from .deid import apply_transformation
-
     started = time.perf_counter()
     n = int(frame.shape[0])
     remaining = np.arange(n)
@@ -112,8 +111,6 @@ def local_recoding(policy, frame: pd.DataFrame, hierarchies: dict, bounds: dict,
 
 
 def _assemble(policy, frame: pd.DataFrame, parts: list[LocalPart]) -> tuple[pd.DataFrame, np.ndarray]:
-    from .deid import apply_transformation
-
     released, suppressed = apply_transformation(policy, frame, parts[0].table, parts[0].best)
     suppressed = suppressed.copy()
     for part in parts[1:]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from safeshare.signing import RELEASE_KEY, SignatureError, SigningKey, TrustStore, canonical, ledger_path
 
-from .bundle import PURPOSE, BundleError
+from .bundle_common import PURPOSE, BundleError
 
 NAME_FORMAT = "safeshare-release-name/1"
 NAME_PURPOSE = "release-name"

@@ -21,7 +21,7 @@ from .analysis import prosecutor_profile
 from .manifest import Gate, Risk
 
 if TYPE_CHECKING:
-    from .deid import DeidResult
+    from .result import DeidResult
     from .parallel.p4 import P4DatasetResult
 
 TOP_VALUES = 15

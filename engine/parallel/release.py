@@ -53,8 +53,10 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
     deid` does), with `gate.passed` false, which sealing refuses."""
     from ..atomic import check_output_folder
     from ..bundle import dataset_digest
-    from ..deid import (DeidResult, NoSolutionError, build_manifest, check_populations, described_models,
-                        parallel_spec, privacy_configuration)
+    from ..assess import described_models
+    from ..prepare import check_populations, parallel_spec, privacy_configuration
+    from ..release_files import build_manifest
+    from ..result import DeidResult, NoSolutionError
     from ..gate import combine, gate_result
     from ..report import render_dataset_report
     from ..report_data import dataset_report_data
