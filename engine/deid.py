@@ -1,9 +1,10 @@
 """The de-identification pipeline behind `safeshare deid`: policy -> encode -> search -> apply -> release files.
 
-The thin top: `deidentify` prepares the policy (engine.prepare: the encode step, the models, the search) and picks
-one run (engine.runs: global, local recoding, or P4 partitions), which composes the steps below it (engine.apply,
-engine.assess) into a `DeidResult` (engine.result); `write_release` (engine.release_files) writes it. Data flows one
-way: no module below imports this one. The names other packages and tests import from here are re-exported.
+The thin top: `deidentify` prepares the policy (engine.pipeline.prepare: the encode step, the models, the search)
+and picks one run (engine.runs: global, local recoding, or P4 partitions), which composes the steps below it
+(engine.pipeline.apply, engine.pipeline.assess) into a `DeidResult` (engine.pipeline.result); `write_release`
+(engine.pipeline.write) writes it. Data flows one way: no module below imports this one. The names other packages
+and tests import from here are re-exported.
 
 The release gate is the policy's gate tightened to the site gate (engine.sitegate); the manifest records both. The
 search runs under the policy's time limit and memory bound (`search:`), releasing the best solution found so far with
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from .apply import SUPPRESSED, apply_transformation
-from .assess import described_models, gate_required_models, quality_under_all_models, required_models
+from .pipeline.apply import SUPPRESSED, apply_transformation
+from .pipeline.assess import described_models, gate_required_models, quality_under_all_models, required_models
 from .errors import InputError
 from .policy import DatasetPolicy
-from .prepare import check_populations, encode_policy_table, parallel_spec, prepare, privacy_configuration
-from .release_files import RELEASE_FILES, build_manifest, check_output, parquet_bytes, write_release
-from .result import DeidResult, NoSolutionError
+from .pipeline.prepare import check_populations, encode_policy_table, parallel_spec, prepare, privacy_configuration
+from .pipeline.result import DeidResult, NoSolutionError
+from .pipeline.write import RELEASE_FILES, build_manifest, check_output, parquet_bytes, write_release
 from .runs.global_recoding import global_run
 from .runs.local_recoding import local_run
 from .runs.partitioned import partitioned_run

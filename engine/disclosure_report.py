@@ -32,7 +32,7 @@ from .sensitive import EncodedSensitive, encode_sensitive
 from .svgcharts import Series, esc, grouped_bar_chart, number, percent
 
 if TYPE_CHECKING:
-    from .result import DeidResult
+    from .pipeline.result import DeidResult
     from .distributions import ClassView
     from .encoding import EncodedTable
     from .policy import DatasetPolicy

@@ -135,8 +135,9 @@ def class_size_report(sizes: np.ndarray, populations: Sequence[tuple[str, float]
 
 
 def released_individual_risk(result) -> dict | None:
-    """Per-record risk of a release (engine.deid.DeidResult): its released records over the released values, in
-    every population the gate checked; rows are those of the released data file. None without populations."""
+    """Per-record risk of a release (engine.pipeline.result.DeidResult): its released records over the released
+    values, in every population the gate checked; rows are those of the released data file. None without
+    populations."""
     populations = [(entry.population, float(entry.size)) for entry in result.risk.populations]
     if not populations:
         return None

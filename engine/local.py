@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .apply import apply_transformation
+from .pipeline.apply import apply_transformation
 from .classes import Evaluation, group
 from .encoding import EncodedTable, encode_table
 from .quality import MODEL_NAMES, make_quality_model

@@ -21,7 +21,7 @@ from .analysis import prosecutor_profile
 from .manifest import Gate, Risk
 
 if TYPE_CHECKING:
-    from .result import DeidResult
+    from .pipeline.result import DeidResult
     from .parallel.p4 import P4DatasetResult
 
 TOP_VALUES = 15

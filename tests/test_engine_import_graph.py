@@ -32,7 +32,8 @@ def test_the_runs_are_peers_and_the_steps_import_no_run():
     assert runs == {"engine.runs.global_recoding", "engine.runs.local_recoding", "engine.runs.partitioned"}
     for run in runs:
         assert not graph[run] & runs, run
-    steps = ["engine.prepare", "engine.apply", "engine.assess", "engine.release_files", "engine.result"]
+    steps = {m for m in graph if m.startswith("engine.pipeline.")}
+    assert steps == {f"engine.pipeline.{name}" for name in ("prepare", "apply", "assess", "write", "result")}
     for step in steps:
         assert not {t for t in graph[step] if t.startswith("engine.runs") or t == "engine.deid"}, step
 

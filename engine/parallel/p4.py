@@ -339,7 +339,7 @@ def run_p4_dataset(policy: DatasetPolicy, partitions: int, executor, directory: 
     manifest.json listing each part's sha256. The folder appears whole or not at all (engine.atomic.atomic_folder):
     a failing step leaves no part behind. The driver holds summaries only: distinct values, quasi-identifier
     combinations and classes, never records."""
-    from ..assess import quality_under_all_models
+    from ..pipeline.assess import quality_under_all_models
     from .dataset import load_dataset, partition_dataset, release_evaluation, summary_table
     from .worker import write_release
 
@@ -497,7 +497,7 @@ def comply(policy: DatasetPolicy, summaries: Sequence[PartitionClasses], levels:
     """Step 3 on the driver: merge the partitions' released classes by label, check the class models on the merged
     classes and decide the risk-based models on the merged histogram. Returns the merged evaluation, the labels of
     the merged classes to suppress everywhere, and how many records all steps suppress together."""
-    from ..prepare import privacy_configuration
+    from ..pipeline.prepare import privacy_configuration
 
     names = list(summaries[0].labels.columns)
     parts = []

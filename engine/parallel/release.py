@@ -53,10 +53,10 @@ def deidentify_dataset(policy: DatasetPolicy, out: str | Path, partitions: int |
     deid` does), with `gate.passed` false, which sealing refuses."""
     from ..atomic import check_output_folder
     from ..bundle import dataset_digest
-    from ..assess import described_models
-    from ..prepare import check_populations, parallel_spec, privacy_configuration
-    from ..release_files import build_manifest
-    from ..result import DeidResult, NoSolutionError
+    from ..pipeline.assess import described_models
+    from ..pipeline.prepare import check_populations, parallel_spec, privacy_configuration
+    from ..pipeline.result import DeidResult, NoSolutionError
+    from ..pipeline.write import build_manifest
     from ..gate import combine, gate_result
     from ..report import render_dataset_report
     from ..report_data import dataset_report_data

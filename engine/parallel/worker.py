@@ -86,7 +86,7 @@ def _with_table_distribution(attribute: EncodedSensitive, distribution) -> Encod
 
 
 def configuration(job: PartitionJob, with_risk_models: bool = True) -> PrivacyConfiguration:
-    from ..prepare import privacy_configuration
+    from ..pipeline.prepare import privacy_configuration
 
     full = privacy_configuration(job.policy, job.total_records)
     models = full.models if with_risk_models else tuple(full.class_models)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import time
 
-from ..apply import apply_transformation
-from ..assess import described_models, quality_under_all_models, required_models
+from ..pipeline.apply import apply_transformation
+from ..pipeline.assess import described_models, quality_under_all_models, required_models
 from ..gate import gate_result
-from ..prepare import Prepared
-from ..result import DeidResult, no_solution
+from ..pipeline.prepare import Prepared
+from ..pipeline.result import DeidResult, no_solution
 
 
 def global_run(run: Prepared) -> DeidResult:

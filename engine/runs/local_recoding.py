@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import time
 
-from ..assess import described_models
+from ..pipeline.assess import described_models
 from ..classes import Evaluation
 from ..gate import gate_result
 from ..local import local_recoding
 from ..manifest import LocalRecoding
-from ..prepare import Prepared
-from ..result import DeidResult, no_solution
+from ..pipeline.prepare import Prepared
+from ..pipeline.result import DeidResult, no_solution
 
 
 def local_run(run: Prepared) -> DeidResult:

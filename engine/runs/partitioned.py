@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ..assess import described_models, gate_required_models, quality_under_all_models
+from ..pipeline.assess import described_models, gate_required_models, quality_under_all_models
 from ..classes import Evaluation
 from ..distributions import view_from_records
 from ..gate import gate_result
@@ -17,8 +17,8 @@ from ..parallel import P4NoSolution, run_p4
 from ..parallel.cluster import executor_for
 from ..parallel.p4 import describe_run
 from ..policy import ParallelSpec
-from ..prepare import Prepared
-from ..result import DeidResult, NoSolutionError
+from ..pipeline.prepare import Prepared
+from ..pipeline.result import DeidResult, NoSolutionError
 
 
 def partitioned_run(run: Prepared, parallel: ParallelSpec) -> DeidResult:

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .encoding import EncodedTable, encode_table
-from .errors import InputError
-from .lattice import Lattice
-from .manifest import ResearchSubset
-from .policy import DatasetPolicy, ParallelSpec, load_policy, parse_policy
-from .privacy import PrivacyConfiguration, build_models
-from .quality import make_quality_model
-from .search import GeneticParameters, SearchResult, resolve_algorithm, search
-from .sitegate import EffectiveGate, SiteGateSource, check_population, combine, load_site_gate, site_folder
-from .table import load_input
+from ..encoding import EncodedTable, encode_table
+from ..errors import InputError
+from ..lattice import Lattice
+from ..manifest import ResearchSubset
+from ..policy import DatasetPolicy, ParallelSpec, load_policy, parse_policy
+from ..privacy import PrivacyConfiguration, build_models
+from ..quality import make_quality_model
+from ..search import GeneticParameters, SearchResult, resolve_algorithm, search
+from ..sitegate import EffectiveGate, SiteGateSource, check_population, combine, load_site_gate, site_folder
+from ..table import load_input
 
 if TYPE_CHECKING:
-    from .table import LoadedInput
+    from ..table import LoadedInput
 
 
 def privacy_configuration(policy: DatasetPolicy, records: int | None = None) -> PrivacyConfiguration:
@@ -41,7 +41,7 @@ def encode_policy_table(policy: DatasetPolicy, loaded
     """Encode the table the search works on. With a research subset (engine.subset) that is the subset: the input
     is the population, counted per class through the table's `population`; the loaded input is narrowed to the
     subset, which is what is released. Returns the table, the (narrowed) input and what the manifest records."""
-    from .subset import PopulationTable, resolve_subset
+    from ..subset import PopulationTable, resolve_subset
 
     bounds = {name: (policy.attributes[name].min_level, policy.attributes[name].max_level)
               for name in policy.quasi_identifiers}
@@ -58,8 +58,8 @@ def encode_policy_table(policy: DatasetPolicy, loaded
 def check_populations(policy: DatasetPolicy, gate: EffectiveGate, records: int) -> None:
     """Every population the run will use (privacy models and gate) is known, finite and contains the sample; checked
     before the search, so a bad population is bad input (exit 2), not a late failure."""
-    from .risk import resolve_population
-    from .sitegate import population_size
+    from ..risk import resolve_population
+    from ..sitegate import population_size
 
     for index, spec in enumerate(policy.privacy):
         population = getattr(spec, "population", None)

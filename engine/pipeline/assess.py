@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .classes import ClassCache, Evaluation
-from .encoding import EncodedTable
-from .policy import DatasetPolicy
-from .privacy import PrivacyConfiguration, build_model
-from .quality import MODEL_NAMES, make_quality_model
+from ..classes import ClassCache, Evaluation
+from ..encoding import EncodedTable
+from ..policy import DatasetPolicy
+from ..privacy import PrivacyConfiguration, build_model
+from ..quality import MODEL_NAMES, make_quality_model
 
 
 def quality_under_all_models(table: EncodedTable, best: Evaluation, aggregation: str, gs_factor: float

@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from . import __version__
-from .atomic import atomic_folder, check_output_folder
-from .manifest import Manifest, finite_json
+from .. import __version__
+from ..atomic import atomic_folder, check_output_folder
+from ..manifest import Manifest, finite_json
 from .result import DeidResult
 
 RELEASE_FILES = ("data.parquet", "data.csv", "report.html", "manifest.json")
@@ -96,8 +96,8 @@ def write_release(result: DeidResult, out_dir: str | Path) -> Manifest:
     """Write data.csv, data.parquet, report.html and manifest.json as one folder: staged in a hidden sibling and
     renamed into place as a whole (replacing a previous output of the same run in one step). The report is
     rendered once, from the finished manifest and what the run computed for it (engine.report_data)."""
-    from . import report   # jinja2 loads only when a report is written
-    from .report_data import report_data
+    from .. import report   # jinja2 loads only when a report is written
+    from ..report_data import report_data
 
     data = parquet_bytes(result.released)
     csv_text = result.released.to_csv(index=False, sep=";", lineterminator="\n")

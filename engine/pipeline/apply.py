@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .classes import Evaluation
-from .encoding import EncodedTable
-from .grouping import combined_key
-from .policy import DatasetPolicy
+from ..classes import Evaluation
+from ..encoding import EncodedTable
+from ..grouping import combined_key
+from ..policy import DatasetPolicy
 
 SUPPRESSED = "*"
 

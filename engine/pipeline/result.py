@@ -1,7 +1,7 @@
 """What one de-identification run found and released (`DeidResult`), and the refusal when it found nothing.
 
 The lowest module of the pipeline's own types: the runs (engine.runs, engine.parallel.release) build a `DeidResult`,
-the release writer (engine.release_files) and the report (engine.report_data, engine.disclosure_report) read one, and
+the release writer (engine.pipeline.write) and the report (engine.report_data, engine.disclosure_report) read one, and
 none of them needs the orchestrator (engine.deid) for it.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .classes import Evaluation
-from .encoding import EncodedTable
-from .manifest import Gate, LocalRecoding, ParallelRun, ResearchSubset, Risk
-from .policy import DatasetPolicy
-from .search import SearchResult
+from ..classes import Evaluation
+from ..encoding import EncodedTable
+from ..manifest import Gate, LocalRecoding, ParallelRun, ResearchSubset, Risk
+from ..policy import DatasetPolicy
+from ..search import SearchResult
 
 
 class NoSolutionError(RuntimeError):
