@@ -48,8 +48,8 @@ def main() -> None:
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-    from deploy.custodian_api import create_app
-    from deploy.people import People
+    from deploy.custodian.api import create_app
+    from deploy.custodian.people import People
     from deploy.provision import Provisioner
     from deploy.site.folder import Site
     from outputs.airlock.records import AirlockRecords

@@ -128,9 +128,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _check_person(site, airlock, name: str, password: str, request_id: str, actor: str) -> None:
     """The CLI acts as a named person, who proves it like on the pages: an active checker of the site's people
-    (deploy/people.py) with that person's password. A shell on the custodian's host is not a second checker: without
-    the password one person could cast both approvals under two names. Failures are audited (without the password)."""
-    from deploy.people import People
+    (deploy/custodian/people.py) with that person's password. A shell on the custodian's host is not a second checker:
+    without the password one person could cast both approvals under two names. Failures are audited (without the
+    password)."""
+    from deploy.custodian.people import People
     from outputs.airlock.workflow import Refused
 
     people = People(site.db_url)

@@ -5,7 +5,7 @@ store. It runs on the custodian's side, never in an enclave: the app only writes
 an outbox entry), and a host process reads them with the safe-IO helpers, so the enclave keeps having no network to
 the host and nothing else carries anything out.
 
-- At a site (the custodian service, deploy/custodian_api.py): every ACTIVE recipient's workspace,
+- At a site (the custodian service, deploy/custodian/api.py): every ACTIVE recipient's workspace,
   SITE/enclaves/<rid>/workspace (the app's /state, deploy/plan.py), re-read from the site database each round, so
   a newly provisioned recipient is picked up and a revoked or expired one is not read any more (their requests stay
   in SITE/airlock; revocation keeps the workspace).

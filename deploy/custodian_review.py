@@ -1,6 +1,6 @@
 """The checkers' side of the airlock: server-rendered review pages in the custodian service (issue 27).
 
-    /review/login, /review/logout   sign in as a person (deploy/people.py), sign out
+    /review/login, /review/logout   sign in as a person (deploy/custodian/people.py), sign out
     /review                         the queue: every request with its state, round, outputs and how many are decided
     /review/requests/<id>           one request: per output the table re-rendered from its stored data.csv with the
                                     cells its checks flag highlighted, the checks and reasons, the analysis and
@@ -40,7 +40,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from starlette.concurrency import run_in_threadpool
 
 from deploy.audit.limits import AuthFailureLog
-from deploy.people import People, SignInThrottle, WebSession, csrf_matches
+from deploy.custodian.people import People, SignInThrottle, WebSession, csrf_matches
 from deploy.records import Records
 from deploy.review_render import analysis_lines, output_table, read_meta
 

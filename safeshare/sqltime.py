@@ -1,6 +1,6 @@
 """Times in the site database: one timezone-aware UTC column type and one clock, for every package's tables.
 
-The gateway's tables (proxy.db), the custodian's (deploy.records, deploy.people) and the airlock's
+The gateway's tables (proxy.db), the custodian's (deploy.records, deploy.custodian.people) and the airlock's
 (outputs.airlock.records) share one database; outputs/ may import neither proxy/ nor deploy/, so the column type lives
 here, below all of them. Imported only by modules that already use SQLAlchemy (never by `safeshare --help`).
 """

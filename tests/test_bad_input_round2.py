@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.custodian_api import create_app
+from deploy.custodian.api import create_app
 from deploy.provision import Provisioner
 from deploy.site.folder import Site
 from proxy.audit.sessions import find_sessions

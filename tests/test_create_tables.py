@@ -9,7 +9,7 @@ import pytest
 
 def _open_every_store(url: str, barrier, errors) -> None:
     try:
-        from deploy.people import People
+        from deploy.custodian.people import People
         from deploy.records import Records
         from outputs.airlock.records import AirlockRecords
         from proxy.db import make_engine

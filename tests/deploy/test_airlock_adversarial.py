@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from deploy.custodian_review import SESSION_COOKIE
-from deploy.people import People, PersonError
+from deploy.custodian.people import People, PersonError
 from outputs.airlock.store import FrozenFile, FrozenOutput
 from tests.deploy.review_helpers import PASSWORD, crosstab_output, csrf_of, frequency_output, submit
 from tests.deploy.test_review_pages import client_of, service, signed_in, vote, votes_table  # noqa: F401

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from deploy.audit.limits import PER_SOURCE, VIEW_INTERVAL, WINDOW, AuthFailureLog, ViewLog
-from deploy.custodian_api import bearer_token, create_app
+from deploy.custodian.api import bearer_token, create_app
 from deploy.provision import Provisioner
 from deploy.records import AuditEventRow
 from deploy.site.folder import Site

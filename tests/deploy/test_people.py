@@ -1,5 +1,6 @@
-"""People who sign in to the review pages (deploy/people.py): scrypt password hashes, web sessions with absolute and
-idle timeouts stored hashed, disabling, the sign-in throttle, and `safeshare custodian person add|list|disable`."""
+"""People who sign in to the review pages (deploy/custodian/people.py): scrypt password hashes, web sessions with
+absolute and idle timeouts stored hashed, disabling, the sign-in throttle, and `safeshare custodian person
+add|list|disable`."""
 from __future__ import annotations
 
 import base64
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.people import (MAX_FAILURES, People, PersonError, SignInThrottle, check_password, csrf_matches,
+from deploy.custodian.people import (MAX_FAILURES, People, PersonError, SignInThrottle, check_password, csrf_matches,
                            hash_password)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -87,8 +87,8 @@ async def screenshot(cdp, path: Path, until: str) -> None:
 def test_two_checkers_approve_a_request_in_chromium(tmp_path: Path) -> None:
     import aiohttp
 
-    from deploy.custodian_api import create_app
-    from deploy.people import People
+    from deploy.custodian.api import create_app
+    from deploy.custodian.people import People
     from deploy.provision import Provisioner
     from deploy.site.folder import Site
     from outputs.airlock.intake import run_intake

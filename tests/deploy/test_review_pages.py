@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from deploy.custodian_api import create_app
+from deploy.custodian.api import create_app
 from deploy.custodian_review import CSP, SESSION_COOKIE
-from deploy.people import MAX_FAILURES, People, WebSessionRow
+from deploy.custodian.people import MAX_FAILURES, People, WebSessionRow
 from deploy.provision import Provisioner
 from deploy.site.folder import Site
 from outputs.airlock.records import AirlockRecords

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.custodian_api import create_app
+from deploy.custodian.api import create_app
 from deploy.local import UpConfig, component_argv, ensure_gateway_key
 from deploy.provision import Provisioner
 from deploy.site.folder import Site, SiteError

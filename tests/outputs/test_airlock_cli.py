@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.people import People
+from deploy.custodian.people import People
 from safeshare.cli import main
 from safeshare.sitedb import site_db_url
 from tests.outputs.airlock_helpers import frozen_output, open_airlock, submit

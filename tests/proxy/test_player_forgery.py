@@ -105,7 +105,7 @@ def test_the_player_decodes_the_bytes_it_hashed_never_a_cache_of_forged_ones(sit
 
 @pytest.fixture
 def api(site: SiteFiles):
-    from deploy.custodian_api import create_app
+    from deploy.custodian.api import create_app
     from deploy.provision import Provisioner
 
     provisioner = Provisioner(Site(site.root))
@@ -205,7 +205,7 @@ def test_the_player_page_says_tampered_never_verified(site: SiteFiles, tmp_path:
 
     import aiohttp
 
-    from deploy.custodian_api import create_app
+    from deploy.custodian.api import create_app
     from deploy.provision import Provisioner
     from tests.cdp import chromium, wait_for_js
     from tests.served import served

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from deploy.custodian_api import create_app
+from deploy.custodian.api import create_app
 from deploy.provision import Provisioner
 from deploy.site.folder import Site
 from tests.cdp import chromium, wait_for_js

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, Integer, String, func, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from deploy.people_roles import ROLES
+from deploy.custodian.people_roles import ROLES
 from proxy.db import UTCDateTime, make_engine, make_sessionmaker, utcnow
 from safeshare.sitedb import create_tables
 

@@ -293,7 +293,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from deploy.custodian_api import parse_trusted_proxies, serve
+    from deploy.custodian.api import parse_trusted_proxies, serve
 
     try:
         host, port = parse_host_port(args.listen)
@@ -438,6 +438,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _site_args(ev)
     ev.set_defaults(func=_guarded('events', cmd_events))
 
-    from deploy.people_cli import register as register_people
+    from deploy.custodian.people_cli import register as register_people
 
     register_people(sub, _site_args, _guarded)

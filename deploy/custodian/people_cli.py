@@ -1,4 +1,4 @@
-"""`safeshare custodian person add|list|disable`: the people who sign in to the review pages (deploy/people.py).
+"""`safeshare custodian person add|list|disable`: the people who sign in to the review pages (people.py).
 
 `add NAME --role checker` reads the password from `--password-file FILE` (one line, at least 12 characters), or
 generates one and prints it once; only its scrypt hash is stored. Each change is an audit event. Exit codes: 0 done,
@@ -15,8 +15,8 @@ from safeshare.exitcodes import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 
 
 def _stores(args: argparse.Namespace):
-    from deploy.custodian_cli import _site
-    from deploy.people import People
+    from deploy.custodian.cli import _site
+    from deploy.custodian.people import People
     from deploy.records import Records
 
     records = Records(_site(args).db_url)
@@ -24,7 +24,7 @@ def _stores(args: argparse.Namespace):
 
 
 def cmd_person_add(args: argparse.Namespace) -> int:
-    from deploy.people import PersonError, generate_password
+    from deploy.custodian.people import PersonError, generate_password
     from deploy.provision import cli_actor
 
     generated = args.password_file is None
@@ -92,7 +92,7 @@ def cmd_person_disable(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, site_args, guarded) -> None:
     """Add `person` to the `safeshare custodian` subcommands."""
-    from deploy.people_roles import ROLES  # not deploy.people: building the parser loads no SQLAlchemy
+    from deploy.custodian.people_roles import ROLES  # not .people: building the parser loads no SQLAlchemy
 
     pe = sub.add_parser("person", help="people who sign in to the review pages (checkers)",
                         description="Per-person credentials for the custodian service's review pages "
