@@ -5,8 +5,7 @@ histograms, for the distribution-based privacy models (imported only once numba 
 Why: a check of l-diversity or t-closeness groups the joint classes (quasi-identifiers + sensitive values, rolled up
 from a finer transformation by the class cache) into quasi-identifier classes and sorts their (class, value) pairs;
 in numpy that is a mixed-radix key, a hash factorization, a stable argsort and a handful of casts per check, whose
-fixed costs dominate. Here it is one hash pass and one counting sort by class (each class's few values then
-sorted in place).
+fixed costs dominate. Here it is one hash pass and one two-pass counting sort.
 
 Every result equals engine.distributions' numpy reference exactly (integers only): classes numbered in order of
 first appearance of their first joint class, sizes and counts as int64, histogram entries sorted by class and value.
@@ -70,57 +69,44 @@ def project(joint_codes, joint_sizes, attributes, places):
 def histogram(joint_class, values, joint_sizes, class_count, cardinality):
     """Per class, the records holding each sensitive value, as sparse entries (class, value, count) sorted by class
     and value, equal values of a class merged (several sensitive attributes: joint classes repeat a value). A stable
-    counting sort by class, then each class's few entries sorted by value in place (insertion sort; a stable
-    argsort for long runs) (engine.distributions.ClassView.distribution). `cardinality` is unused (the reference
-    needs it for its keys)."""
+    counting sort by value, then by class (engine.distributions.ClassView.distribution)."""
     m = joint_class.size
-    starts = np.zeros(class_count + 1, np.int64)
+    by_value = np.zeros(cardinality + 1, np.int64)
     for j in range(m):
-        starts[joint_class[j] + 1] += 1
+        by_value[values[j] + 1] += 1
+    for v in range(cardinality):
+        by_value[v + 1] += by_value[v]
+    order = np.empty(m, np.int64)
+    for j in range(m):
+        v = values[j]
+        order[by_value[v]] = j
+        by_value[v] += 1
+    by_class = np.zeros(class_count + 1, np.int64)
+    for j in range(m):
+        by_class[joint_class[j] + 1] += 1
     for c in range(class_count):
-        starts[c + 1] += starts[c]
-    fill = starts[:class_count].copy()
-    sorted_values = np.empty(m, np.int64)
-    sorted_counts = np.empty(m, np.int64)
-    for j in range(m):
+        by_class[c + 1] += by_class[c]
+    sorted_ = np.empty(m, np.int64)
+    for r in range(m):
+        j = order[r]
         c = joint_class[j]
-        p = fill[c]
-        sorted_values[p] = values[j]
-        sorted_counts[p] = joint_sizes[j]
-        fill[c] = p + 1
+        sorted_[by_class[c]] = j
+        by_class[c] += 1
     classes = np.empty(m, np.int64)
     out_values = np.empty(m, np.int64)
     counts = np.empty(m, np.int64)
     w = 0
-    for c in range(class_count):
-        a = starts[c]
-        b = starts[c + 1]
-        if b - a > 32:
-            order = np.argsort(sorted_values[a:b], kind="mergesort")
-            segment_values = sorted_values[a:b][order]
-            segment_counts = sorted_counts[a:b][order]
-            sorted_values[a:b] = segment_values
-            sorted_counts[a:b] = segment_counts
+    for r in range(m):
+        j = sorted_[r]
+        c = joint_class[j]
+        v = values[j]
+        if w > 0 and classes[w - 1] == c and out_values[w - 1] == v:
+            counts[w - 1] += joint_sizes[j]
         else:
-            for r in range(a + 1, b):
-                v = sorted_values[r]
-                n = sorted_counts[r]
-                q = r - 1
-                while q >= a and sorted_values[q] > v:
-                    sorted_values[q + 1] = sorted_values[q]
-                    sorted_counts[q + 1] = sorted_counts[q]
-                    q -= 1
-                sorted_values[q + 1] = v
-                sorted_counts[q + 1] = n
-        for r in range(a, b):
-            v = sorted_values[r]
-            if r > a and out_values[w - 1] == v:
-                counts[w - 1] += sorted_counts[r]
-            else:
-                classes[w] = c
-                out_values[w] = v
-                counts[w] = sorted_counts[r]
-                w += 1
+            classes[w] = c
+            out_values[w] = v
+            counts[w] = joint_sizes[j]
+            w += 1
     return classes[:w].copy(), out_values[:w].copy(), counts[:w].copy()
 
 
