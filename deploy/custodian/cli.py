@@ -225,7 +225,7 @@ def cmd_key_rotate(args: argparse.Namespace) -> int:
         path = site.root / OUTPUTS_KEY
         recorded_outputs = ledger_signatures(path)
         outputs_signed = recorded_outputs if recorded_outputs is not None else \
-            list(package_signatures(site.root / "airlock"))
+            list(package_signatures(site.airlock))
     try:
         kept_elsewhere = [record for name in args.also_signed for record in file_signatures(name)]
     except ValueError as exc:
