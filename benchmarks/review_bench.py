@@ -1,4 +1,4 @@
-"""The checkers' review pages (deploy/custodian_review.py): how long a sign-in and a request page take.
+"""The checkers' review pages (deploy/airlock/review.py): how long a sign-in and a request page take.
 
 A sign-in is one scrypt check at the site's parameters (N=2**15, r=8, p=1), plus a session row; a request page reads
 and re-hashes every stored file of the request and draws each output's table from its data.csv, marking the cells

@@ -16,7 +16,7 @@ the demo recipient bound to the kiosk's VNC endpoint, and start the gateway. Eve
     HOME/app/            the app's workspace (saved analyses, outputs, airlock drafts and outbox)
     HOME/airlock/        the airlock store: requests frozen by the intake, packages released by the checkers
 
-The airlock runs as at a site: the intake (deploy/airlock_intake.py) freezes what the app submits from HOME/app
+The airlock runs as at a site: the intake (deploy/airlock/intake.py) freezes what the app submits from HOME/app
 into HOME/airlock (a thread of this process, which, like the custodian side, is not the enclave), the custodian
 service (`safeshare custodian serve --site HOME`) serves the checkers' review pages at /review, and the gateway
 serves released packages to the recipient at /outputs with their token.
@@ -190,7 +190,7 @@ class LocalEnclave:
         self.token_id: int | None = None
         self.ready: Ready | None = None
         self.failure: str | None = None
-        self.intake: Any = None  # the airlock intake over HOME/app (deploy/airlock_intake.py), once started
+        self.intake: Any = None  # the airlock intake over HOME/app (deploy/airlock/intake.py), once started
         self._stop = threading.Event()
         self._reaper = OrphanReaper(lambda: {child.pid for child in self.children.values() if child.pid})
 
@@ -257,7 +257,7 @@ class LocalEnclave:
 
         review = f"http://{cfg.review_listen}/review"
         self.say(f"[6/6] airlock: intake over {home / 'app'}, review pages on {review}")
-        from deploy.airlock_intake import local_intake
+        from deploy.airlock.intake import local_intake
 
         self.intake = local_intake(home, cfg.db, recipient.recipient, bundle, cfg.intake_interval)
         custodian = self._spawn("custodian", argv["custodian"])

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 # Modules that expose `register(subparsers)`; kept as names so a component can be added without touching logic.
 COMPONENT_CLIS = ("engine.cli", "proxy.cli", "enclave.kiosk.cli", "deploy.cli", "enclave.app.cli", "deploy.images.cli",
                   "deploy.dockerd", "deploy.custodian.cli", "deploy.audit.cli", "deploy.site.cli",
-                  "deploy.airlock_cli", "outputs.airlock.verify_cli")
+                  "deploy.airlock.cli", "outputs.airlock.verify_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ There is no /docs or /redoc page: FastAPI's pages load Swagger UI and ReDoc from
 script in the custodian's browser next to their API key; the schema is enough for clients and tools.
 
 Every endpoint but /healthz, the static player page and the checkers' review pages under /review (signed in as a
-person, not by key: deploy/custodian_review.py) needs `Authorization: Bearer <key>` with a key from
+person, not by key: deploy/airlock/review.py) needs `Authorization: Bearer <key>` with a key from
 `safeshare custodian key add`. Keys have a role: `custodian` may provision and revoke, `auditor` may only read
 (recipients, audit events, recorded sessions). A missing, malformed, unknown or revoked key gets 401 and an
 `auth-failed` audit event with the reason and the source address (the peer's, or the X-Forwarded-For of a
@@ -14,7 +14,7 @@ session's content records `session-viewed` with the key, its role, the session a
 session and endpoint every few minutes, not once per byte range). The service also enforces expiry: every
 `expiry_interval` seconds it revokes recipients whose policy expired, as the actor `system:expiry`, and (`serve`)
 the airlock's intake freezes what enclaves submitted from every active recipient's workspace into SITE/airlock
-(deploy/airlock_intake.py).
+(deploy/airlock/intake.py).
 
 Provisioning takes seconds and talks to the Docker engine synchronously, so the endpoints are plain functions
 (FastAPI runs them in its thread pool) and the site lock in Provisioner orders them against each other and the CLI.
@@ -86,7 +86,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
                intake_interval: float | None = None) -> FastAPI:
     """The service for one site. `auth_log` and `view_log` bound what unauthenticated requests and session views
     write to the audit log (tests pass their own, with a clock they control). With `intake_interval` the airlock's
-    intake reads every active recipient's workspace that often (deploy/airlock_intake.py; `serve` turns it on)."""
+    intake reads every active recipient's workspace that often (deploy/airlock/intake.py; `serve` turns it on)."""
     records = provisioner.records
     auth_log = auth_log or AuthFailureLog(records)
     view_log = view_log or ViewLog(records)
@@ -144,7 +144,7 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         task = asyncio.create_task(_expiry_loop(provisioner, expiry_interval, auth_log)) if expiry_interval else None
         intake = None
         if intake_interval:  # submissions from enclaves' workspaces into SITE/airlock, in a thread of its own
-            from deploy.airlock_intake import site_intake
+            from deploy.airlock.intake import site_intake
 
             intake = await asyncio.to_thread(site_intake, provisioner.site, records, intake_interval)
         try:
@@ -274,8 +274,8 @@ def create_app(provisioner: Provisioner, *, expiry_interval: float | None = 60.0
         viewed(key, folder, "frames")
         return FileResponse(path, media_type="application/octet-stream", headers={"Cache-Control": "no-store"})
 
-    # --- checkers: the airlock's review pages (/review, signed in as a person; deploy/custodian_review.py) ----------
-    from deploy.custodian_review import mount_review
+    # --- checkers: the airlock's review pages (/review, signed in as a person; deploy/airlock/review.py) ------------
+    from deploy.airlock.review import mount_review
 
     mount_review(app, records, provisioner.site, auth_log)
     return app

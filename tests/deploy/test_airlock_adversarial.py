@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from deploy.custodian_review import SESSION_COOKIE
+from deploy.airlock.review import SESSION_COOKIE
 from deploy.custodian.people import People, PersonError
 from outputs.airlock.store import FrozenFile, FrozenOutput
 from tests.deploy.review_helpers import PASSWORD, crosstab_output, csrf_of, frequency_output, submit

@@ -114,7 +114,7 @@ def token_of(url: str) -> str:
 
 
 def test_a_request_from_a_provisioned_enclave_is_frozen_reviewed_released_and_downloaded(site: dict) -> None:
-    from deploy.airlock_intake import run_site_intake
+    from deploy.airlock.intake import run_site_intake
     from outputs.airlock.workflow import Airlock
 
     root, s, provisioned = site["root"], site["site"], site["provisioned"]

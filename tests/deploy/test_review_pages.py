@@ -1,4 +1,4 @@
-"""The checkers' review pages in the custodian service (deploy/custodian_review.py), through its HTTP interface: sign
+"""The checkers' review pages in the custodian service (deploy/airlock/review.py), through its HTTP interface: sign
 in, wrong passwords (audited, throttled), sessions that expire, CSRF, the Content-Security-Policy on every answer,
 the requester who cannot vote, two approvals from two checkers, independent review, conflicts, and an output's
 table with its failing cell highlighted. Requests are submitted through the airlock library."""
@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from deploy.custodian.api import create_app
-from deploy.custodian_review import CSP, SESSION_COOKIE
+from deploy.airlock.review import CSP, SESSION_COOKIE
 from deploy.custodian.people import MAX_FAILURES, People, WebSessionRow
 from deploy.provision import Provisioner
 from deploy.site.folder import Site

@@ -1,11 +1,11 @@
-"""How the review pages read an output (deploy/review_render.py): the table from data.csv, the cells its checks flag
-marked by position (meta.json's flags) or by labels (each check's cells, as ACRO names them), structural zeros apart,
-and files that are not what they claim shown as an error, never as markup."""
+"""How the review pages read an output (deploy/airlock/review_render.py): the table from data.csv, the cells its checks
+flag marked by position (meta.json's flags) or by labels (each check's cells, as ACRO names them), structural zeros
+apart, and files that are not what they claim shown as an error, never as markup."""
 from __future__ import annotations
 
 import json
 
-from deploy.review_render import Cell, analysis_lines, output_table, parse_csv, read_meta
+from deploy.airlock.review_render import Cell, analysis_lines, output_table, parse_csv, read_meta
 
 CROSSTAB = b"sex \\ race,White,Other,total\nFemale,120,3,123\nMale,130,0,130\ntotal,250,3,253\n"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.airlock_intake import local_intake
+from deploy.airlock.intake import local_intake
 from deploy.local import UpConfig, component_argv, free_port, status
 from deploy.site.folder import Site
 from enclave.app import create_app

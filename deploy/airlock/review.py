@@ -42,10 +42,10 @@ from starlette.concurrency import run_in_threadpool
 from deploy.audit.limits import AuthFailureLog
 from deploy.custodian.people import People, SignInThrottle, WebSession, csrf_matches
 from deploy.records import Records
-from deploy.review_render import analysis_lines, output_table, read_meta
+from deploy.airlock.review_render import analysis_lines, output_table, read_meta
 
 HERE = Path(__file__).resolve().parent
-TEMPLATES = HERE / "templates" / "review"
+TEMPLATES = HERE / "templates"
 STYLESHEET = HERE / "static" / "review.css"
 PREFIX = "/review"
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "

@@ -241,7 +241,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_intake(args: argparse.Namespace) -> int:
     import time
 
-    from deploy.airlock_intake import run_site_intake
+    from deploy.airlock.intake import run_site_intake
     from deploy.records import Records
 
     site = _site(args)
