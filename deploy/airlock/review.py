@@ -25,7 +25,6 @@ writer; sign-ins and sign-outs are audit events (`review-sign-in`, `review-sign-
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -43,6 +42,7 @@ from deploy.audit.limits import AuthFailureLog
 from deploy.custodian.people import People, SignInThrottle, WebSession, csrf_matches
 from deploy.records import Records
 from deploy.airlock.review_render import analysis_lines, output_table, read_meta
+from outputs.airlock.store import DATA_FILE, META_FILE
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -332,24 +332,22 @@ class ReviewPages:
 
     def stored(self, request_id: str, output_id: str, name: str, listed: dict[str, Any]) -> tuple[bytes | None, str]:
         """A stored file's bytes if they still match the hash taken at submission, else None and why."""
-        from outputs.airlock.store import StoreError
+        from outputs.airlock.store import ChecksumMismatch, StoreError
 
         try:
-            data = self.ctx.airlock.store.read_output_file(request_id, output_id, name)
+            return self.ctx.airlock.store.read_frozen_output_file(request_id, output_id, name, listed), ""
+        except ChecksumMismatch:
+            return None, f"checksum mismatch: {name} is not the file hashed at submission; not shown"
         except (OSError, StoreError) as exc:
             return None, f"{name}: not readable: {exc}"
-        expected = listed.get(name, {}).get("sha256") if isinstance(listed.get(name), dict) else None
-        if hashlib.sha256(data).hexdigest() != expected:
-            return None, f"checksum mismatch: {name} is not the file hashed at submission; not shown"
-        return data, ""
 
     def output_view(self, request_id: str, output: dict[str, Any], viewer: str) -> dict[str, Any]:
         oid = str(output["output_id"])
         files = output.get("files") if isinstance(output.get("files"), dict) else {}
         problems = []
-        meta_bytes, problem = self.stored(request_id, oid, "meta.json", files) if "meta.json" in files else (None, "")
+        meta_bytes, problem = self.stored(request_id, oid, META_FILE, files) if META_FILE in files else (None, "")
         problems += [problem] if problem else []
-        csv_bytes, problem = self.stored(request_id, oid, "data.csv", files) if "data.csv" in files else (None, "")
+        csv_bytes, problem = self.stored(request_id, oid, DATA_FILE, files) if DATA_FILE in files else (None, "")
         problems += [problem] if problem else []
         meta = read_meta(meta_bytes)
         table = output_table(csv_bytes, meta)
@@ -395,7 +393,7 @@ class ReviewPages:
         }
 
     def supporting_view(self, request_id: str, frozen: dict[str, Any]) -> list[dict[str, Any]]:
-        from outputs.airlock.store import StoreError
+        from outputs.airlock.store import ChecksumMismatch, StoreError
 
         listed = frozen.get("supporting") if isinstance(frozen.get("supporting"), dict) else {}
         out = []
@@ -403,14 +401,16 @@ class ReviewPages:
             entry = {"name": name, "sha256": meta.get("sha256"), "size": meta.get("size"), "text": None,
                      "image": None}
             try:
-                data = self.ctx.airlock.store.read_supporting(request_id, name)
+                data = self.ctx.airlock.store.read_frozen_supporting(request_id, name, listed)
+            except ChecksumMismatch:
+                entry["text"] = "(checksum mismatch: not the file hashed at submission; not shown)"
+                out.append(entry)
+                continue
             except (OSError, StoreError) as exc:
                 entry["text"] = f"(not readable: {exc})"
                 out.append(entry)
                 continue
-            if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-                entry["text"] = "(checksum mismatch: not the file hashed at submission; not shown)"
-            elif name.lower().endswith(".png"):
+            if name.lower().endswith(".png"):
                 entry["image"] = "data:image/png;base64," + base64.b64encode(data).decode()
             else:
                 entry["text"] = data[:MAX_TEXT_PREVIEW].decode("utf-8", errors="replace")
