@@ -93,7 +93,7 @@ def hand_built_paths(path: Path, source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("package", ["outputs", "proxy", "enclave"])
+@pytest.mark.parametrize("package", ["outputs", "proxy", "enclave", "deploy", "safeshare"])
 def test_no_airlock_store_path_is_built_by_hand(package: str):
     problems = []
     for file in sorted((REPO / package).rglob("*.py")):
