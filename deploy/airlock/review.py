@@ -539,7 +539,7 @@ def outputs_signing_key(site: Any) -> Callable[[], Any]:
 def mount_review(app: FastAPI, records: Records, site: Any, auth_log: AuthFailureLog, *,
                  people: People | None = None, throttle: SignInThrottle | None = None,
                  signing_key: Callable[[], Any] | None = None, airlock: Any = None) -> ReviewPages:
-    """Add the review pages to the custodian service `app` (one call in custodian_api.create_app)."""
+    """Add the review pages to the custodian service `app` (one call in deploy.custodian.api.create_app)."""
     from outputs.airlock.records import AirlockRecords
     from outputs.airlock.store import AirlockStore
     from outputs.airlock.workflow import Airlock

@@ -8,7 +8,7 @@ person, not by key: deploy/airlock/review.py) needs `Authorization: Bearer <key>
 `safeshare custodian key add`. Keys have a role: `custodian` may provision and revoke, `auditor` may only read
 (recipients, audit events, recorded sessions). A missing, malformed, unknown or revoked key gets 401 and an
 `auth-failed` audit event with the reason and the source address (the peer's, or the X-Forwarded-For of a
-configured trusted proxy only: `serve(trusted_proxies=...)`; rate-limited per source, see audit_limits); a key
+configured trusted proxy only: `serve(trusted_proxies=...)`; rate-limited per source, see audit/limits.py); a key
 without the role 403 (recorded as `api-denied`, an attempt by a known holder). Every endpoint that serves a recorded
 session's content records `session-viewed` with the key, its role, the session and the endpoint (once per key,
 session and endpoint every few minutes, not once per byte range). The service also enforces expiry: every

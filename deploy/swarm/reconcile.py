@@ -338,7 +338,7 @@ class SwarmReconciler(DockerReconciler):
             raise ReconcileError(str(exc)) from None
 
     def _image_id(self, image: str) -> str:
-        """What services name their image by (see swarm_specs.service_draft): its id on the manager."""
+        """What services name their image by (see specs.service_draft): its id on the manager."""
         with engine_errors():
             return self.client.images.get(image).id
 

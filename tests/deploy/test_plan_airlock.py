@@ -129,7 +129,7 @@ def test_swarm_keeps_a_tmpfs_workspace_and_ships_the_floor_as_a_config(site: Sit
     draft = service_draft(app, image_id="sha256:feed", entrypoint=["tini", "--", "safeshare", "app"], node_id="n",
                           files=files)
     mounts = {m["Target"]: m for m in draft.kwargs["mounts"]}
-    # the control host's workspace cannot be mounted on a node: a tmpfs owned as before (moved, see swarm_specs)
+    # the control host's workspace cannot be mounted on a node: a tmpfs owned as before (moved: deploy/swarm/specs.py)
     assert mounts[f"{MOVED_TMPFS}/state"]["Type"] == "tmpfs" and "/state" not in mounts
     assert option(draft.kwargs["command"], "--state") == f"{MOVED_TMPFS}/state"
     configs = {c["File"]["Name"]: c["ConfigName"] for c in draft.kwargs["configs"]}
