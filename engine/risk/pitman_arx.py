@@ -30,8 +30,9 @@ Sums over class sizes run in the order of ARX's loops (``np.cumsum``); the long 
 pairwise summation, which differs from Java's left-to-right loop only in the last bits (see `PitmanSystem._last`).
 
 With numba installed (extra `fast`), `arx_pitman_fit` runs the same solve-and-verify compiled
-(engine.risk.pitman_kernel): the closed-form path bit for bit, the finite sums added left to right as in ARX. This
-module stays the reference and the fallback.
+(engine.risk.pitman_kernel): the closed-form path bit for bit, the finite sums added left to right as in ARX (blocked
+so that their divisions vectorize, engine.risk.pitman_finite). This module stays the reference and the fallback.
+`arx_pitman_uniques`, which the estimators call, remembers the roots of the histograms it has solved (`FITS`).
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ import numpy as np
 
 from . import arx_gamma, pitman_kernel
 from .histogram import SizeHistogram
+from .memo import BoundedMemo
 
 ACCURACY = 1e-6
 ITERATIONS_PER_TRY = 1000
@@ -395,9 +397,9 @@ def _fit_python(system: PitmanSystem, start: tuple[float, float], solve: dict):
 
 
 # -- ModelPitman ------------------------------------------------------------------------------------------------------
-def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy: float = ACCURACY,
-                   iterations_per_try: int = ITERATIONS_PER_TRY, start_values=START_VALUES) -> tuple[float, dict]:
-    """ModelPitman's constructor: (uniques or NaN, parameters)."""
+def _solve_histogram(histogram: SizeHistogram, accuracy: float, iterations_per_try: int, start_values
+                     ) -> tuple[float, float, dict]:
+    """ModelPitman's solve-and-verify: (theta, alpha, parameters), NaN where no root is found."""
     system = PitmanSystem(histogram)
     t0, a0 = hoshino_start(histogram)
     solve = dict(start_values=start_values, accuracy=accuracy, iterations_per_try=iterations_per_try)
@@ -407,7 +409,6 @@ def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy
             (t0, a0), system.u, system.n, system.keys_f, system.values, **solve)
     else:
         t, a, start, evaluations, method, verified = _fit_python(system, (t0, a0), solve)
-    uniques = arx_result(t, a, population_size)
     solved = t == t and a == a
     params = {
         "theta": float(t) if solved else None,
@@ -418,7 +419,26 @@ def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy
         "closed_form_residual": verified,
         "evaluations": evaluations,
     }
-    return uniques, params
+    return t, a, params
+
+
+def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy: float = ACCURACY,
+                   iterations_per_try: int = ITERATIONS_PER_TRY, start_values=START_VALUES) -> tuple[float, dict]:
+    """ModelPitman's constructor: (uniques or NaN, parameters). Solves every time (`arx_pitman_uniques` remembers)."""
+    t, a, params = _solve_histogram(histogram, accuracy, iterations_per_try, start_values)
+    return arx_result(t, a, population_size), params
+
+
+# Solves of the default configuration by histogram (engine.risk.memo): 16 bytes of key per distinct class size.
+FITS: BoundedMemo[tuple[float, float, dict]] = BoundedMemo(max_entries=8192, max_key_bytes=32 << 20)
+
+
+def _memo_key(histogram: SizeHistogram) -> bytes:
+    """The histogram's bytes, and which solver path answers (compiled or not: their finite sums may differ in the
+    last bits)."""
+    sizes = np.ascontiguousarray(histogram.sizes, dtype=np.int64).tobytes()
+    counts = np.ascontiguousarray(histogram.counts, dtype=np.int64).tobytes()
+    return (b"c" if pitman_kernel.available() else b"p") + len(sizes).to_bytes(8, "little") + sizes + counts
 
 
 def arx_pitman_uniques(histogram: SizeHistogram, population_size: float) -> tuple[float | None, dict]:
@@ -427,7 +447,10 @@ def arx_pitman_uniques(histogram: SizeHistogram, population_size: float) -> tupl
     Returns ``(None, params)`` where ARX's value is NaN (no root, or no valid Gamma-ratio result). A finite 0.0 is
     returned as is; ARX's criterion (PU == 0 is fulfilled only without sample uniques) is left to the caller, as is
     the PU fraction (uniques / N). ``params``: theta, alpha, method ("closed-form" / "finite-sums"), start (0 =
-    Hoshino start, k >= 1 = prepared start value k - 1), plus diagnostics.
+    Hoshino start, k >= 1 = prepared start value k - 1), plus diagnostics. The root of a histogram solved before in
+    this process is remembered (`FITS`); the population enters only the final Gamma ratio.
     """
-    uniques, params = arx_pitman_fit(histogram, population_size)
-    return (None if uniques != uniques else float(uniques)), params
+    t, a, params = FITS.get_or_compute(
+        _memo_key(histogram), lambda: _solve_histogram(histogram, ACCURACY, ITERATIONS_PER_TRY, START_VALUES))
+    uniques = arx_result(t, a, population_size)
+    return (None if uniques != uniques else float(uniques)), dict(params)
