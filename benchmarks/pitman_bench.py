@@ -2,17 +2,19 @@
 none, on class-size histograms of CUP, ADULT and FARS, optionally beside another checkout of the repository.
 
 The histograms are what a population-uniqueness search hands the solver: the classes of transformations of the
-example policies' tables (`<dataset>-pu1.yaml`; nodes drawn from the lattice with a fixed seed), each whole and with
+example policies' tables (`<dataset>-pu1.yaml`; nodes drawn with a fixed seed, half of them anywhere in the lattice,
+half in its lower third where most records stay unique and solves find no root), each whole and with
 the first 1/4, 1/2 and 3/4 of its classes suppressed (the points ARX's binary search over the classes to suppress
 visits first). Duplicates are dropped, so every solve is timed without the help of a memo. Each checkout times every
 histogram in its own process (`engine.risk.pitman_arx.arx_pitman_fit`, after a warm-up that compiles), the checkouts
 alternating back to back, `--repeat` times; a histogram's time is its median over the repeats, and the table gives
 the median and the mean of those per dataset and outcome (solved by the closed form, by the finite sums, or not at
-all). With `--before` it also checks that both checkouts give the same estimate, parameters, try and evaluation
-count on every histogram (bit for bit), and exits 1 otherwise.
+all). Times are the solving thread's CPU time (`time.thread_time`), which other processes on a loaded machine disturb
+far less than wall time (`--wall` for that). With `--before` it also checks that both checkouts give the same
+estimate, parameters, try and evaluation count on every histogram (bit for bit), and exits 1 otherwise.
 
     .venv/bin/python benchmarks/pitman_bench.py [--before PATH] [--repeat 5] [--nodes 40] [--datasets cup adult fars]
-                                                [--json]
+                                                [--wall] [--json]
 
 `--before PATH` is a checkout (e.g. `git worktree add /tmp/base bdb7e6c`) run with this interpreter.
 """
@@ -53,8 +55,9 @@ def histograms_of(policy_file: Path, nodes: int, seed: int) -> tuple[float, list
     heights = table.heights
     seen: set[bytes] = set()
     out = []
-    for _ in range(nodes):
-        node = tuple(int(rng.integers(0, h)) for h in heights)
+    for index in range(nodes):
+        top = [h if index % 2 == 0 else max(1, -(-h // 3)) for h in heights]
+        node = tuple(int(rng.integers(0, t)) for t in top)
         _, sizes = cache.classes(node)
         sizes = np.asarray(sizes, dtype=np.int64)
         for share in SUPPRESSED_SHARES:
@@ -71,7 +74,7 @@ def histograms_of(policy_file: Path, nodes: int, seed: int) -> tuple[float, list
 
 
 # --- timing (the checkout under test's engine, one process) ---------------------------------------------------------
-def time_checkout(repo: Path, data_file: Path) -> dict:
+def time_checkout(repo: Path, data_file: Path, wall: bool) -> dict:
     """Per histogram: seconds of one arx_pitman_fit and what it returned. Runs inside the child process."""
     sys.path.insert(0, str(repo))
     from engine.risk.histogram import SizeHistogram
@@ -86,9 +89,10 @@ def time_checkout(repo: Path, data_file: Path) -> dict:
         rows = []
         for sizes, counts in entry["histograms"]:
             histogram = SizeHistogram(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64))
-            start = time.perf_counter()
+            clock = time.perf_counter if wall else time.thread_time
+            start = clock()
             uniques, params = arx_pitman_fit(histogram, entry["population"])
-            seconds = time.perf_counter() - start
+            seconds = clock() - start
             rows.append([seconds, _plain(uniques), _plain(params)])
         out[name] = rows
     return out
@@ -107,8 +111,10 @@ def _plain(value):
     return value
 
 
-def run_child(repo: Path, data_file: Path) -> dict:
+def run_child(repo: Path, data_file: Path, wall: bool) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(repo), str(data_file)]
+    if wall:
+        command.append("--wall")
     process = subprocess.run(command, capture_output=True, text=True, cwd=repo)
     if process.returncode:
         raise SystemExit(f"timing in {repo} failed: {process.stderr.strip().splitlines()[-1:]}")
@@ -149,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=28)
     parser.add_argument("--datasets", nargs="+", choices=sorted(DATASETS), default=["cup", "adult", "fars"])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(time_checkout(Path(args.child[0]), Path(args.child[1]))))
+        print(json.dumps(time_checkout(Path(args.child[0]), Path(args.child[1]), args.wall)))
         return 0
 
     sys.path.insert(0, str(REPO))
@@ -173,14 +180,17 @@ def main(argv: list[str] | None = None) -> int:
         data_file.write_text(json.dumps(data))
         for _ in range(args.repeat):
             for label, repo in checkouts.items():
-                runs[label].append(run_child(repo, data_file))
+                runs[label].append(run_child(repo, data_file, args.wall))
 
     report = {name: {label: summarize(runs[label], name) for label in checkouts} for name in data}
     problems = differences(runs["before"][0], runs["after"][0]) if "before" in runs else []
     if args.json:
-        print(json.dumps({"datasets": report, "repeat": args.repeat, "differences": problems}))
+        print(json.dumps({"datasets": report, "repeat": args.repeat, "clock": "wall" if args.wall else "cpu",
+                          "differences": problems}))
     else:
-        print(f"Pitman solve, ms per solve (median over histograms of each one's median of {args.repeat}; mean)")
+        clock = "wall-clock" if args.wall else "CPU"
+        print(f"Pitman solve, {clock} ms per solve (median over histograms of each one's median of {args.repeat}; "
+              "mean)")
         print(f"{'dataset':8s} {'outcome':12s} {'solves':>6s}  " + "  ".join(
             f"{label + ' median':>14s} {label + ' mean':>12s}" for label in checkouts) + ("   speed-up (median, mean)"
                                                                                          if "before" in runs else ""))

@@ -49,8 +49,9 @@ def terms_count(limit: float) -> int:
 
 def _sums(t: float, a: float, first: int, count_u: int, count_n: int, derivatives: bool, acc: np.ndarray,
           buf: np.ndarray) -> None:
-    """Add the terms i = first .. to the running sums acc = (o1, o3, d1, d5, d3, o2, d2): class terms while i <= count_u,
-    record terms while i <= count_n. Each term as `_finite_scalar` computes it, added in index order."""
+    """Add the terms i = first, first + 1, ... to the running sums acc = (o1, o3, d1, d5, d3, o2, d2): class terms
+    while i <= count_u, record terms while i <= count_n. Each term as `_finite_scalar` computes it, added in index
+    order."""
     o1, o3, d1, d5, d3, o2, d2 = acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6]
     both = min(count_u, count_n)
     w0, w1, w2, w3, w4, w5, w6 = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6]
