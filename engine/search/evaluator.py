@@ -25,6 +25,8 @@ SUPPRESSED_LABEL = "*"
 
 
 class Evaluator:
+    SOURCES = 2048   # transformations remembered as roll-up sources (compiled path)
+
     def __init__(self, table: EncodedTable, configuration: PrivacyConfiguration, quality: QualityModel,
                  cache_bytes: int | None = None, compiled=kernels.default, parallel: bool = False) -> None:
         """`compiled`: engine.kernels' functions, None for the numpy reference path; by default `kernels.default()`
@@ -42,7 +44,19 @@ class Evaluator:
         # The compiled per-check path (engine.kernels) when the class cache rolls up compiled; the class models'
         # decision is then compiled too when every one of them only asks for a class size (`size_only`).
         self.kernels = self.cache.kernels
+        self._risk_models = configuration.risk_models   # a property that filters the models on every call
         self._size_only = all(getattr(m, "size_only", False) for m in configuration.class_models)
+        # On the compiled path the size-only decision needs no class view (sensitive-value distributions).
+        self._plain = self.kernels is not None and self._size_only and not getattr(table, "sensitive", ())
+        # The transformations whose classes were computed lately and their class counts (a ring of SOURCES rows):
+        # the compiled path rolls up from the one of them with the fewest classes below the node checked, which may
+        # be far from the search's hint (often the base classes). Any source gives the same classes in the same
+        # order (engine.classes.ClassCache), so only the cost changes.
+        d = len(table.attributes)
+        self._source_levels = np.zeros((self.SOURCES, d), dtype=np.int64)
+        self._source_counts = np.zeros(self.SOURCES, dtype=np.int64)
+        self._sources = 0
+        self._source_rows: dict[Node, int] = {}
         # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
         # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.
         self._root_codes = [
@@ -56,12 +70,35 @@ class Evaluator:
 
     def classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
         self.seen.add(node)
-        return self.cache.classes(node, hint)
+        if self.kernels is None:
+            return self.cache.classes(node, hint)
+        codes, sizes = self.cache.classes(node, self._best_source(node, hint))
+        self._remember(node, sizes.size)
+        return codes, sizes
+
+    def _best_source(self, node: Node, hint: Node | None) -> Node | None:
+        """The remembered specialization of `node` with the fewest classes (compiled path), else `hint`."""
+        if not self._sources:
+            return hint
+        row = int(self.kernels.best_source(self._source_levels, self._source_counts,
+                                           min(self._sources, self.SOURCES), np.asarray(node, dtype=np.int64)))
+        return hint if row < 0 else tuple(self._source_levels[row].tolist())
+
+    def _remember(self, node: Node, count: int) -> None:
+        if node in self._source_rows:
+            return
+        row = self._sources % self.SOURCES
+        if self._sources >= self.SOURCES:   # the ring is full: forget the oldest
+            self._source_rows.pop(tuple(self._source_levels[row].tolist()), None)
+        self._source_levels[row] = node
+        self._source_counts[row] = count
+        self._source_rows[node] = row
+        self._sources += 1
 
     def prefetch(self, node: Node, hint: Node | None = None) -> None:
         """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
         counts as a check."""
-        self.cache.prefetch(node, hint)
+        self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
 
     def close(self) -> None:
         self.cache.close()
@@ -79,9 +116,14 @@ class Evaluator:
                  ) -> Evaluation:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
-        self.seen.add(node)
-        view = self.cache.view(node, hint)
-        codes, sizes = view.codes, view.sizes
+        if self._plain:
+            codes, sizes = self.classes(node, hint)
+        else:
+            self.seen.add(node)
+            view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
+            codes, sizes = view.codes, view.sizes
+            if self.kernels is not None:
+                self._remember(node, sizes.size)
         blocked = False
         if self.kernels is not None and self._size_only:
             suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
@@ -93,7 +135,7 @@ class Evaluator:
                 blocked = blocked or model.blocks_release(view)
             count = int(sizes[suppressed].sum())
         evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
-        for model in self.configuration.risk_models:
+        for model in self._risk_models:
             if not evaluation.solution:
                 break
             visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
