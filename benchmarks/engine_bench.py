@@ -7,6 +7,9 @@ de-identified once cold (imports, first file reads) and then --repeat times warm
 search is reported:
 
     search_seconds           the lattice search alone (result.search.seconds): what compares with ARX's anonymize()
+    search_cpu_seconds       the process CPU seconds of that search (the least of the warm runs): on a loaded
+                             machine wall seconds grow with the load, CPU seconds much less (`SearchClock`);
+                             load_average is the 1-minute load when the configuration finished
     seconds                  the whole deidentify(): load, encode, search, apply, quality under every model
     cold_seconds             the first deidentify() in the process
     checked_transformations  transformations the search evaluated
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -235,6 +239,40 @@ def profiled_search(policy: DatasetPolicy) -> dict[str, Any]:
     return profile.report(result.search.seconds)
 
 
+class SearchClock:
+    """The process CPU seconds of each search, beside its wall seconds: on a loaded machine (other processes on the
+    same cores) the wall time of a search grows with the load, its CPU time much less, so CPU seconds compare
+    before/after runs made minutes apart. Wraps `engine.search.search` in every loaded module that holds it (the
+    pipeline imports it by name), after the cold run has imported them; `remove` restores them."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self._restore: list[tuple[Any, Any]] = []
+
+    def install(self) -> None:
+        import engine.search as package
+
+        original = package.search
+        clock = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                clock.last = time.process_time() - started
+
+        for module in list(sys.modules.values()):
+            if getattr(module, "search", None) is original:
+                module.search = timed
+                self._restore.append((module, original))
+
+    def remove(self) -> None:
+        for module, original in self._restore:
+            module.search = original
+        self._restore.clear()
+
+
 def timed_deidentify(policy: DatasetPolicy) -> tuple[DeidResult, float]:
     from engine.deid import deidentify
 
@@ -253,9 +291,18 @@ def measure(configuration: Configuration, repeat: int, algorithm: str | None, pr
     is False, one profiled run (`profiled_search`)."""
     policy = build_policy(configuration, algorithm)
     _, cold = timed_deidentify(policy)
-    warm = [timed_deidentify(policy) for _ in range(repeat)]
+    clock = SearchClock()
+    clock.install()
+    warm, cpu = [], []
+    try:
+        for _ in range(repeat):
+            warm.append(timed_deidentify(policy))
+            cpu.append(clock.last)
+    finally:
+        clock.remove()
     result, seconds = min(warm, key=lambda run: run[0].search.seconds)
     search = result.search
+    cpu_seconds = min((c for c in cpu if c is not None), default=None)
     row = {
         "name": configuration.name,
         "policy": str(configuration.base),
@@ -276,6 +323,9 @@ def measure(configuration: Configuration, repeat: int, algorithm: str | None, pr
         "peak_rss_mb": peak_rss_mb(),
         "phases": search.phases,
         "ms_per_check": round(1000 * search.seconds / search.checked, 4) if search.checked else None,
+        "search_cpu_seconds": None if cpu_seconds is None else round(cpu_seconds, 4),
+        "warm_search_cpu_seconds": [None if c is None else round(c, 4) for c in cpu],
+        "load_average": round(os.getloadavg()[0], 2),
     }
     if profile:
         row["profile"] = profiled_search(policy)
@@ -346,7 +396,7 @@ def add_arx(row: dict[str, Any], arx: dict[str, dict[str, float]]) -> None:
 
 def columns(with_arx: bool) -> list[tuple[str, int]]:
     """Table columns (header, width); the last, unbounded column holds quality, transformation and phases."""
-    table = [("search s", 8), ("seconds", 8), ("cold s", 7), ("checked", 8), ("ms/check", 8), ("risk ev", 8),
+    table = [("search s", 8), ("cpu s", 7), ("seconds", 8), ("cold s", 7), ("checked", 8), ("ms/check", 8), ("risk ev", 8),
              ("lattice", 8), ("algorithm", 9), ("optimal", 7), ("suppr.", 7), ("peak MB", 8)]
     if with_arx:
         table += [("ARX s", 7), ("speed-up", 8), ("ARX checked", 11), ("ARX ms/check", 12), ("check x", 7)]
@@ -355,7 +405,8 @@ def columns(with_arx: bool) -> list[tuple[str, int]]:
 
 def cells(row: dict[str, Any], with_arx: bool) -> list[str]:
     per_check = row.get("ms_per_check")
-    values = [f"{row['search_seconds']:.3f}", f"{row['seconds']:.3f}", f"{row['cold_seconds']:.2f}",
+    cpu = row.get("search_cpu_seconds")
+    values = [f"{row['search_seconds']:.3f}", "-" if cpu is None else f"{cpu:.3f}", f"{row['seconds']:.3f}", f"{row['cold_seconds']:.2f}",
               str(row["checked_transformations"]), "-" if per_check is None else f"{per_check:.3f}",
               str(row["risk_model_evaluations"]), str(row["lattice_size"]),
               row["algorithm"], "yes" if row["optimal"] else "NO", str(row["suppressed_records"]),
