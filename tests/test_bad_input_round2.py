@@ -19,6 +19,7 @@ from deploy.provision import Provisioner
 from deploy.site.folder import Site
 from proxy.audit.sessions import find_sessions
 from safeshare.signing import SigningKey, TrustStore
+from tests.cli_inprocess import run_cli
 from tests.proxy.test_seals import SiteFiles, ordered, record_sessions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +124,7 @@ def test_a_pointer_mask_that_is_not_a_number_hides_no_other_session(recorded: Si
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert good.name in result.stdout and bad.name in result.stdout, result.stdout
     assert str(bad / "events.jsonl") in result.stderr and "'mask'" in result.stderr, result.stderr
-    listed = safeshare("audit", "sessions", str(site.sessions), "--json")
+    listed = run_cli("audit", "sessions", str(site.sessions), "--json")  # the same main(argv), in process
     assert listed.returncode == 2
     by_name = {entry["session"]: entry for entry in json.loads(listed.stdout)}
     assert by_name[good.name]["problem"] is None and "'mask'" in by_name[bad.name]["problem"]
@@ -169,7 +170,7 @@ def test_meta_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
     fake_session(root, "s1", "ann", "adult/aaa", "2026-11-01T10:00:00+00:00", "key")
     meta = json.loads((root / "s1" / "meta.json").read_text())
     (root / "s1" / "meta.json").write_text(json.dumps({**meta, "recipient": ["a", "list"]}))
-    result = safeshare("audit", "sessions", str(root))
+    result = run_cli("audit", "sessions", str(root))  # in process: an uncaught exception fails the test as well
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "meta.json: field 'recipient'" in result.stderr and "s1" in result.stdout
 
@@ -183,13 +184,14 @@ def test_meta_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
 ])
 def test_token_issue_bad_input_is_exit_2_naming_it(tmp_path: Path, args: list[str], needle: str) -> None:
     db = ["--db", f"sqlite:///{tmp_path / 'tokens.db'}"] if "--db" not in args else []
-    result = safeshare("token", "issue", "--recipient", "ann", "--upstream", "127.0.0.1:5900", *db, *args)
+    run = safeshare if needle == "too long" else run_cli  # one real process for the exit code, the others in process
+    result = run("token", "issue", "--recipient", "ann", "--upstream", "127.0.0.1:5900", *db, *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert needle in result.stderr, result.stderr
 
 
 def test_token_list_with_an_unusable_database_is_exit_2(tmp_path: Path) -> None:
-    result = safeshare("token", "list", "--db", "garbage://")
+    result = run_cli("token", "list", "--db", "garbage://")  # in process; the next is a real process (its whole stderr)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "--db garbage://" in result.stderr
     hidden = safeshare("token", "list", "--db", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x")
     assert hidden.returncode == 2 and "Traceback" not in hidden.stderr and "hunter2" not in hidden.stderr

@@ -17,6 +17,7 @@ from deploy.provision import Provisioner
 from deploy.records import Records
 from deploy.site.folder import Site, SiteError, SiteSettings, write_atomic
 from policies.recipient import RecipientPolicy
+from tests.cli_inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,30 +164,32 @@ def test_api_bad_policies_are_400_and_audited(api) -> None:
 
 
 def test_cli_bad_input_exits_2_naming_the_field(tmp_path: Path) -> None:
+    """One real `python -m safeshare.cli` run per command checks the process's exit code; the other bad inputs run the
+    same main(argv) in process (tests/cli_inprocess.py)."""
     site = tmp_path / "site"
     policy = tmp_path / "p.yaml"
     policy.write_text("recipient: eve\nexpires: 2099-01-01\n")
     done = cli("provision", str(policy), "--site", str(site))
     assert done.returncode == 2 and "field 'release'" in done.stderr and str(policy) in done.stderr
     policy.write_text("recipient: eve\nrelease: adult-k5\nscreen: [1]\nlimits: {nope: 1}\n")
-    done = cli("provision", str(policy), "--site", str(site))
+    done = run_cli("provision", str(policy), "--site", str(site))
     assert done.returncode == 2 and "nope" in done.stderr
-    assert cli("provision", str(tmp_path / "missing.yaml"), "--site", str(site)).returncode == 2
+    assert run_cli("provision", str(tmp_path / "missing.yaml"), "--site", str(site)).returncode == 2
     assert cli("revoke", "--site", str(site)).returncode == 2  # neither a recipient nor --expired
     (site / "site.json").write_text('{"gateway_port": "x"}')
-    done = cli("recipients", "--site", str(site), "--no-engine")
+    done = run_cli("recipients", "--site", str(site), "--no-engine")
     assert done.returncode == 2 and "site.json" in done.stderr
 
 
 def test_cli_keys_and_events(tmp_path: Path) -> None:
     site = str(tmp_path / "site")
-    added = json.loads(cli("custodian", "key", "add", "ops", "--role", "auditor", "--site", site, "--json").stdout)
+    added = json.loads(run_cli("custodian", "key", "add", "ops", "--role", "auditor", "--site", site, "--json").stdout)
     assert added["key"].startswith("ssk_") and added["role"] == "auditor"
-    listed = json.loads(cli("custodian", "key", "list", "--site", site, "--json").stdout)
+    listed = json.loads(run_cli("custodian", "key", "list", "--site", site, "--json").stdout)
     assert [(k["name"], k["role"], k["revoked_at"]) for k in listed] == [("ops", "auditor", None)]
     assert added["key"] not in json.dumps(listed)
-    assert cli("custodian", "key", "revoke", "ops", "--site", site).returncode == 0
-    assert cli("custodian", "key", "revoke", "ops", "--site", site).returncode == 1
+    assert run_cli("custodian", "key", "revoke", "ops", "--site", site).returncode == 0
+    assert cli("custodian", "key", "revoke", "ops", "--site", site).returncode == 1  # a real process's exit code
     events = json.loads(cli("custodian", "events", "--site", site, "--json").stdout)
     assert [e["action"] for e in events] == ["api-key-add", "api-key-revoke"]
-    assert json.loads(cli("recipients", "--site", site, "--no-engine", "--json").stdout) == []
+    assert json.loads(run_cli("recipients", "--site", site, "--no-engine", "--json").stdout) == []

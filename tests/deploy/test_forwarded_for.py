@@ -19,6 +19,7 @@ import pytest
 
 from deploy.records import Records
 from deploy.site.folder import Site
+from tests.cli_inprocess import run_cli
 from tests.proxy.rfbtools import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,8 +98,20 @@ def test_a_configured_proxys_forwarded_for_is_believed(site: Site) -> None:
 
 
 @pytest.mark.parametrize("value", ["*", "proxy.example", "10.0.0.300"])
-def test_a_trusted_proxy_must_be_an_address(site: Site, value: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "safeshare.cli", "custodian", "serve", "--site", str(site.root),
-                             "--listen", "127.0.0.1:0", "--trusted-proxy", value], cwd=REPO, capture_output=True,
-                            text=True, timeout=60)
+def test_a_trusted_proxy_must_be_an_address(site: Site, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The value "*" runs a real `python -m safeshare.cli` (the process's exit code); the others run the same
+    main(argv) in process (tests/cli_inprocess.py), where starting to serve fails the test instead of serving
+    forever."""
+    argv = ["custodian", "serve", "--site", str(site.root), "--listen", "127.0.0.1:0", "--trusted-proxy", value]
+    if value == "*":
+        result = subprocess.run([sys.executable, "-m", "safeshare.cli", *argv], cwd=REPO, capture_output=True,
+                                text=True, timeout=60)
+    else:
+        from deploy.custodian import api
+
+        def serve(*args, **kwargs) -> int:
+            raise AssertionError(f"custodian serve would serve with --trusted-proxy {value!r}")
+
+        monkeypatch.setattr(api, "serve", serve)
+        result = run_cli(*argv)
     assert result.returncode == 2 and "--trusted-proxy" in result.stderr and "Traceback" not in result.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from deploy.children import Child, ComponentFailed, pid_alive
 from deploy.local import read_state, status, write_state
+from tests.cli_inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,7 @@ def safeshare(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_status_and_down_when_nothing_runs(tmp_path: Path) -> None:
     result = safeshare("status", "--home", str(tmp_path))
     assert result.returncode == 1 and "nothing runs" in result.stdout
-    report = json.loads(safeshare("status", "--home", str(tmp_path), "--json").stdout)
+    report = json.loads(run_cli("status", "--home", str(tmp_path), "--json").stdout)
     assert report == {"home": str(tmp_path), "running": False, "components": {}}
     result = safeshare("down", "--home", str(tmp_path))
     assert result.returncode == 1 and "nothing runs" in result.stderr
@@ -53,7 +54,7 @@ def test_a_release_whose_gate_fails_starts_nothing(tmp_path: Path) -> None:
 
 
 def test_bad_input_exits_2(tmp_path: Path) -> None:
-    missing = safeshare("up", "--home", str(tmp_path), "--policy", str(tmp_path / "nope.yaml"))
+    missing = run_cli("up", "--home", str(tmp_path), "--policy", str(tmp_path / "nope.yaml"))  # refused before a signal
     assert missing.returncode == 2 and "nope.yaml" in missing.stderr
     bad = tmp_path / "recipient.yaml"
     bad.write_text("recipient: r\nrelease: x\nexpires: 2030-01-01\nlimits: {keys: {rate: -1}}\n")

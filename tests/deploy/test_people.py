@@ -16,6 +16,7 @@ import pytest
 
 from deploy.custodian.people import (MAX_FAILURES, People, PersonError, SignInThrottle, check_password, csrf_matches,
                            hash_password)
+from tests.cli_inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
@@ -137,30 +138,32 @@ def test_throttle_per_source_and_per_name() -> None:
 
 
 def test_cli_person_add_list_disable(tmp_path: Path) -> None:
+    """The refusals that need a real process's exit code (a short password: 2, disabling twice: 1) run
+    `python -m safeshare.cli`; the rest runs the same main(argv) in process (tests/cli_inprocess.py)."""
     site = str(tmp_path / "site")
-    added = cli("custodian", "person", "add", "carol", "--role", "checker", "--site", site, "--json")
+    added = run_cli("custodian", "person", "add", "carol", "--role", "checker", "--site", site, "--json")
     assert added.returncode == 0, added.stderr
     generated = json.loads(added.stdout)
     assert generated["name"] == "carol" and len(generated["password"]) >= 20
     password_file = tmp_path / "pw.txt"
     password_file.write_text(PASSWORD + "\n")
-    done = cli("custodian", "person", "add", "dave", "--site", site, "--password-file", str(password_file))
+    done = run_cli("custodian", "person", "add", "dave", "--site", site, "--password-file", str(password_file))
     assert done.returncode == 0 and PASSWORD not in done.stdout
     password_file.write_text("short\n")
     bad = cli("custodian", "person", "add", "erin", "--site", site, "--password-file", str(password_file))
     assert bad.returncode == 2 and str(password_file) in bad.stderr and "at least 12" in bad.stderr
-    assert cli("custodian", "person", "add", "carol", "--site", site).returncode == 2
-    assert cli("custodian", "person", "add", "x", "--site", site, "--password-file",
-               str(tmp_path / "missing")).returncode == 2
-    listed = json.loads(cli("custodian", "person", "list", "--site", site, "--json").stdout)
+    assert run_cli("custodian", "person", "add", "carol", "--site", site).returncode == 2
+    assert run_cli("custodian", "person", "add", "x", "--site", site, "--password-file",
+                   str(tmp_path / "missing")).returncode == 2
+    listed = json.loads(run_cli("custodian", "person", "list", "--site", site, "--json").stdout)
     assert [(p["name"], p["role"], p["disabled_at"]) for p in listed] == [("carol", "checker", None),
                                                                           ("dave", "checker", None)]
     assert generated["password"] not in json.dumps(listed)
-    assert cli("custodian", "person", "disable", "dave", "--site", site).returncode == 0
-    assert cli("custodian", "person", "disable", "dave", "--site", site).returncode == 1
+    assert run_cli("custodian", "person", "disable", "dave", "--site", site).returncode == 0
+    assert cli("custodian", "person", "disable", "dave", "--site", site).returncode == 1  # a real process's exit code
     people = People(f"sqlite:///{tmp_path / 'site' / 'db' / 'safeshare.db'}")
     assert people.authenticate("carol", generated["password"])[1] == "ok"
     assert people.authenticate("dave", PASSWORD)[1] == "disabled"
-    events = json.loads(cli("custodian", "events", "--site", site, "--json").stdout)
+    events = json.loads(run_cli("custodian", "events", "--site", site, "--json").stdout)
     assert [(e["action"], e["detail"]["person"]) for e in events] == [("person-add", "carol"), ("person-add", "dave"),
                                                                       ("person-disable", "dave")]

@@ -15,6 +15,7 @@ from deploy.provision import ProvisionError, Provisioner
 from deploy.site.folder import Site
 from engine.bundle import verify_bundle
 from safeshare.signing import SigningKey, TrustStore
+from tests.cli_inprocess import run_cli
 from tests.enclave.test_app_support import small_frame, synthetic_bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_site_init_makes_private_keys_and_trusts_them(tmp_path: Path) -> None:
     root = tmp_path / "site"
-    done = cli("site", "init", "--site", str(root), "--json")
+    done = run_cli("site", "init", "--site", str(root), "--json")  # in process; a real run: the tests below
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     site = Site(root)
@@ -42,12 +43,12 @@ def test_site_init_makes_private_keys_and_trusts_them(tmp_path: Path) -> None:
     assert [(k.purpose, k.key_id) for k in trust.keys] == [("release", release.key_id), ("gateway", gateway.key_id)]
     assert "PRIVATE" not in site.trust_file.read_text()
     # idempotent: the keys stay, the text form names them
-    again = cli("site", "init", "--site", str(root))
+    again = run_cli("site", "init", "--site", str(root))
     assert again.returncode == 0 and release.key_id in again.stdout and gateway.key_id in again.stdout
     assert len(TrustStore.load(site.trust_file).keys) == 2
     # a release sealed into the site's store is signed with the site's key
     sealed = synthetic_bundle(tmp_path / "work", small_frame())
-    done = cli("release", str(sealed.parent.parent.parent / "out"), "--to", str(site.releases))
+    done = run_cli("release", str(sealed.parent.parent.parent / "out"), "--to", str(site.releases))
     assert done.returncode == 0, done.stderr
     bundle = Path(done.stdout.strip())
     assert json.loads((bundle / "seal.json").read_text())["signature"]["key_id"] == release.key_id
@@ -56,7 +57,7 @@ def test_site_init_makes_private_keys_and_trusts_them(tmp_path: Path) -> None:
 
 def test_site_init_refuses_a_key_others_can_read(tmp_path: Path) -> None:
     root = tmp_path / "site"
-    assert cli("site", "init", "--site", str(root)).returncode == 0
+    assert run_cli("site", "init", "--site", str(root)).returncode == 0
     Site(root).release_signing_key.chmod(0o640)
     done = cli("site", "init", "--site", str(root))
     assert done.returncode == 2 and "release-signing.key" in done.stderr and "readable" in done.stderr
@@ -93,7 +94,7 @@ def test_provisioning_refuses_a_forged_release_before_any_container(tmp_path: Pa
         assert info.value.bad_input and provisioner._client is None
     finally:
         provisioner.close()
-    done = cli("provision", str(policy), "--site", str(site.root))
+    done = run_cli("provision", str(policy), "--site", str(site.root))  # real runs: test_custodian_units.py
     assert done.returncode == 2 and "signature refused" in done.stderr
 
 
