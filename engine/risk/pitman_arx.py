@@ -37,6 +37,7 @@ so that their divisions vectorize, engine.risk.pitman_finite). This module stays
 from __future__ import annotations
 
 import math
+import os
 from functools import cached_property
 
 import numpy as np
@@ -429,7 +430,10 @@ def arx_pitman_fit(histogram: SizeHistogram, population_size: float, *, accuracy
     return arx_result(t, a, population_size), params
 
 
-# Solves of the default configuration by histogram (engine.risk.memo): 16 bytes of key per distinct class size.
+# Solves of the default configuration by histogram (engine.risk.memo): 16 bytes of key per distinct class size. The
+# memo lasts as long as the process, so warm benchmark runs (benchmarks/engine_bench.py) find the histograms of the
+# runs before them: SAFESHARE_PITMAN_MEMO=0 turns it off to time single searches.
+MEMO = os.environ.get("SAFESHARE_PITMAN_MEMO", "1").strip() != "0"
 FITS: BoundedMemo[tuple[float, float, dict]] = BoundedMemo(max_entries=8192, max_key_bytes=32 << 20)
 
 
@@ -450,7 +454,10 @@ def arx_pitman_uniques(histogram: SizeHistogram, population_size: float) -> tupl
     Hoshino start, k >= 1 = prepared start value k - 1), plus diagnostics. The root of a histogram solved before in
     this process is remembered (`FITS`); the population enters only the final Gamma ratio.
     """
-    t, a, params = FITS.get_or_compute(
-        _memo_key(histogram), lambda: _solve_histogram(histogram, ACCURACY, ITERATIONS_PER_TRY, START_VALUES))
+    if MEMO:
+        t, a, params = FITS.get_or_compute(
+            _memo_key(histogram), lambda: _solve_histogram(histogram, ACCURACY, ITERATIONS_PER_TRY, START_VALUES))
+    else:
+        t, a, params = _solve_histogram(histogram, ACCURACY, ITERATIONS_PER_TRY, START_VALUES)
     uniques = arx_result(t, a, population_size)
     return (None if uniques != uniques else float(uniques)), dict(params)
