@@ -131,10 +131,10 @@ def test_the_intake_over_home_app_freezes_what_the_app_submitted(bundle: Path, t
 
 
 def test_a_bad_review_address_is_bad_input(tmp_path: Path) -> None:
-    import subprocess as sp
-    import sys
+    """Through the same main(argv) in process (refused before `up` installs its signal handlers); a real `up` process's
+    exit code 2: tests/deploy/test_local_up.py::test_bad_input_exits_2."""
+    from tests.cli_inprocess import run_cli
 
-    done = sp.run([sys.executable, "-m", "safeshare.cli", "up", "--home", str(tmp_path / "h"), "--review-listen",
-                   "nope"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_cli("up", "--home", str(tmp_path / "h"), "--review-listen", "nope")
     assert done.returncode == 2 and "expected HOST:PORT, got 'nope'" in done.stderr
     assert not (tmp_path / "h" / "up.json").exists()

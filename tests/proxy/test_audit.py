@@ -165,6 +165,11 @@ def test_audit_verify_cli_exit_codes(recorded: Path, tmp_path: Path) -> None:
         return subprocess.run([sys.executable, "-m", "safeshare.cli", "audit", *args], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
 
+    def in_process(*args: str) -> subprocess.CompletedProcess:  # the same main(argv); real runs above: exit 0, 1, 2
+        from tests.cli_inprocess import run_cli
+
+        return run_cli("audit", *args)
+
     trust = tmp_path / "trust.json"
     TrustStore().save(trust)
     good = copy(recorded, tmp_path / "g")
@@ -175,16 +180,16 @@ def test_audit_verify_cli_exit_codes(recorded: Path, tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.startswith("ok ") and "unsigned" in done.stdout
     bad = copy(recorded, tmp_path / "b")
     (bad / "events.jsonl").write_bytes(b"".join(_lines(recorded)[1:]))
-    done = run("verify", str(tmp_path / "b" / "sessions"), "--json", "--trust", str(trust), "--allow-unsigned")
+    done = in_process("verify", str(tmp_path / "b" / "sessions"), "--json", "--trust", str(trust), "--allow-unsigned")
     report = json.loads(done.stdout)
     assert done.returncode == 1 and report["sessions"] == 1 and report["findings"] == 1
     assert report["checks"][0]["findings"][0] == {
         "file": str(bad / "events.jsonl"), "line": 1,
         "problem": "1 line(s) removed before this line (its sequence number is 1, line 1 should hold 0)"}
-    assert run("verify", str(tmp_path / "none"), "--trust", str(trust)).returncode == 2
+    assert in_process("verify", str(tmp_path / "none"), "--trust", str(trust)).returncode == 2
     missing_trust = run("verify", str(good), "--trust", str(tmp_path / "no-trust.json"))
     assert missing_trust.returncode == 2 and "trust store missing" in missing_trust.stderr
-    assert run("sessions", str(tmp_path / "g" / "sessions"), "--since", "yesterday").returncode == 2
+    assert in_process("sessions", str(tmp_path / "g" / "sessions"), "--since", "yesterday").returncode == 2
 
 
 def test_summary_counts_what_happened(recorded: Path) -> None:

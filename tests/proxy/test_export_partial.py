@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import run_cli
 from tests.proxy.test_recovered_checkpoints import clear_row, events_of, gateway_run, only_session, rewrite
 from tests.proxy.test_seals import REPO, SiteFiles, export_events
 
@@ -54,6 +55,12 @@ def export(site: SiteFiles, folder: Path, out: Path, *extra: str) -> subprocess.
                           timeout=180)
 
 
+def export_in_process(site: SiteFiles, folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The same `audit export` through main(argv) in this process (no interpreter start); `export` above keeps a real
+    run for each exit code, 0 and 1."""
+    return run_cli("audit", "export", str(folder), "--site", str(site.root), "--out", str(out), *extra)
+
+
 def comment(video: Path) -> str:
     probe = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format_tags=comment", "-of", "json",
                             str(video)], capture_output=True, text=True, check=True)
@@ -69,7 +76,7 @@ def test_a_recovered_session_is_exported_stamped_partial_never_verified(site: Si
     assert "PARTIAL" in refused.stderr and "--allow-partial" in refused.stderr
 
     out = tmp_path / "case.mp4"
-    done = export(site, folder, out, "--allow-partial", "--json")
+    done = export_in_process(site, folder, out, "--allow-partial", "--json")
     assert done.returncode == 0 and out.is_file(), done.stderr
     summary = json.loads(done.stdout)
     assert summary["verified"] is False
@@ -83,7 +90,7 @@ def test_a_recovered_session_is_exported_stamped_partial_never_verified(site: Si
     assert f"partial: verified up to checkpoint at line {line}" in stamp and "the rest unverifiable" in stamp
     assert f"first {size} bytes" in stamp and "verified session" not in stamp
 
-    text = export(site, folder, tmp_path / "again.mp4", "--allow-partial")
+    text = export_in_process(site, folder, tmp_path / "again.mp4", "--allow-partial")
     assert text.returncode == 0 and "PARTIAL: partial: verified up to checkpoint" in text.stdout, text.stdout
     events = export_events(site)
     assert [(e["outcome"], e["verified"]) for e in events] == [("refused", False), ("partial", False),
@@ -94,7 +101,7 @@ def test_a_recovered_session_is_exported_stamped_partial_never_verified(site: Si
 @needs_ffmpeg
 def test_allow_partial_does_not_pass_a_log_rewritten_before_its_checkpoint(site: SiteFiles, tmp_path: Path) -> None:
     folder, _ = recover(site, drop=lambda event: event.get("event") == "key" and event.get("keysym") == 0x62)
-    done = export(site, folder, tmp_path / "case.mp4", "--allow-partial")
+    done = export_in_process(site, folder, tmp_path / "case.mp4", "--allow-partial")
     assert done.returncode == 1 and not (tmp_path / "case.mp4").exists(), done.stdout + done.stderr
     assert "does not verify" in done.stderr
 

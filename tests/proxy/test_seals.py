@@ -25,6 +25,7 @@ from proxy.recovery import seal_interrupted
 from proxy.tokens import TokenStore
 from safeshare.signing import SignatureError, SigningKey, TrustStore, ensure_key
 from tests.cdp import wait_for
+from tests.cli_inprocess import run_cli
 from tests.proxy.rfbtools import FakeVncServer
 from tests.proxy.test_gateway import running_gateway, ws_rfb_connect
 
@@ -180,6 +181,12 @@ def audit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
+def audit_in_process(*args: str) -> subprocess.CompletedProcess:
+    """`safeshare audit ARGS` through the same main(argv) in this process (no interpreter start per call); each
+    command keeps real runs here (`audit` above) for the process's exit codes, 0 and 1."""
+    return run_cli("audit", *args)
+
+
 # --- what an honest session looks like ----------------------------------------------------------------------------
 
 def test_sealed_sessions_are_signed_anchored_and_chained(recorded_site: SiteFiles) -> None:
@@ -232,7 +239,7 @@ def test_rewritten_log_without_keys_and_cut_text_fails(site: SiteFiles, how: str
     assert any(p.startswith("rewritten: this is not the line the gateway anchored") or "line(s) missing" in p
                for p in with_db)
     for extra in ([], ["--db", site.db]):
-        done = audit("verify", str(site.sessions), "--trust", str(site.trust_file), *extra)
+        done = audit_in_process("verify", str(site.sessions), "--trust", str(site.trust_file), *extra)
         assert done.returncode == 1 and f"FAILED   {folder.name}" in done.stdout, done.stdout
 
 
@@ -291,7 +298,7 @@ def test_missing_anchors_are_reported(site: SiteFiles) -> None:
     assert problems(checks, second.name) == ["anchor missing: the session ended but the gateways' session table "
                                              "holds no seal hash for it"]
     assert all(c.ok for c in site.check())  # without the database only the signature speaks: still genuine
-    done = audit("verify", str(site.sessions), "--trust", str(site.trust_file), "--db", site.db, "--json")
+    done = audit_in_process("verify", str(site.sessions), "--trust", str(site.trust_file), "--db", site.db, "--json")
     assert done.returncode == 1 and json.loads(done.stdout)["findings"] == 2
 
 
@@ -480,7 +487,7 @@ def test_export_verifies_first(site: SiteFiles, tmp_path: Path) -> None:
 
     blob = (first / "screen.rfbrec").read_bytes()
     (first / "screen.rfbrec").write_bytes(blob[:-100])  # a recording cut by 100 bytes
-    refused = audit("export", str(first), "--site", str(site.root), "--out", str(tmp_path / "cut.mp4"))
+    refused = audit_in_process("export", str(first), "--site", str(site.root), "--out", str(tmp_path / "cut.mp4"))
     assert refused.returncode == 1 and not (tmp_path / "cut.mp4").exists()
     assert f"truncated: {len(blob) - 100} of {len(blob)} bytes sealed" in refused.stderr
 
@@ -491,8 +498,8 @@ def test_export_verifies_first(site: SiteFiles, tmp_path: Path) -> None:
     assert refused.returncode == 1 and not (tmp_path / "altered.mp4").exists()
     assert "events.jsonl:6: altered: line 7 chains to a different line than this one" in refused.stderr
 
-    forced = audit("export", str(second), "--site", str(site.root), "--out", str(tmp_path / "forced.mp4"),
-                   "--force")
+    forced = audit_in_process("export", str(second), "--site", str(site.root), "--out", str(tmp_path / "forced.mp4"),
+                              "--force")
     assert forced.returncode == 0 and "UNVERIFIED" in forced.stdout, forced.stderr
     probe = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format_tags=comment", "-of", "json",
                             str(tmp_path / "forced.mp4")], capture_output=True, text=True, check=True)
@@ -557,7 +564,7 @@ def test_sessions_deleted_by_retention_are_not_missing(site: SiteFiles, monkeypa
     head = json.loads((first / "meta.json").read_text())["log_head"]
     shutil.rmtree(first)
     args = ("verify", str(site.sessions), "--trust", str(site.trust_file), "--db", site.db, "--json")
-    done = audit(*args)
+    done = audit_in_process(*args)
     assert done.returncode == 1
     assert {f["problem"] for c in json.loads(done.stdout)["checks"] for f in c["findings"]} == {
         "missing: the gateway's session table records this session"}

@@ -28,6 +28,20 @@ def safeshare(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comp
                           timeout=60, env={**clean, **(env or {})})
 
 
+def safeshare_in_process(monkeypatch: pytest.MonkeyPatch, *args: str, cwd: Path,
+                         env: dict | None = None) -> subprocess.CompletedProcess:
+    """`safeshare` above through the same main(argv) in this process: the same working folder and environment
+    (restored after the test), no interpreter start. Each test keeps real runs of `safeshare` for the exit code."""
+    from tests.cli_inprocess import run_cli
+
+    for name in ("SAFESHARE_DB", "SAFESHARE_SITE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(cwd)
+    return run_cli(*args)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     """A home laid out as `safeshare up` leaves it: trust.json, keys, HOME/db/safeshare.db with a token of ann."""
@@ -45,9 +59,14 @@ def home(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("where", [".", "sessions"])
 @pytest.mark.parametrize("command", [["token", "list"], ["token", "revoke", "--recipient", "ann"],
                                      ["token", "issue", "--recipient", "ben", "--upstream", "127.0.0.1:5901"]])
-def test_a_token_command_inside_a_site_makes_no_second_database(home: Path, where: str, command: list[str]) -> None:
+def test_a_token_command_inside_a_site_makes_no_second_database(home: Path, where: str, command: list[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`token list` in the site's folder runs a real process; the other five, the same main(argv) in process."""
     cwd = (home / where).resolve()
-    result = safeshare(*command, cwd=cwd)
+    if where == "." and command == ["token", "list"]:
+        result = safeshare(*command, cwd=cwd)
+    else:
+        result = safeshare_in_process(monkeypatch, *command, cwd=cwd)
     assert result.returncode == 2 and "Traceback" not in result.stderr, (result.stdout, result.stderr)
     assert str(cwd / "safeshare.db") in result.stderr and f"--site {home}" in result.stderr, result.stderr
     assert not (cwd / "safeshare.db").exists()
@@ -59,18 +78,20 @@ def test_a_token_command_inside_a_site_makes_no_second_database(home: Path, wher
         store.dispose()
 
 
-def test_site_and_safeshare_site_name_the_sites_database(home: Path, tmp_path: Path) -> None:
+def test_site_and_safeshare_site_name_the_sites_database(home: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     listed = safeshare("token", "list", "--json", "--site", str(home), cwd=elsewhere)
     assert listed.returncode == 0, listed.stderr
     assert '"recipient": "ann"' in listed.stdout
-    from_env = safeshare("token", "list", "--json", cwd=elsewhere, env={"SAFESHARE_SITE": str(home)})
+    from_env = safeshare_in_process(monkeypatch, "token", "list", "--json", cwd=elsewhere,
+                                    env={"SAFESHARE_SITE": str(home)})
     assert from_env.returncode == 0 and '"recipient": "ann"' in from_env.stdout, from_env.stderr
     inside = safeshare("token", "revoke", "--recipient", "ann", cwd=home, env={"SAFESHARE_SITE": str(home)})
     assert inside.returncode == 0 and "revoked 1" in inside.stdout, inside.stderr
     assert not (elsewhere / "safeshare.db").exists() and not (home / "safeshare.db").exists()
-    missing = safeshare("token", "list", "--site", str(tmp_path / "nosuch"), cwd=elsewhere)
+    missing = safeshare_in_process(monkeypatch, "token", "list", "--site", str(tmp_path / "nosuch"), cwd=elsewhere)
     assert missing.returncode == 2 and "no such site folder" in missing.stderr
     assert not (tmp_path / "nosuch").exists()
 
