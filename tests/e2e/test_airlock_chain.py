@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.cdp import Cdp, chromium, wait_for_js
+from tests.cli_inprocess import run_cli
 from tests.deploy.review_helpers import PASSWORD, write_password
 from tests.deploy.test_review_browser import review
 from tests.e2e.test_up import processes_mentioning
@@ -80,8 +81,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         ready = json.loads(line)
         password = write_password(root, PASSWORD)
         for name in CHECKERS:
-            done = safeshare("custodian", "person", "add", name, "--role", "checker", "--password-file",
-                             str(password), "--site", str(home))
+            done = run_cli("custodian", "person", "add", name, "--role", "checker", "--password-file",
+                           str(password), "--site", str(home))  # in process: the same main(argv), no interpreter
             assert done.returncode == 0, done.stderr
         yield Stack(root, home, ready)
     finally:
@@ -205,7 +206,7 @@ def chain(stack: Stack) -> Chain:
     (stack.root / "package.zip").write_bytes(result.package)
     result.verified = safeshare("verify-output", str(stack.root / "package.zip"), "--site", str(home), "--json")
     result.after = snapshot(home)
-    events = safeshare("custodian", "events", "--site", str(home), "--json")
+    events = run_cli("custodian", "events", "--site", str(home), "--json")
     assert events.returncode == 0, events.stderr
     result.events = json.loads(events.stdout)
     return result
