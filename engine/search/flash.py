@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import product
+from operator import getitem, neg
 
 import numpy as np
 
@@ -59,10 +60,11 @@ class Strategy:
         key = self._keys.get(node)
         if key is None:
             d = self.d
+            # the same sums, in the same order, as sum([...]) over the attributes (map only saves the list)
             rank = (sum(node) - self.lower_sum) / self.max_rank
-            precision = sum([relative[level] for relative, level in zip(self.relative, node)]) / d
-            lost = 1.0 - sum([share[level] for share, level in zip(self.distinct, node)]) / d
-            key = self._keys[node] = (rank, precision, lost, tuple([-level for level in node]))
+            precision = sum(map(getitem, self.relative, node)) / d
+            lost = 1.0 - sum(map(getitem, self.distinct, node)) / d
+            key = self._keys[node] = (rank, precision, lost, tuple(map(neg, node)))
         return key
 
 
@@ -97,6 +99,10 @@ class FlashSearch:
         self.not_anonymous = make_tags(lattice, upward=False, explicit=explicit)
         self.insufficient = make_tags(lattice, upward=True, explicit=explicit)
         self.strategy = Strategy(evaluator, lattice)
+        # Explicit tags whose array index is the level vector itself (every lower level 0): `classified` reads the
+        # two arrays directly instead of through two `in` calls (it runs tens of thousands of times per search).
+        self._flags = (self.anonymous.flags, self.not_anonymous.flags, self.insufficient.flags) \
+            if isinstance(self.anonymous, ExplicitTags) and not any(lattice.lower) else None
         self.class_bounds: dict[Node, float] = {}   # transformations fully evaluated -> bound from their classes
         self._successors: dict[Node, list[Node]] = {}
         self.pruned_by_bound = 0
@@ -104,12 +110,14 @@ class FlashSearch:
 
     # --- predictive properties ------------------------------------------------------------------------------------
     def classified(self, node: Node) -> bool:
+        if self._flags is not None:   # explicit tags indexed by the levels themselves: two array reads
+            return bool(self._flags[0][node] or self._flags[1][node])
         return node in self.anonymous or node in self.not_anonymous
 
     def insufficient_quality(self, node: Node) -> bool:
         if not self.prune_by_bound or self.incumbent.best is None:
             return False
-        if node in self.insufficient:
+        if (self._flags[2][node] if self._flags is not None else node in self.insufficient):
             return True
         if self.incumbent.rules_out(node, self.quality.bound(node)):
             self.insufficient.tag(node)
@@ -118,12 +126,18 @@ class FlashSearch:
         return False
 
     def skip(self, node: Node) -> bool:
-        return self.classified(node) or self.insufficient_quality(node)
+        flags = self._flags
+        if flags is not None and (flags[0][node] or flags[1][node]):
+            return True
+        return (flags is None and self.classified(node)) or self.insufficient_quality(node)
 
-    def successors(self, node: Node) -> list[Node]:
+    def successors(self, node: Node) -> list[tuple[tuple, Node]]:
+        """The direct generalizations of `node` in the strategy's order, each with its key (as the queue holds
+        them; keys are unique, so sorting the pairs is sorting by key)."""
         ordered = self._successors.get(node)
         if ordered is None:
-            ordered = self._successors[node] = sorted(self.lattice.successors(node), key=self.strategy.key)
+            key = self.strategy.key
+            ordered = self._successors[node] = sorted([(key(s), s) for s in self.lattice.successors(node)])
         return ordered
 
     # --- checks ---------------------------------------------------------------------------------------------------
@@ -157,9 +171,12 @@ class FlashSearch:
     def find_path(self, head: Node) -> list[Node]:
         path = [head]
         current = head
+        skip = self.skip
         while True:
-            step = next((s for s in self.successors(current) if not self.skip(s)), None)
-            if step is None:
+            for _, step in self.successors(current):
+                if not skip(step):
+                    break
+            else:
                 return path
             path.append(step)
             current = step
@@ -178,9 +195,9 @@ class FlashSearch:
                 lowest = node
                 high = mid - 1
             else:
-                for successor in self.successors(node):
-                    if not self.skip(successor):
-                        heapq.heappush(queue, (self.strategy.key(successor), successor))
+                for item in self.successors(node):
+                    if not self.skip(item[1]):
+                        heapq.heappush(queue, item)
                 low = mid + 1
         return lowest
 
