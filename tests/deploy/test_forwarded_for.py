@@ -48,7 +48,8 @@ def serving(site: Site, *args: str, env: dict | None = None) -> Iterator[str]:
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"custodian serve did not start: {proc.stderr.read().decode()}")
+                    proc.kill()  # still starting at the deadline: reading its stderr would wait for it forever
+                    raise AssertionError(f"custodian serve did not start: {proc.communicate()[1].decode()}")
                 time.sleep(0.1)
         yield base
     finally:
