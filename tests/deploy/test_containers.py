@@ -95,8 +95,8 @@ def compose(images: dict, tmp_path_factory: pytest.TempPathFactory):
                               timeout=timeout)
 
     run("down", "-v")
-    up = run("up", "-d")
     try:
+        up = run("up", "-d")  # inside: an `up` that times out still leaves nothing behind
         if up.returncode != 0:
             raise AssertionError(f"docker-compose up failed:\n{up.stderr[-2000:]}\n{run('ps').stdout}\n"
                                  f"{run('logs', '--no-color', '--tail', '30').stdout[-4000:]}")
