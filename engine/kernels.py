@@ -91,3 +91,24 @@ def threads_allowed() -> bool:
 
 def enabled() -> bool:
     return load() is not None
+
+
+def compiled_signatures() -> int:
+    """How many compiled signatures the engine's numba functions hold in this process: it grows when a call compiles
+    a kernel or loads it from numba's cache. `auto` uses it to tell a sampled check that paid such a one-time cost
+    (on a fresh clone several kernels compile at different checks: the roll-up at the first, the roll-up source at
+    a later one) from a check's own cost. Never imports numba."""
+    import sys
+
+    if "numba" not in sys.modules:
+        return 0
+    from numba.core.dispatcher import Dispatcher
+
+    count = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "engine" or name.startswith("engine.")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Dispatcher):
+                count += len(value.signatures)
+    return count

@@ -163,15 +163,19 @@ def _sample_nodes(lattice: Lattice) -> list[Node]:
 ONE_TIME_FACTOR = 20.0
 
 
-def typical_check_seconds(costs: Sequence[float]) -> float:
+def typical_check_seconds(costs: Sequence[float], compiled: Sequence[bool] | None = None) -> float:
     """The mean cost of the sampled checks, leaving out a check that paid a one-time cost: the first check of a
     process that runs the compiled path loads its kernels (0.3 s) or, on a machine that has not compiled them yet
     (a fresh clone, a new numba cache), compiles them (2 s and more). Counted as a check's cost, that once made ADULT
     k = 5 look like 2,300 s of optimal search and sent `auto` to the genetic algorithm for the whole 600 s limit.
-    A check ONE_TIME_FACTOR times dearer than the median of the sample is such a cost; the checks' own spread
-    (bottom, top and between) stays well inside it."""
-    median = float(np.median(costs))
-    typical = [cost for cost in costs if cost <= ONE_TIME_FACTOR * median] or list(costs)
+    A check during which a kernel was compiled or loaded (`compiled`, from kernels.compiled_signatures) is such a
+    cost, and so is a check ONE_TIME_FACTOR times dearer than the median of the others; the checks' own spread
+    (bottom, top and between) stays well inside it. Several checks can compile (each kernel on its first use), which
+    is why the median alone cannot tell them."""
+    flags = list(compiled) if compiled is not None else [False] * len(costs)
+    steady = [cost for cost, flag in zip(costs, flags) if not flag] or list(costs)
+    median = float(np.median(steady))
+    typical = [cost for cost in steady if cost <= ONE_TIME_FACTOR * median] or steady
     return float(np.mean(typical))
 
 
@@ -186,15 +190,17 @@ def auto_choice(context: SearchContext, configuration: PrivacyConfiguration, qua
     optimal = choose_algorithm(configuration, quality, lattice.size)
     if time_limit is None:
         return optimal, {"requested": "auto", "optimal_algorithm": optimal, "reason": "no time limit"}
-    costs = []
+    costs, compiled = [], []
     for node in _sample_nodes(lattice):
+        signatures = kernels.compiled_signatures()
         started = time.perf_counter()
         evaluation = context.evaluator.evaluate(node)
         costs.append(time.perf_counter() - started)
+        compiled.append(kernels.compiled_signatures() != signatures)
         context.progress.update(1)
         context.incumbent.offer(evaluation)
         context.evaluated[node] = evaluation
-    per_check = typical_check_seconds(costs)
+    per_check = typical_check_seconds(costs, compiled)
     expected = lattice.size * EXPECTED_SHARE[optimal] * per_check
     details = {"requested": "auto", "optimal_algorithm": optimal, "seconds_per_check": round(per_check, 6),
                "estimated_optimal_seconds": float(f"{expected:.4g}"), "time_limit_seconds": time_limit}
