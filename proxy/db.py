@@ -14,6 +14,8 @@ was created are added by `make_engine` (`_add_missing_columns`), so an existing 
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -101,13 +103,42 @@ class GatewaySession(Base):
     previous_session: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
+WAL_SWITCH_SECONDS = 10.0
+
+
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
-    # WAL: the gateway polls for revocations while the `safeshare token` command writes, without blocking each other.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
+    try:
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # WAL: the gateway polls for revocations while the `safeshare token` command writes, without blocking each other.
+        _switch_to_wal(cursor)
+    finally:
+        cursor.close()
+
+
+def _switch_to_wal(cursor, deadline_seconds: float = WAL_SWITCH_SECONDS) -> None:
+    """`PRAGMA journal_mode=WAL`, retried while another connection holds the file.
+
+    WAL is a property of the file, so only the first connection to a new database really switches it, and that needs
+    the file to itself: SQLite answers "database is locked" at once, without waiting in the busy handler, when another
+    process opens the same new file at that moment. CI saw it with four processes opening a new site's stores
+    together (`safeshare up` starts the custodian service beside the intake the same way). A file already in WAL is
+    left alone; one still locked after the deadline raises the error as before."""
+    (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
+    if str(mode).lower() == "wal":
+        return
+    give_up = time.monotonic() + deadline_seconds
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= give_up:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def make_engine(url: str | None = None) -> Engine:
