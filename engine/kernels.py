@@ -97,18 +97,33 @@ def compiled_signatures() -> int:
     """How many compiled signatures the engine's numba functions hold in this process: it grows when a call compiles
     a kernel or loads it from numba's cache. `auto` uses it to tell a sampled check that paid such a one-time cost
     (on a fresh clone several kernels compile at different checks: the roll-up at the first, the roll-up source at
-    a later one) from a check's own cost. Never imports numba."""
+    a later one) from a check's own cost. Never imports numba.
+
+    Called twice per sampled check, so the scan is remembered: the engine's modules are listed again only when
+    sys.modules changes size, and a module's numba functions only when its namespace does (a function added to a
+    module later is found, as the test of this counter does); what is summed each call is the signatures of the
+    functions found."""
     import sys
 
     if "numba" not in sys.modules:
         return 0
     from numba.core.dispatcher import Dispatcher
 
+    global _scanned_modules
+    if _scanned_modules is None or _scanned_modules[0] != len(sys.modules):
+        engine_modules = [module for name, module in list(sys.modules.items())
+                          if module is not None and (name == "engine" or name.startswith("engine."))]
+        _scanned_modules = (len(sys.modules), {id(module): [module, -1, []] for module in engine_modules})
     count = 0
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == "engine" or name.startswith("engine.")):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, Dispatcher):
-                count += len(value.signatures)
+    for entry in _scanned_modules[1].values():
+        namespace = vars(entry[0])
+        if len(namespace) != entry[1]:
+            entry[1] = len(namespace)
+            entry[2] = [value for value in list(namespace.values()) if isinstance(value, Dispatcher)]
+        for dispatcher in entry[2]:
+            count += len(dispatcher.signatures)
     return count
+
+
+# (len(sys.modules) when scanned, {id: [engine module, size of its namespace when scanned, its numba functions]})
+_scanned_modules: tuple[int, dict] | None = None
