@@ -15,9 +15,36 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._hash_numba import new_table, probe, table_bits
+
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing, as engine._kernels_numba
+
+@numba.njit(inline="always", nogil=True)
+def _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u):
+    """Joint class j, of quasi-identifier key k, joins its class (a new one, numbered u, if the key is new); returns
+    the number of classes."""
+    h = probe(table, k, bits)
+    if table[2 * h] == k:
+        c = table[2 * h + 1]
+        inverse[j] = c
+        sizes[c] += joint_sizes[j]
+        return u
+    table[2 * h] = k
+    table[2 * h + 1] = u
+    inverse[j] = u
+    sizes[u] = joint_sizes[j]
+    member[u] = j
+    return u + 1
+
+
+@numba.njit(inline="always", nogil=True)
+def _class_codes(joint_codes, member, attributes, u):
+    codes = np.empty((attributes, u), joint_codes.dtype)
+    for i in range(attributes):
+        for t in range(u):
+            codes[i, t] = joint_codes[i, member[t]]
+    return codes
 
 
 @_jit
@@ -27,12 +54,8 @@ def project(joint_codes, joint_sizes, attributes, places):
     joint codes' dtype, their sizes (int64) and the class of every joint class (int64), classes numbered in order
     of first appearance (engine.distributions.project)."""
     m = joint_codes.shape[1]
-    bits = 4
-    while (1 << bits) < 2 * m:
-        bits += 1
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    table = np.full(2 << bits, -1, np.int64)
+    bits = table_bits(m)
+    table = new_table(bits)
     inverse = np.empty(m, np.int64)
     sizes = np.zeros(m, np.int64)
     member = np.empty(m, np.int64)
@@ -41,28 +64,8 @@ def project(joint_codes, joint_sizes, attributes, places):
         k = np.int64(0)
         for i in range(attributes):
             k += np.int64(joint_codes[i, j]) * places[i]
-        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
-        while True:
-            stored = table[2 * h]
-            if stored == k:
-                c = table[2 * h + 1]
-                inverse[j] = c
-                sizes[c] += joint_sizes[j]
-                break
-            if stored < 0:
-                table[2 * h] = k
-                table[2 * h + 1] = u
-                inverse[j] = u
-                sizes[u] = joint_sizes[j]
-                member[u] = j
-                u += 1
-                break
-            h = (h + 1) & mask
-    codes = np.empty((attributes, u), joint_codes.dtype)
-    for i in range(attributes):
-        for t in range(u):
-            codes[i, t] = joint_codes[i, member[t]]
-    return codes, sizes[:u].copy(), inverse
+        u = _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u)
+    return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
 
 
 @_jit
@@ -116,37 +119,12 @@ def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
     places, so the quasi-identifier key is joint_key // span (span: the product of the sensitive rows' level-0
     cardinalities), one read per joint class instead of one per attribute. Same result as `project`."""
     m = joint_codes.shape[1]
-    bits = 4
-    while (1 << bits) < 2 * m:
-        bits += 1
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    table = np.full(2 << bits, -1, np.int64)
+    bits = table_bits(m)
+    table = new_table(bits)
     inverse = np.empty(m, np.int64)
     sizes = np.zeros(m, np.int64)
     member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
-        k = joint_key[j] // span
-        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
-        while True:
-            stored = table[2 * h]
-            if stored == k:
-                c = table[2 * h + 1]
-                inverse[j] = c
-                sizes[c] += joint_sizes[j]
-                break
-            if stored < 0:
-                table[2 * h] = k
-                table[2 * h + 1] = u
-                inverse[j] = u
-                sizes[u] = joint_sizes[j]
-                member[u] = j
-                u += 1
-                break
-            h = (h + 1) & mask
-    codes = np.empty((attributes, u), joint_codes.dtype)
-    for i in range(attributes):
-        for t in range(u):
-            codes[i, t] = joint_codes[i, member[t]]
-    return codes, sizes[:u].copy(), inverse
+        u = _add(table, bits, joint_key[j] // span, j, joint_sizes, inverse, sizes, member, u)
+    return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
