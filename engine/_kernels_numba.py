@@ -161,3 +161,50 @@ def best_source(levels, counts, n, node):
             best = r
             fewest = count
     return best
+
+
+
+@_jit
+def group_rows(rows, places):
+    """Classes of the records: rows (d, n) are the level-0 codes, places the fixed radix. Returns the classes' codes
+    (d, u) int32, sizes (records per class) and keys, classes in order of first appearance (as engine.grouping.group
+    with unit weights, whose codes, sizes and order these equal)."""
+    d, n = rows.shape
+    keys = np.zeros(n, np.int64)
+    for i in range(d):
+        row = rows[i]
+        place = places[i]
+        for j in range(n):
+            keys[j] += np.int64(row[j]) * place
+    bits = _capacity(n)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.full(2 << bits, -1, np.int64)
+    new_keys = np.empty(n, np.int64)
+    new_sizes = np.empty(n, np.int64)
+    member = np.empty(n, np.int64)
+    u = 0
+    for j in range(n):
+        k = keys[j]
+        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
+        while True:
+            stored = table[2 * h]
+            if stored == k:
+                new_sizes[table[2 * h + 1]] += 1
+                break
+            if stored < 0:
+                table[2 * h] = k
+                table[2 * h + 1] = u
+                new_keys[u] = k
+                new_sizes[u] = 1
+                member[u] = j
+                u += 1
+                break
+            h = (h + 1) & mask
+    codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = rows[i]
+        out = codes[i]
+        for t in range(u):
+            out[t] = row[member[t]]
+    return codes, new_sizes[:u].copy(), new_keys[:u].copy()
