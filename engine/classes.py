@@ -154,7 +154,9 @@ class ClassCache:
             return new_codes, new_sizes
         source, codes, sizes, key = self._source(node, hint)
         if self.kernels is not None:
-            new_codes, new_sizes, new_key = self._roll_up_compiled(codes, sizes, key, source, node)
+            changed, where = self._changes(source, node)
+            new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where, self._flat[0],
+                                                                    self.radix, 0)
             self._store(node, new_codes, new_sizes, new_key)
             return new_codes, new_sizes
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
@@ -170,6 +172,12 @@ class ClassCache:
         """The cached specialization to roll `node` up from, with the fewest classes: the hint (what the search came
         from), then the direct specializations, else the base classes. Returns (levels, codes, sizes, key)."""
         source, codes, sizes, key = self.base
+        if hint is not None and self.kernels is not None:
+            # The compiled path's hint is already the remembered specialization with the fewest classes
+            # (engine.search.evaluator): taken as it is when cached; the classes are the same from any source.
+            entry = self._cache.get(hint)
+            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(hint, node)):
+                return hint, entry[0], entry[1], entry[2]
         candidates = [hint] if hint is not None else []
         candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
         for candidate in candidates:
@@ -191,13 +199,11 @@ class ClassCache:
         if node in self._cache or node in self._pending:
             return
         source, codes, sizes, key = self._source(node, hint)
-        flat, starts = self._flat_maps()
-        changed = [i for i, (lo, hi) in enumerate(zip(source, node)) if lo != hi]
-        where = np.array([starts[(i, source[i], node[i])] for i in changed], dtype=np.int64)
+        changed, where = self._changes(source, node)
         while len(self._pending) >= PREFETCH_PENDING:
             self._pending.pop(next(iter(self._pending)))
-        self._pending[node] = self._worker.submit(self._roll_up_job, codes, sizes, key,
-                                                  np.array(changed, dtype=np.int64), where, flat)
+        self._pending[node] = self._worker.submit(self._roll_up_job, codes, sizes, key, changed, where,
+                                                  self._flat[0])
 
     def _roll_up_job(self, codes, sizes, key, changed, where, flat):
         new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
@@ -209,6 +215,19 @@ class ClassCache:
         if self._worker is not None:
             self._worker.shutdown(wait=True, cancel_futures=True)
             self._worker = None
+
+    def _changes(self, source: tuple[int, ...], node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The attributes whose level differs between `source` and `node`, and where the code map of each starts in
+        the flat maps (`_flat_maps`): the compiled roll-up's arguments, in one pass over the levels."""
+        if self._flat is None:
+            self._flat_maps()
+        starts = self._starts
+        changed, where = [], []
+        for i, (lo, hi) in enumerate(zip(source, node)):
+            if lo != hi:
+                changed.append(i)
+                where.append(starts[i][lo][hi])
+        return np.array(changed, dtype=np.int64), np.array(where, dtype=np.int64)
 
     def _flat_maps(self) -> tuple[np.ndarray, dict[tuple[int, int, int], int]]:
         """Every code map (attribute, from level, to level) in one int64 array, and where each starts: the compiled
@@ -224,17 +243,10 @@ class ClassCache:
                         position += mapping.size
             flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
             self._flat = (flat, starts)
+            # the same starts as nested lists, [attribute][from level][to level] (-1 where there is no map)
+            self._starts = [[[starts.get((i, lo, hi), -1) for hi in range(len(cards))] for lo in range(len(cards))]
+                            for i, cards in enumerate(self.cards)]
         return self._flat
-
-    def _roll_up_compiled(self, codes: np.ndarray, sizes: np.ndarray, key: np.ndarray, source: tuple[int, ...],
-                          node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`roll_up_keyed` in one compiled pass (engine.kernels): the same classes, in the same order."""
-        flat, starts = self._flat_maps()
-        changed = [i for i, (lo, hi) in enumerate(zip(source, node)) if lo != hi]
-        where = np.array([starts[(i, source[i], node[i])] for i in changed], dtype=np.int64)
-        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, np.array(changed, dtype=np.int64),
-                                                                where, flat, self.radix, 0)
-        return new_codes, new_sizes, new_key
 
     @staticmethod
     def _size(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> int:
