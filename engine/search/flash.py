@@ -25,8 +25,10 @@ bound cannot beat it is tagged "insufficient quality" with all its generalizatio
 from __future__ import annotations
 
 import heapq
+import sys
+from functools import reduce
 from itertools import product
-from operator import getitem, neg
+from operator import add, getitem, neg
 
 import numpy as np
 
@@ -41,8 +43,19 @@ from .tags import ExplicitTags, make_tags
 Node = tuple[int, ...]
 
 
+# Floats added one after the other from 0, as the ranks' numpy loop adds them: Python's sum up to 3.11; from 3.12
+# sum adds floats with compensation, so an explicit left fold.
+_float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, values, 0))
+RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
+
+
 class Strategy:
-    """ARX's FLASHStrategy as a sort key, plus the negated level vector to break ties."""
+    """ARX's FLASHStrategy as a sort key, plus the negated level vector to break ties.
+
+    On a lattice of at most RANK_LIMIT transformations whose lower levels are all 0 (every Flash lattice of the
+    benchmarks), the key of every transformation is computed once with numpy, in the same floating-point operations
+    in the same order, and the keys' order is stored as one integer rank per transformation: `key` is then an array
+    read, and comparing ranks is comparing the keys (they are unique, the level vector breaks ties)."""
 
     def __init__(self, evaluator: Evaluator, lattice: Lattice) -> None:
         attributes = evaluator.table.attributes
@@ -55,15 +68,46 @@ class Strategy:
         self.relative = [[level / top for level in range(a.levels)] for a, top in zip(attributes, self.tops)]
         self.d = len(attributes)
         self._keys: dict[Node, tuple] = {}
+        self.ranks = self._ranks(lattice) if not any(lattice.lower) and lattice.size <= RANK_LIMIT else None
+        if self.ranks is not None:
+            self.key = self._rank_key
+
+    def _ranks(self, lattice: Lattice) -> np.ndarray:
+        """Every transformation's position in the order of `tuple_key` (int64, indexed by the level vector)."""
+        shape = tuple(hi + 1 for hi in lattice.upper)
+        grid = np.indices(shape).reshape(len(shape), -1)
+        # The same operations as `tuple_key`: its float sums start from 0 and add left to right, as the loops here
+        # do (0 + x == x exactly). Its first component, (sum of levels - lower sum) / max rank, orders as the sum of
+        # levels itself (distinct small integers divided by one positive integer stay distinct and in order).
+        precision = np.zeros(grid.shape[1])
+        distinct = np.zeros(grid.shape[1])
+        for i in range(len(shape)):
+            precision = precision + np.asarray(self.relative[i], dtype=np.float64)[grid[i]]
+            distinct = distinct + np.asarray(self.distinct[i], dtype=np.float64)[grid[i]]
+        precision = precision / self.d
+        lost = 1.0 - distinct / self.d
+        # The negated level vector, compared first attribute first, orders as the flat (C-order) index descending.
+        # lexsort compares its last key first.
+        flat = np.arange(grid.shape[1] - 1, -1, -1, dtype=np.int64)
+        order = np.lexsort((flat, lost, precision, grid.sum(axis=0)))
+        ranks = np.empty(order.size, dtype=np.int64)
+        ranks[order] = np.arange(order.size, dtype=np.int64)
+        return ranks.reshape(shape)
+
+    def _rank_key(self, node: Node) -> int:
+        return int(self.ranks[node])
 
     def key(self, node: Node) -> tuple:
+        return self.tuple_key(node)
+
+    def tuple_key(self, node: Node) -> tuple:
         key = self._keys.get(node)
         if key is None:
             d = self.d
-            # the same sums, in the same order, as sum([...]) over the attributes (map only saves the list)
+            # float sums added left to right from 0 (Python 3.11's sum; from 3.12 sum compensates, so reduce)
             rank = (sum(node) - self.lower_sum) / self.max_rank
-            precision = sum(map(getitem, self.relative, node)) / d
-            lost = 1.0 - sum(map(getitem, self.distinct, node)) / d
+            precision = _float_sum(map(getitem, self.relative, node)) / d
+            lost = 1.0 - _float_sum(map(getitem, self.distinct, node)) / d
             key = self._keys[node] = (rank, precision, lost, tuple(map(neg, node)))
         return key
 
@@ -137,7 +181,11 @@ class FlashSearch:
         ordered = self._successors.get(node)
         if ordered is None:
             key = self.strategy.key
-            ordered = self._successors[node] = sorted([(key(s), s) for s in self.lattice.successors(node)])
+            upper = self.lattice.upper
+            # lattice.successors, inline (the order does not matter: they are sorted by their unique keys)
+            ordered = self._successors[node] = sorted([
+                (key(s), s) for s in [node[:i] + (level + 1,) + node[i + 1:]
+                                      for i, level in enumerate(node) if level < upper[i]]])
         return ordered
 
     # --- checks ---------------------------------------------------------------------------------------------------

@@ -24,9 +24,14 @@ class ExplicitTags:
         self.upward = upward
         self.flags = np.zeros([hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)], dtype=bool)
         self._shifted = any(lattice.lower)   # with every lower level 0 a transformation is its own index
+        # The slices of a tag per level, made once (a search tags hundreds of times): level -> level: or :level + 1
+        height = max((hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)), default=1)
+        self._slices = [slice(level, None) if upward else slice(0, level + 1) for level in range(height)]
 
     def tag(self, node: Node) -> None:
-        if self.upward:
+        if not self._shifted:
+            self.flags[tuple(map(self._slices.__getitem__, node))] = True
+        elif self.upward:
             self.flags[tuple(slice(level - lo, None) for level, lo in zip(node, self.lower))] = True
         else:
             self.flags[tuple(slice(0, level - lo + 1) for level, lo in zip(node, self.lower))] = True
