@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._hash_numba import new_table, probe, table_bits
+from ._hash_numba import grow, new_table, probe, table_bits
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -23,7 +23,7 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 @numba.njit(inline="always", nogil=True)
 def _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u):
     """Joint class j, of quasi-identifier key k, joins its class (a new one, numbered u, if the key is new); returns
-    the number of classes."""
+    the number of classes. The caller grows the table (`_roomy`) after each call."""
     h = probe(table, k, bits)
     if table[2 * h] == k:
         c = table[2 * h + 1]
@@ -36,6 +36,15 @@ def _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u):
     sizes[u] = joint_sizes[j]
     member[u] = j
     return u + 1
+
+
+@numba.njit(inline="always", nogil=True)
+def _roomy(table, bits, u):
+    """The table and its bits, doubled once u keys fill half of it. Why start small: the projection's classes are
+    typically a third of its joint classes, and a table that stays in the core's cache probes faster."""
+    if 2 * u > (1 << bits):
+        return grow(table, bits), bits + 1
+    return table, bits
 
 
 @numba.njit(inline="always", nogil=True)
@@ -54,7 +63,7 @@ def project(joint_codes, joint_sizes, attributes, places):
     joint codes' dtype, their sizes (int64) and the class of every joint class (int64), classes numbered in order
     of first appearance (engine.distributions.project)."""
     m = joint_codes.shape[1]
-    bits = table_bits(m)
+    bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
     table = new_table(bits)
     inverse = np.empty(m, np.int64)
     sizes = np.zeros(m, np.int64)
@@ -65,6 +74,7 @@ def project(joint_codes, joint_sizes, attributes, places):
         for i in range(attributes):
             k += np.int64(joint_codes[i, j]) * places[i]
         u = _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u)
+        table, bits = _roomy(table, bits, u)
     return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
 
 
@@ -119,7 +129,7 @@ def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
     places, so the quasi-identifier key is joint_key // span (span: the product of the sensitive rows' level-0
     cardinalities), one read per joint class instead of one per attribute. Same result as `project`."""
     m = joint_codes.shape[1]
-    bits = table_bits(m)
+    bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
     table = new_table(bits)
     inverse = np.empty(m, np.int64)
     sizes = np.zeros(m, np.int64)
@@ -127,4 +137,44 @@ def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
     u = 0
     for j in range(m):
         u = _add(table, bits, joint_key[j] // span, j, joint_sizes, inverse, sizes, member, u)
+        table, bits = _roomy(table, bits, u)
     return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
+
+
+
+DENSE_CELLS_PER_JOINT_CLASS = 16   # a dense histogram is built while values x classes <= 16 x joint classes + 4096
+
+
+@_jit
+def project_dense(joint_codes, joint_sizes, joint_key, attributes, span):
+    """`project_keyed` for a table with one sensitive attribute, and the per-class histogram as a dense
+    (values, classes) int64 matrix: the sensitive row holds the radix's lowest place, so a joint class's value is
+    joint_key % span and its quasi-identifier key joint_key // span (one division gives both).
+
+    Why dense, value-major: the decisions add up each class's terms in value order (the reference's order of
+    floating-point sums); walking the matrix row by row (value by value) keeps that order for every class at once,
+    with no sort and with the classes' independent sums side by side (vectorized), where the sparse histogram needs
+    two counting sorts of the joint classes and one dependent chain of additions. It is built only while small
+    (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes + 4096); otherwise the matrix returned has no
+    columns and the sparse `histogram` serves."""
+    m = joint_codes.shape[1]
+    bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
+    table = new_table(bits)
+    inverse = np.empty(m, np.int64)
+    sizes = np.zeros(m, np.int64)
+    member = np.empty(m, np.int64)
+    value = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        key = joint_key[j]
+        k = key // span
+        value[j] = key - k * span
+        u = _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u)
+        table, bits = _roomy(table, bits, u)
+    codes = _class_codes(joint_codes, member, attributes, u)
+    if u * span > DENSE_CELLS_PER_JOINT_CLASS * m + 4096:
+        return codes, sizes[:u].copy(), inverse, np.zeros((span, 0), np.int64)
+    dense = np.zeros((span, u), np.int64)
+    for j in range(m):
+        dense[value[j], inverse[j]] += joint_sizes[j]
+    return codes, sizes[:u].copy(), inverse, dense

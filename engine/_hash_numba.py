@@ -36,6 +36,20 @@ def new_table(bits):
     return np.full(2 << bits, -1, np.int64)
 
 
+@numba.njit(cache=True, nogil=True)
+def grow(table, bits):
+    """The same entries in a table of twice the slots (2^(bits + 1)): a kernel that starts small, for cache
+    locality, grows its table once it is half full."""
+    larger = new_table(bits + 1)
+    for slot in range(1 << bits):
+        key = table[2 * slot]
+        if key >= 0:
+            target = probe(larger, key, bits + 1)
+            larger[2 * target] = key
+            larger[2 * target + 1] = table[2 * slot + 1]
+    return larger
+
+
 @numba.njit(inline="always", nogil=True)
 def probe(table, key, bits):
     """The slot holding `key`, or the empty slot where it goes (table[2 * slot] < 0): linear probing from the key's

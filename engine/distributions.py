@@ -59,12 +59,15 @@ class ClassView:
     sizes: np.ndarray
     sensitive: tuple = ()                          # EncodedSensitive, in table order
     joint_class: np.ndarray | None = None          # (joint,) QI class of every joint class
-    joint_values: np.ndarray | None = None         # (sensitive, joint) value codes
+    joint_values: np.ndarray | None = None         # (sensitive, joint) value codes (int64 on the reference path)
     joint_sizes: np.ndarray | None = None          # (joint,)
     population: Callable[["ClassView"], "PopulationCounts"] | None = None
     # engine._distribution_numba when the view was built on the compiled path (project(..., places=...)): its
     # histograms are built compiled, and the distribution-based models decide compiled (engine.privacy).
     kernels: object = None
+    # On the compiled path with one sensitive attribute: its counts per (value, class), built with the projection
+    # when small (engine._distribution_numba.project_dense); the models then decide on it, skipping the sparse sort.
+    dense: np.ndarray | None = None
     _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
     _population: "PopulationCounts | None" = None
 
@@ -75,6 +78,12 @@ class ClassView:
     @property
     def sensitive_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.sensitive)
+
+    def dense_counts(self, name: str) -> np.ndarray | None:
+        """The dense (values, classes) counts of sensitive attribute `name`, when the view holds them."""
+        if self.dense is None or self.sensitive[0].name != name:
+            return None
+        return self.dense
 
     def sensitive_attribute(self, name: str):
         for attribute in self.sensitive:
@@ -91,7 +100,8 @@ class ClassView:
         row = self.sensitive_names.index(name)
         card = self.sensitive[row].cardinality
         if self.kernels is not None:
-            result = SparseDistribution(*self.kernels.histogram(self.joint_class, self.joint_values[row],
+            values = self.joint_values[row].astype(np.int64)
+            result = SparseDistribution(*self.kernels.histogram(self.joint_class, values,
                                                                 self.joint_sizes, self.class_count, card),
                                         self.class_count)
             self._distributions[name] = result
@@ -140,14 +150,22 @@ def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, c
     if places is not None:
         from . import _distribution_numba as compiled
 
-        if joint_key is not None:
+        dense = None
+        if joint_key is not None and len(sensitive) == 1:
+            # One sensitive row, the radix's lowest place: quotient and remainder are the class and the value.
+            codes, sizes, inverse, dense = compiled.project_dense(joint_codes, joint_sizes, joint_key, attributes,
+                                                                  int(places[attributes - 1]))
+            if dense.shape[1] != sizes.size:
+                dense = None   # too large to be worth it: the sparse histogram serves
+        elif joint_key is not None:
             # The sensitive rows hold the radix's lowest places: the quasi-identifier key is the quotient.
             codes, sizes, inverse = compiled.project_keyed(joint_codes, joint_sizes, joint_key, attributes,
                                                            int(places[attributes - 1]))
         else:
             codes, sizes, inverse = compiled.project(joint_codes, joint_sizes, attributes, places)
-        return ClassView(codes, sizes, tuple(sensitive), inverse, joint_codes[attributes:].astype(np.int64),
-                         joint_sizes, kernels=compiled)
+        # The value rows stay a view of the joint codes: only a sparse histogram reads them (as int64).
+        return ClassView(codes, sizes, tuple(sensitive), inverse, joint_codes[attributes:], joint_sizes,
+                         kernels=compiled, dense=dense)
     qi = joint_codes[:attributes]
     key = combined_key(qi, cardinalities)
     inverse, uniques = pd.factorize(key, sort=False)

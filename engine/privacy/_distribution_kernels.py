@@ -70,15 +70,21 @@ def l_diversity(classes, counts, class_count, variant, minimal, threshold, c, ta
     start = 0
     for k in range(class_count):
         stop = start + seen[k]
-        buffer = np.sort(counts[start:stop])[::-1]
-        largest = np.float64(buffer[0]) if buffer.size > 0 else 0.0
-        tail = 0.0
-        for r in range(minimal - 1 if minimal > 1 else 0, buffer.size):
-            tail += np.float64(buffer[r])
-        statistic[k] = tail * c - largest
-        violating[k] = seen[k] < minimal or not (largest < tail * c)
+        statistic[k], violating[k] = _recursive_class(counts[start:stop], minimal, c)
         start = stop
     return statistic, violating
+
+
+@numba.njit(inline="always", nogil=True)
+def _recursive_class(class_counts, minimal, c):
+    """Recursive (c,l)-diversity of one class from its counts (any order): c x the tail minus the largest count,
+    and the violation. The tail's floats are integers, so its sum is exact in any order."""
+    buffer = np.sort(class_counts)[::-1]
+    largest = np.float64(buffer[0]) if buffer.size > 0 else 0.0
+    tail = 0.0
+    for r in range(minimal - 1 if minimal > 1 else 0, buffer.size):
+        tail += np.float64(buffer[r])
+    return tail * c - largest, buffer.size < minimal or not (largest < tail * c)
 
 
 @_jit
@@ -137,18 +143,8 @@ def t_closeness_hierarchical(classes, values, counts, sizes, table_counts, paren
     it exceeds t. Level L's parent map (children of level L-1 to nodes of level L) is parents[starts[L-1]:...], with
     widths[L] nodes at level L (widths[0]: the values)."""
     class_count = sizes.size
-    m = table_counts.size
-    height = starts.size
-    table_size = 0.0
-    for i in range(m):
-        table_size += table_counts[i]
-    widest = 0
-    for w in widths:
-        widest = max(widest, w)
-    dense = np.zeros(m, np.float64)
-    extra = np.empty(widest, np.float64)
-    positive = np.empty(widest, np.float64)
-    negative = np.empty(widest, np.float64)
+    table_size, extra, positive, negative = _hierarchy_scratch(table_counts, widths)
+    dense = np.zeros(table_counts.size, np.float64)
     distance = np.empty(class_count, np.float64)
     violating = np.empty(class_count, np.bool_)
     e = 0
@@ -158,32 +154,176 @@ def t_closeness_hierarchical(classes, values, counts, sizes, table_counts, paren
         while e < classes.size and classes[e] == k:
             dense[values[e]] = np.float64(counts[e])
             e += 1
-        for i in range(m):
-            extra[i] = table_counts[i] * size - dense[i] * table_size
-        cost = 0.0
-        for level in range(1, height + 1):
-            below = widths[level - 1]
-            nodes = widths[level]
-            for x in range(nodes):
-                positive[x] = 0.0
-                negative[x] = 0.0
-            base = starts[level - 1]
-            for x in range(below):
-                parent = parents[base + x]
-                value = extra[x]
-                if value > 0.0:
-                    positive[parent] += value
-                elif value < 0.0:
-                    negative[parent] -= value
-            lesser = 0.0
-            for x in range(nodes):
-                lesser += min(positive[x], negative[x])
-            cost += (level / np.float64(height)) * lesser
-            for x in range(nodes):
-                extra[x] = positive[x] - negative[x]
-        d = cost / (table_size * size)
+        d = _hierarchical_class(dense, size, table_counts, table_size, parents, starts, widths, extra, positive,
+                                negative)
         distance[k] = d
         violating[k] = not (d <= t)
         for r in range(begin, e):
             dense[values[r]] = 0.0
+    return distance, violating
+
+
+@numba.njit(inline="always", nogil=True)
+def _hierarchy_scratch(table_counts, widths):
+    """The table's size (a float sum of integers, exact) and the three scratch rows of `_hierarchical_class`."""
+    table_size = 0.0
+    for i in range(table_counts.size):
+        table_size += table_counts[i]
+    widest = 0
+    for w in widths:
+        widest = max(widest, w)
+    return (table_size, np.empty(widest, np.float64), np.empty(widest, np.float64),
+            np.empty(widest, np.float64))
+
+
+@numba.njit(inline="always", nogil=True)
+def _hierarchical_class(dense, size, table_counts, table_size, parents, starts, widths, extra, positive, negative):
+    """The hierarchical distance of one class from its counts per value (`dense`, floats); `extra`, `positive` and
+    `negative` are scratch rows as wide as the widest level."""
+    m = table_counts.size
+    height = starts.size
+    for i in range(m):
+        extra[i] = table_counts[i] * size - dense[i] * table_size
+    cost = 0.0
+    for level in range(1, height + 1):
+        below = widths[level - 1]
+        nodes = widths[level]
+        for x in range(nodes):
+            positive[x] = 0.0
+            negative[x] = 0.0
+        base = starts[level - 1]
+        for x in range(below):
+            parent = parents[base + x]
+            value = extra[x]
+            if value > 0.0:
+                positive[parent] += value
+            elif value < 0.0:
+                negative[parent] -= value
+        lesser = 0.0
+        for x in range(nodes):
+            lesser += min(positive[x], negative[x])
+        cost += (level / np.float64(height)) * lesser
+        for x in range(nodes):
+            extra[x] = positive[x] - negative[x]
+    return cost / (table_size * size)
+
+
+# --- the same decisions on a dense histogram ------------------------------------------------------------------------
+# engine._distribution_numba.project_dense gives one sensitive attribute's counts as a (values, classes) matrix. Row
+# by row (value by value), every class's terms are added in value order, the order of the sparse entries, so each
+# class's sums are the reference's to the last bit: a zero count adds +0.0 (0 x log 0 is 0 x 0 in the tables,
+# |q - 0| - q is 0), which leaves a sum unchanged (no sum here is ever -0.0). The classes' sums are independent,
+# so the loop over classes vectorizes.
+
+
+@_jit
+def l_diversity_dense(dense, variant, minimal, threshold, c, table, log_table, log2):
+    """`l_diversity` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    seen = np.zeros(class_count, np.int64)
+    for v in range(card):
+        row = dense[v]
+        for k in range(class_count):
+            seen[k] += row[k] > 0
+    statistic = np.zeros(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    if variant == 0:
+        for k in range(class_count):
+            statistic[k] = seen[k]
+            violating[k] = seen[k] < minimal
+        return statistic, violating
+    if variant == 1 or variant == 2:
+        total = np.zeros(class_count, np.float64)
+        weighted = np.zeros(class_count, np.float64)
+        for v in range(card):
+            row = dense[v]
+            for k in range(class_count):
+                n = row[k]
+                f = np.float64(n)
+                total[k] += f
+                if variant == 1:
+                    weighted[k] += f * (log_table[n] / log2)
+                else:
+                    weighted[k] += f * table[n]
+        for k in range(class_count):
+            log_total = log_table[np.int64(total[k])]
+            if variant == 1:
+                h = -((weighted[k] / total[k]) - log_total / log2)
+            else:
+                h = (log_total - weighted[k] / total[k]) / log2
+            statistic[k] = h
+            violating[k] = seen[k] < minimal or h < threshold
+        return statistic, violating
+    buffer = np.empty(card, dense.dtype)
+    for k in range(class_count):
+        n = 0
+        for v in range(card):
+            if dense[v, k] > 0:
+                buffer[n] = dense[v, k]
+                n += 1
+        statistic[k], violating[k] = _recursive_class(buffer[:n], minimal, c)
+    return statistic, violating
+
+
+@_jit
+def t_closeness_equal_dense(dense, sizes, q, t):
+    """`t_closeness_equal` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    acc = np.zeros(class_count, np.float64)
+    for v in range(card):
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            p = np.float64(row[k]) / size[k]
+            acc[k] += np.abs(qv - p) - qv
+    distance = np.empty(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        d = (1.0 + acc[k]) / 2.0
+        distance[k] = d
+        violating[k] = not (d <= t)
+    return distance, violating
+
+
+@_jit
+def t_closeness_ordered_dense(dense, sizes, q, order, limit):
+    """`t_closeness_ordered` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    cumulative = np.zeros(class_count, np.float64)
+    distance = np.zeros(class_count, np.float64)
+    for j in range(card):
+        v = order[j]
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            step = np.float64(row[k]) / size[k] - qv
+            cumulative[k] = step if j == 0 else cumulative[k] + step
+            distance[k] += np.abs(cumulative[k])
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        violating[k] = distance[k] > limit
+    return distance, violating
+
+
+@_jit
+def t_closeness_hierarchical_dense(dense, sizes, table_counts, parents, starts, widths, t):
+    """`t_closeness_hierarchical` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    table_size, extra, positive, negative = _hierarchy_scratch(table_counts, widths)
+    column = np.empty(card, np.float64)
+    distance = np.empty(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        for v in range(card):
+            column[v] = np.float64(dense[v, k])
+        d = _hierarchical_class(column, np.float64(sizes[k]), table_counts, table_size, parents, starts, widths,
+                                extra, positive, negative)
+        distance[k] = d
+        violating[k] = not (d <= t)
     return distance, violating

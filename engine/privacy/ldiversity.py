@@ -78,11 +78,16 @@ class LDiversityModel(ClassModel):
         The statistic is the entropy in bits for the entropy variants, equal to `entropy` to the last bit."""
         from . import _distribution_kernels as compiled
 
-        distribution = classes.distribution(self.attribute)
         log_table, g_table = self._tables(int(classes.sizes.sum()))
+        variant = self.VARIANT_CODES[(self.variant, self.estimator)]
+        c = 0.0 if self.c is None else self.c
+        dense = classes.dense_counts(self.attribute)
+        if dense is not None:
+            return compiled.l_diversity_dense(dense, variant, self.minimal_size, self.threshold, c, g_table,
+                                              log_table, LOG2)
+        distribution = classes.distribution(self.attribute)
         return compiled.l_diversity(distribution.classes, distribution.counts, classes.class_count,
-                                    self.VARIANT_CODES[(self.variant, self.estimator)], self.minimal_size,
-                                    self.threshold, 0.0 if self.c is None else self.c, g_table, log_table, LOG2)
+                                    variant, self.minimal_size, self.threshold, c, g_table, log_table, LOG2)
 
     def _tables(self, records: int) -> tuple[np.ndarray, np.ndarray]:
         """ln n and Grassberger's G(n) for n = 0 .. records (entry 0 unused), computed with numpy and scipy as the

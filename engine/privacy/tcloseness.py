@@ -24,6 +24,11 @@ from .registry import register
 
 CHUNK_CELLS = 1 << 22   # classes x values handled per dense block
 
+# The compiled decision per distance (engine.privacy._distribution_kernels), on sparse entries or a dense histogram.
+_SPARSE_KERNELS = {"equal": "t_closeness_equal", "ordered": "t_closeness_ordered",
+                   "hierarchical": "t_closeness_hierarchical"}
+_DENSE_KERNELS = {name: kernel + "_dense" for name, kernel in _SPARSE_KERNELS.items()}
+
 
 class TClosenessModel(ClassModel):
     name = "t_closeness"
@@ -109,19 +114,26 @@ class TClosenessModel(ClassModel):
         from . import _distribution_kernels as compiled
 
         prepared = self._prepare(classes.sensitive_attribute(self.attribute))
-        distribution = classes.distribution(self.attribute)
-        entries = (distribution.classes, distribution.values, distribution.counts, classes.sizes)
+        dense = classes.dense_counts(self.attribute)
+        if dense is not None:
+            entries, kernel = (dense, classes.sizes), _DENSE_KERNELS[self.distance]
+        else:
+            distribution = classes.distribution(self.attribute)
+            entries = (distribution.classes, distribution.values, distribution.counts, classes.sizes)
+            kernel = _SPARSE_KERNELS[self.distance]
         if self.distance == "equal":
-            return compiled.t_closeness_equal(*entries, prepared["q"], self.t)
+            return getattr(compiled, kernel)(*entries, prepared["q"], self.t)
         if self.distance == "ordered":
-            return compiled.t_closeness_ordered(*entries, prepared["q"], prepared.setdefault("order64", prepared["order"].astype(np.int64)),
-                                                self.t * (prepared["m"] - 1.0))
+            if "order64" not in prepared:
+                prepared["order64"] = prepared["order"].astype(np.int64)
+            return getattr(compiled, kernel)(*entries, prepared["q"], prepared["order64"],
+                                             self.t * (prepared["m"] - 1.0))
         if "flat_tree" not in prepared:
             tree = prepared["tree"]
             widths = [prepared["m"]] + [int(parent.max()) + 1 for parent in tree]
             starts = np.cumsum([0] + [parent.size for parent in tree[:-1]]).astype(np.int64)
             prepared["flat_tree"] = (np.concatenate(tree).astype(np.int64), starts, np.array(widths, dtype=np.int64))
-        return compiled.t_closeness_hierarchical(*entries, prepared["counts"], *prepared["flat_tree"], self.t)
+        return getattr(compiled, kernel)(*entries, prepared["counts"], *prepared["flat_tree"], self.t)
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:

@@ -44,6 +44,38 @@ def hashing():
     return _hash_numba, factorize, slot_of, probe
 
 
+@pytest.fixture(scope="module")
+def growing():
+    import numba
+
+    from engine import _hash_numba
+
+    @numba.njit
+    def factorize_growing(keys):
+        """As `factorize`, from the smallest table, doubled whenever half full."""
+        bits = 4
+        table = _hash_numba.new_table(bits)
+        inverse = np.empty(keys.size, np.int64)
+        u = 0
+        grown = 0
+        for j in range(keys.size):
+            slot = _hash_numba.probe(table, keys[j], bits)
+            if table[2 * slot] == keys[j]:
+                inverse[j] = table[2 * slot + 1]
+                continue
+            table[2 * slot] = keys[j]
+            table[2 * slot + 1] = u
+            inverse[j] = u
+            u += 1
+            if 2 * u > (1 << bits):
+                table = _hash_numba.grow(table, bits)
+                bits += 1
+                grown += 1
+        return inverse, u, grown
+
+    return factorize_growing
+
+
 def expected(keys: np.ndarray) -> tuple[np.ndarray, int]:
     inverse, uniques = pd.factorize(keys, sort=False)
     return inverse.astype(np.int64), len(uniques)
@@ -99,3 +131,22 @@ def test_extreme_keys(hashing):
     keys = np.array([0, (1 << 63) - 1, 0, 1, (1 << 63) - 1, (1 << 62)], dtype=np.int64)
     inverse, count = factorize(keys)
     assert count == 4 and inverse.tolist() == [0, 1, 0, 2, 1, 3]
+
+
+def test_a_growing_table_keeps_every_key(growing):
+    """Grown whenever half full (from 16 slots to 2^16 for 20,000 keys), every key keeps its number."""
+    from engine import _hash_numba
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 1 << 40, 30_000, dtype=np.int64)
+    keys = np.concatenate([keys, keys[::-1]])
+    inverse, count, grown = growing(keys)
+    want_inverse, want_count = expected(keys)
+    assert count == want_count and grown >= 10
+    np.testing.assert_array_equal(inverse[: keys.size // 2], want_inverse[: keys.size // 2])
+    np.testing.assert_array_equal(inverse, want_inverse)
+    table = _hash_numba.new_table(4)
+    table[0:4] = [5, 0, 9, 1]
+    larger = _hash_numba.grow(table, 4)
+    assert larger.size == 64 and sorted(zip(larger[0::2][larger[0::2] >= 0], larger[1::2][larger[0::2] >= 0])) == [
+        (5, 0), (9, 1)]
