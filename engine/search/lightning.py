@@ -70,18 +70,21 @@ class GreedySearch:
         return self.stopped is not None
 
     # --- checking ------------------------------------------------------------------------------------------------
-    def check(self, node: Node, hint: Node | None = None) -> float:
+    def check(self, node: Node, hint: Node | None = None, early_stop: bool = False) -> float:
         """Evaluate `node` once (later calls return the remembered loss), offer it to the incumbent, return its loss.
 
         A transformation that is not a solution gets the loss of its output as evaluated (classes the models reject
-        suppressed, even beyond the limit), which is what ARX orders its queue by."""
+        suppressed, even beyond the limit), which is what ARX orders its queue by. With `early_stop`, risk-based
+        suppression stops once the loss it has reached cannot beat the best solution: the node then gets that loss,
+        a lower bound of its own that is still worse than the best solution's (engine.search.evaluator)."""
         loss = self.losses.get(node)
         if loss is not None:
             return loss
         evaluation = self.evaluated.pop(node, None)
         if evaluation is None:
             before = self.evaluator.checked
-            evaluation = self.evaluator.evaluate(node, hint)
+            cannot_win = self.incumbent.rules_out if early_stop else None
+            evaluation = self.evaluator.evaluate(node, hint, cannot_win)
             self.progress.update(self.evaluator.checked - before)
             self.incumbent.offer(evaluation)
         loss = evaluation.loss

@@ -7,6 +7,12 @@ checking its direct specializations (one level down in one attribute). Good solu
 far above the bottom (much generalization keeps suppression low), so coming from the top reaches them sooner; the paper
 found it the best balance of speed and final quality, and much better than bottom-up under population uniqueness.
 
+Not in ARX: under a risk-based model (population uniqueness) the check of a predecessor stops as soon as the
+suppression it needs makes it lose to the best solution found, and the predecessor is queued by the loss reached so
+far, a lower bound of its own that is still above the best solution's. Nodes that beat the best solution are still
+expanded first, and a check that would only have found a worse node costs a few risk estimates instead of a full
+bisection (the order among the worse nodes may change, deterministically).
+
 As in ARX there is no bound pruning (the loss bound is monotone upwards only: it says nothing about what lies below)
 and no periodic dive. The search ends at the time limit, the memory bound or the check limit with the best solution
 found; it is complete (the optimum proven) only when the queue runs empty, i.e. every transformation was checked.
@@ -38,7 +44,9 @@ class TopDownSearch(GreedySearch):
                 continue
             if self.must_stop():
                 return
-            self.check(predecessor)   # no hint: the class cache rolls up from a cached specialization, never from above
+            # No hint: the class cache rolls up from a cached specialization, never from above. A predecessor whose
+            # risk-based suppression already loses to the best solution is queued by the loss reached so far.
+            self.check(predecessor, early_stop=True)
             self.push(predecessor)
         self.expanded.add(node)
         self.counters["expanded"] += 1
