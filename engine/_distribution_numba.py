@@ -145,36 +145,58 @@ def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
 DENSE_CELLS_PER_JOINT_CLASS = 16   # a dense histogram is built while values x classes <= 16 x joint classes + 4096
 
 
+@numba.njit(inline="always", nogil=True)
+def _divide(key, span, reciprocal):
+    """(key // span, key % span) for 0 <= key < 2^62, without an integer division (the projection's costliest
+    instruction): a first quotient from the float reciprocal is off by at most a few thousand, the float quotient
+    of the (exact, small) remainder corrects it to within one, and one comparison settles it. Exact for every such
+    key (tests/engine/test_distribution_dense.py tries the edges)."""
+    q = np.int64(np.float64(key) * reciprocal)
+    r = key - q * span
+    q += np.int64(np.floor(np.float64(r) * reciprocal))
+    r = key - q * span
+    if r < 0:
+        q -= 1
+        r += span
+    elif r >= span:
+        q += 1
+        r -= span
+    return q, r
+
+
 @_jit
 def project_dense(joint_codes, joint_sizes, joint_key, attributes, span):
     """`project_keyed` for a table with one sensitive attribute, and the per-class histogram as a dense
-    (values, classes) int64 matrix: the sensitive row holds the radix's lowest place, so a joint class's value is
-    joint_key % span and its quasi-identifier key joint_key // span (one division gives both).
+    (values, classes) int32 matrix: the sensitive row holds the radix's lowest place, so a joint class's value is
+    joint_key % span and its quasi-identifier key joint_key // span.
 
     Why dense, value-major: the decisions add up each class's terms in value order (the reference's order of
     floating-point sums); walking the matrix row by row (value by value) keeps that order for every class at once,
     with no sort and with the classes' independent sums side by side (vectorized), where the sparse histogram needs
     two counting sorts of the joint classes and one dependent chain of additions. It is built only while small
-    (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes + 4096); otherwise the matrix returned has no
-    columns and the sparse `histogram` serves."""
+    (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes + 4096) and while counts fit in int32;
+    otherwise the matrix returned has no columns and the sparse `histogram` serves."""
     m = joint_codes.shape[1]
+    quotient = np.empty(m, np.int64)
+    value = np.empty(m, np.int64)
+    reciprocal = 1.0 / span
+    for j in range(m):
+        quotient[j], value[j] = _divide(joint_key[j], span, reciprocal)
     bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
     table = new_table(bits)
     inverse = np.empty(m, np.int64)
     sizes = np.zeros(m, np.int64)
     member = np.empty(m, np.int64)
-    value = np.empty(m, np.int64)
     u = 0
+    records = 0
     for j in range(m):
-        key = joint_key[j]
-        k = key // span
-        value[j] = key - k * span
-        u = _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u)
+        u = _add(table, bits, quotient[j], j, joint_sizes, inverse, sizes, member, u)
         table, bits = _roomy(table, bits, u)
+        records += joint_sizes[j]
     codes = _class_codes(joint_codes, member, attributes, u)
-    if u * span > DENSE_CELLS_PER_JOINT_CLASS * m + 4096:
-        return codes, sizes[:u].copy(), inverse, np.zeros((span, 0), np.int64)
-    dense = np.zeros((span, u), np.int64)
+    if u * span > DENSE_CELLS_PER_JOINT_CLASS * m + 4096 or records > 2147483647:
+        return codes, sizes[:u].copy(), inverse, np.zeros((span, 0), np.int32)
+    dense = np.zeros((span, u), np.int32)
     for j in range(m):
         dense[value[j], inverse[j]] += joint_sizes[j]
     return codes, sizes[:u].copy(), inverse, dense

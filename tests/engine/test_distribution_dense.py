@@ -45,7 +45,7 @@ def assert_dense_matches_histogram(view) -> None:
     distribution = without_dense(view).distribution(view.sensitive_names[0])
     expected = np.zeros_like(view.dense)
     expected[distribution.values, distribution.classes] = distribution.counts
-    assert np.array_equal(view.dense, expected) and view.dense.dtype == np.int64
+    assert np.array_equal(view.dense, expected) and view.dense.dtype == np.int32
     assert np.array_equal(view.dense.sum(axis=0), view.sizes)
 
 
@@ -155,3 +155,33 @@ def test_project_dense_equals_project_keyed_and_histogram():
             assert np.array_equal(dense, expected), trial
         grew = grew or sizes_k.size > (m + 1) // 2 + 1
     assert grew
+
+
+def test_division_by_reciprocal_is_exact():
+    """project_dense's quotient and remainder (float reciprocal, two corrections) equal Python's // and % for keys
+    up to the class cache's key limit (2^62), spans from 1 to 2^40 and keys at multiples of the span and one off."""
+    import numba
+
+    from engine import _distribution_numba as compiled
+    from engine.grouping import _KEY_LIMIT
+
+    @numba.njit
+    def divide_all(keys, span):
+        quotients = np.empty(keys.size, np.int64)
+        remainders = np.empty(keys.size, np.int64)
+        reciprocal = 1.0 / span
+        for j in range(keys.size):
+            quotients[j], remainders[j] = compiled._divide(keys[j], span, reciprocal)
+        return quotients, remainders
+
+    rng = np.random.default_rng(9)
+    for span in [1, 2, 3, 7, 10, 14, 255, 1 << 20, (1 << 31) - 1, (1 << 40) + 1]:
+        top = _KEY_LIMIT - 1
+        multiples = np.array([0, span, top // span * span], dtype=np.int64)
+        keys = np.concatenate([rng.integers(0, _KEY_LIMIT, 20_000, dtype=np.int64),
+                               rng.integers(0, 1 << 24, 2_000, dtype=np.int64), multiples, multiples + 1,
+                               np.maximum(multiples - 1, 0), np.array([top, top - 1], dtype=np.int64)])
+        keys = keys[keys < _KEY_LIMIT]
+        quotients, remainders = divide_all(keys, span)
+        np.testing.assert_array_equal(quotients, keys // span, err_msg=str(span))
+        np.testing.assert_array_equal(remainders, keys % span, err_msg=str(span))
