@@ -24,10 +24,9 @@ from .registry import register
 
 CHUNK_CELLS = 1 << 22   # classes x values handled per dense block
 
-# The compiled decision per distance (engine.privacy._distribution_kernels), on sparse entries or a dense histogram.
+# The compiled decision per distance (engine.privacy._distribution_kernels); with "_dense", on a dense histogram.
 _SPARSE_KERNELS = {"equal": "t_closeness_equal", "ordered": "t_closeness_ordered",
                    "hierarchical": "t_closeness_hierarchical"}
-_DENSE_KERNELS = {name: kernel + "_dense" for name, kernel in _SPARSE_KERNELS.items()}
 
 
 class TClosenessModel(ClassModel):
@@ -47,6 +46,7 @@ class TClosenessModel(ClassModel):
         self.explicit_order = order
         self._source, self._field = source, field
         self._prepared: dict | None = None
+        self._kernels: tuple | None = None   # (sensitive, dense kernel, sparse kernel, arguments), `compiled`
 
     def _prepare(self, sensitive) -> dict:
         if self._prepared is None or self._prepared["of"] is not sensitive:
@@ -110,30 +110,38 @@ class TClosenessModel(ClassModel):
 
     def compiled(self, classes) -> tuple[np.ndarray, np.ndarray]:
         """The compiled decision (engine.privacy._distribution_kernels; numba is loaded): per class the distance
-        (as `distances` gives it, to the last bit) and the violation (as `violating` on the reference path)."""
-        from . import _distribution_kernels as compiled
-
-        prepared = self._prepare(classes.sensitive_attribute(self.attribute))
+        (as `distances` gives it, to the last bit) and the violation (as `violating` on the reference path), on the
+        view's dense histogram when it has one, else on the sparse one."""
+        sensitive = classes.sensitive_attribute(self.attribute)
+        kernels = self._kernels
+        if kernels is None or kernels[0] is not sensitive:
+            kernels = self._kernels = (sensitive, *self._kernel_arguments(sensitive))
+        _, dense_kernel, sparse_kernel, arguments = kernels
         dense = classes.dense_counts(self.attribute)
         if dense is not None:
-            entries, kernel = (dense, classes.sizes), _DENSE_KERNELS[self.distance]
-        else:
-            distribution = classes.distribution(self.attribute)
-            entries = (distribution.classes, distribution.values, distribution.counts, classes.sizes)
-            kernel = _SPARSE_KERNELS[self.distance]
+            return dense_kernel(dense, classes.sizes, *arguments)
+        distribution = classes.distribution(self.attribute)
+        return sparse_kernel(distribution.classes, distribution.values, distribution.counts, classes.sizes,
+                             *arguments)
+
+    def _kernel_arguments(self, sensitive) -> tuple:
+        """The distance's dense and sparse kernels and their arguments after the histogram and the class sizes,
+        prepared once per sensitive attribute: less Python per check."""
+        from . import _distribution_kernels as compiled
+
+        prepared = self._prepare(sensitive)
         if self.distance == "equal":
-            return getattr(compiled, kernel)(*entries, prepared["q"], self.t)
-        if self.distance == "ordered":
-            if "order64" not in prepared:
-                prepared["order64"] = prepared["order"].astype(np.int64)
-            return getattr(compiled, kernel)(*entries, prepared["q"], prepared["order64"],
-                                             self.t * (prepared["m"] - 1.0))
-        if "flat_tree" not in prepared:
+            arguments = (prepared["q"], self.t)
+        elif self.distance == "ordered":
+            arguments = (prepared["q"], prepared["order"].astype(np.int64), self.t * (prepared["m"] - 1.0))
+        else:
             tree = prepared["tree"]
             widths = [prepared["m"]] + [int(parent.max()) + 1 for parent in tree]
             starts = np.cumsum([0] + [parent.size for parent in tree[:-1]]).astype(np.int64)
-            prepared["flat_tree"] = (np.concatenate(tree).astype(np.int64), starts, np.array(widths, dtype=np.int64))
-        return getattr(compiled, kernel)(*entries, prepared["counts"], *prepared["flat_tree"], self.t)
+            arguments = (prepared["counts"], np.concatenate(tree).astype(np.int64), starts,
+                         np.array(widths, dtype=np.int64), self.t)
+        kernel = _SPARSE_KERNELS[self.distance]
+        return getattr(compiled, kernel + "_dense"), getattr(compiled, kernel), arguments
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
