@@ -208,3 +208,75 @@ def group_rows(rows, places):
         for t in range(u):
             out[t] = row[member[t]]
     return codes, new_sizes[:u].copy(), new_keys[:u].copy()
+
+
+@_jit
+def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, deltas, ready, rows):
+    """`roll_up` from the base classes with the key updates kept: deltas[rows[c]] holds, per base class, what
+    attribute changed[c] adds to the key at its new level ((mapped code - code) x place), filled on first use
+    (ready) and kept by the caller. The keys are the same integers, so classes, sizes, keys and their order are
+    roll_up's; a search that rolls up from the base many times (a Flash path's first checks, far up the lattice)
+    adds contiguous rows instead of gathering through the maps every time."""
+    d, m = codes.shape
+    keys = key.copy()
+    for c in range(changed.size):
+        r = rows[c]
+        delta = deltas[r]
+        if not ready[r]:
+            row = codes[changed[c]]
+            start = starts[c]
+            place = places[changed[c]]
+            for j in range(m):
+                v = np.int64(row[j])
+                delta[j] = (maps[start + v] - v) * place
+            ready[r] = True
+        for j in range(m):
+            keys[j] += delta[j]
+    return _merge(codes, sizes, keys, changed, starts, maps, minimal)
+
+
+@_jit
+def _merge(codes, sizes, keys, changed, starts, maps, minimal):
+    """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's second half."""
+    d, m = codes.shape
+    bits = _capacity(m)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.full(2 << bits, -1, np.int64)
+    new_keys = np.empty(m, np.int64)
+    new_sizes = np.empty(m, np.int64)
+    member = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        k = keys[j]
+        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
+        while True:
+            stored = table[2 * h]
+            if stored == k:
+                new_sizes[table[2 * h + 1]] += sizes[j]
+                break
+            if stored < 0:
+                table[2 * h] = k
+                table[2 * h + 1] = u
+                new_keys[u] = k
+                new_sizes[u] = sizes[j]
+                member[u] = j
+                u += 1
+                break
+            h = (h + 1) & mask
+    new_codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = codes[i]
+        out = new_codes[i]
+        for t in range(u):
+            out[t] = row[member[t]]
+    for c in range(changed.size):
+        out = new_codes[changed[c]]
+        start = starts[c]
+        for t in range(u):
+            out[t] = maps[start + out[t]]
+    below = np.int64(0)
+    for t in range(u):
+        if new_sizes[t] < minimal:
+            below += new_sizes[t]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below

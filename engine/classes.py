@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "group", "roll_up", "roll_up_keyed"]
 
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
+BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
 
 
 @dataclass
@@ -106,6 +107,7 @@ class ClassCache:
         if self.kernels is not None and prefetch and (os.cpu_count() or 1) > 1:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safeshare-rollup")
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
+        self._deltas: tuple[np.ndarray, np.ndarray] | bool | None = None   # `_base_deltas`
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
         key = (attribute, source, target)
@@ -154,9 +156,18 @@ class ClassCache:
             return new_codes, new_sizes
         source, codes, sizes, key = self._source(node, hint)
         if self.kernels is not None:
-            changed, where = self._changes(source, node)
-            new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where, self._flat[0],
-                                                                    self.radix, 0)
+            if codes is self.base[1] and node == self.base[0]:
+                new_codes, new_sizes, new_key = codes, sizes, key   # the base classes themselves (never written)
+            else:
+                changed, where = self._changes(source, node)
+                deltas = self._base_deltas() if codes is self.base[1] else None
+                if deltas is not None:
+                    rows = np.array([self._delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
+                    new_codes, new_sizes, new_key, _ = self.kernels.roll_up_base(
+                        codes, sizes, key, changed, where, self._flat[0], self.radix, 0, deltas[0], deltas[1], rows)
+                else:
+                    new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where,
+                                                                            self._flat[0], self.radix, 0)
             self._store(node, new_codes, new_sizes, new_key)
             return new_codes, new_sizes
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
@@ -215,6 +226,24 @@ class ClassCache:
         if self._worker is not None:
             self._worker.shutdown(wait=True, cancel_futures=True)
             self._worker = None
+
+    def _base_deltas(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per attribute and level above 0, the key update of every base class at that level (rows filled by the
+        compiled roll-up on first use, `roll_up_base`), and which rows are filled; None when they would take more
+        than BASE_DELTA_BYTES or a quarter of the cache's budget. Outside the cache's bound, like the base."""
+        if self._deltas is None:
+            self._delta_rows = [[-1] * len(cards) for cards in self.cards]
+            count = 0
+            for i, cards in enumerate(self.cards):
+                for level in range(1, len(cards)):
+                    self._delta_rows[i][level] = count
+                    count += 1
+            m = self.base[2].size
+            if count * m * 8 > min(BASE_DELTA_BYTES, self.budget // 4):
+                self._deltas = False
+            else:
+                self._deltas = (np.empty((count, m), dtype=np.int64), np.zeros(count, dtype=np.bool_))
+        return self._deltas or None
 
     def _changes(self, source: tuple[int, ...], node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The attributes whose level differs between `source` and `node`, and where the code map of each starts in
