@@ -49,6 +49,7 @@ from .common import Deadline, Incumbent, Progress, SearchResult
 from .evaluator import Evaluator
 from .flash import FlashSearch
 from .genetic import GeneticParameters, genetic_algorithm
+from .islands import workers_available
 from .lightning import lightning
 from .tags import EXPLICIT_LIMIT
 from .topdown import top_down
@@ -121,6 +122,7 @@ def choose_algorithm(configuration: PrivacyConfiguration, quality: QualityModel,
 # 100 s: creditcard PU 0.5314 against 0.5234, mach2019 PU 0.6703 against 0.6384; at 10 s top-down leads on
 # creditcard PU, 0.5234 against 0.4668).
 RISK_GENETIC_SECONDS = 100.0
+AUTO_ISLANDS = 2   # the genetic algorithm `auto` runs uses up to this many cores (engine.search.islands)
 
 
 def choose_heuristic(configuration: PrivacyConfiguration, quality: QualityModel, lattice: Lattice,
@@ -268,8 +270,10 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
         if algorithm == "auto":
             chosen, choice = auto_choice(context, configuration, quality, time_limit)
             if chosen == "genetic":   # chosen for the time limit, it runs until then (its iteration count is for
-                # a policy that names it)
-                options["genetic"] = replace(options.get("genetic") or GeneticParameters(), iterations=None)
+                # a policy that names it); on both cores when the machine has them (engine.search.islands)
+                islands = min(AUTO_ISLANDS, workers_available()) if kernels.threads_allowed() else 1
+                options["genetic"] = replace(options.get("genetic") or GeneticParameters(), iterations=None,
+                                             islands=islands)
         counters = RUNNERS[chosen](context)
     finally:
         bar.close()

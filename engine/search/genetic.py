@@ -62,6 +62,8 @@ class GeneticParameters:
     seed: int = 0
     # Not in the paper: after each iteration, a hill climb from the best solution (see `GeneticSearch._climb`).
     climb: bool = True
+    # Not in the paper: independent runs of seeds seed, seed + 1, ... in as many processes (engine.search.islands).
+    islands: int = 1
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -79,6 +81,8 @@ class GeneticParameters:
             raise ValueError(f"genetic subpopulation_size must be at least 2, got {self.subpopulation_size}")
         if self.iterations is not None and self.iterations < 1:
             raise ValueError(f"genetic iterations must be at least 1, got {self.iterations}")
+        if self.islands < 1:
+            raise ValueError(f"genetic islands must be at least 1, got {self.islands}")
         if self.immigration_interval < 1:
             raise ValueError(f"genetic immigration_interval must be at least 1, got {self.immigration_interval}")
         if self.seed < 0:
@@ -463,7 +467,14 @@ class GeneticSearch:
 def genetic_algorithm(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                       progress: Progress, parameters: GeneticParameters | None = None, check_limit: int | None = None,
                       evaluated: dict[Node, Evaluation] | None = None) -> dict:
-    """Run the genetic algorithm; the best solution ends up in `incumbent`. Returns the counters."""
+    """Run the genetic algorithm (on `parameters.islands` processes: engine.search.islands); the best solution ends
+    up in `incumbent`. Returns the counters."""
+    parameters = parameters or GeneticParameters()
+    if parameters.islands > 1:
+        from .islands import genetic_islands
+
+        return genetic_islands(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated,
+                               parameters.islands)
     return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated).run()
 
 
