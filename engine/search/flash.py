@@ -267,10 +267,18 @@ class FlashSearch:
 
     def unclassified_at_rank(self, rank: int, ranks, explicit: bool) -> list[Node]:
         if explicit:
-            mask = (ranks == rank) & ~self.anonymous.flags & ~self.not_anonymous.flags
+            # The transformations of this rank in index order (as np.argwhere lists them), grouped once per search
+            # (`_rank_groups`), and of them the unclassified ones: reads of the flat flags, not whole-lattice masks.
+            order, starts = self._rank_groups(ranks)
+            index = order[starts[rank]:starts[rank + 1]]
+            tagged = self.anonymous.flags.ravel()[index] | self.not_anonymous.flags.ravel()[index]
             if self.prune_by_bound:
-                mask &= ~self.insufficient.flags
-            nodes = [tuple(int(v) + lo for v, lo in zip(point, self.lattice.lower)) for point in np.argwhere(mask)]
+                tagged |= self.insufficient.flags.ravel()[index]
+            points = np.unravel_index(index[~tagged], ranks.shape)
+            lower = self.lattice.lower
+            if any(lower):
+                points = [p + lo for p, lo in zip(points, lower)]
+            nodes = list(zip(*(p.tolist() for p in points))) if index.size else []
         else:
             # Enumerates the lattice: only feasible for lattices of moderate size, so it watches the budget too.
             nodes = []
@@ -282,6 +290,17 @@ class FlashSearch:
                     self.complete = False
                     return []
         return sorted((n for n in nodes if not self.skip(n)), key=self.strategy.key)
+
+    def _rank_groups(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat indices of the lattice sorted by rank (stable: index order within a rank) and where each rank
+        starts among them."""
+        if getattr(self, "_groups", None) is None:
+            flat = ranks.ravel()
+            order = np.argsort(flat, kind="stable")
+            counts = np.bincount(flat, minlength=int(flat.max()) + 2 if flat.size else 2)
+            starts = np.concatenate([[0], np.cumsum(counts)])
+            self._groups = (order, starts)
+        return self._groups
 
     def run(self) -> dict:
         lattice = self.lattice
