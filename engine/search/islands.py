@@ -14,7 +14,7 @@ as among transformations. The transformations the workers checked count as check
 islands counts once), and their improvements join the quality-over-time trace.
 
 A worker that fails or overruns its deadline by more than GRACE_SECONDS is ended and ignored (the result is then
-island 0's, still valid). Without `fork` (not Linux), or with a check limit (it counts the checks of all islands
+island 0's, still valid). An island may also run the top-down search instead (`companions`). Without `fork` (not Linux), or with a check limit (it counts the checks of all islands
 together, which independent islands cannot honour), the search runs sequentially.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ..classes import Evaluation
@@ -32,6 +33,7 @@ from .genetic import GeneticParameters, GeneticSearch
 
 Node = tuple[int, ...]
 GRACE_SECONDS = 2.0   # how long after the deadline a worker may take to hand over its result
+COMPANIONS = ("genetic", "topdown")   # what an island other than the first may run
 
 
 def island_seed(seed: int, island: int) -> int:
@@ -40,13 +42,18 @@ def island_seed(seed: int, island: int) -> int:
 
 
 def _worker(connection, evaluator: Evaluator, lattice: Lattice, quality, started: float, deadline: Deadline,
-            parameters: GeneticParameters, evaluated: dict[Node, Evaluation]) -> None:
+            parameters: GeneticParameters, evaluated: dict[Node, Evaluation], algorithm: str) -> None:
     """Run one island in the forked process and send (best levels, trace, checked transformations, counters)."""
     try:
         incumbent = Incumbent(quality, started=started)
-        search = GeneticSearch(evaluator, lattice, incumbent, deadline, Progress(lattice.size, False, ""),
-                               parameters, None, evaluated)
-        counters = search.run()
+        progress = Progress(lattice.size, False, "")
+        if algorithm == "topdown":
+            from .topdown import TopDownSearch
+
+            counters = TopDownSearch(evaluator, lattice, incumbent, deadline, progress, None, evaluated).run()
+        else:
+            counters = GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, None,
+                                     evaluated).run()
         best = None if incumbent.best is None else tuple(int(v) for v in incumbent.best.levels)
         connection.send(("ok", best, incumbent.trace, list(evaluator.seen), counters))
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which then ignores this island
@@ -69,9 +76,17 @@ def workers_available() -> int:
 
 def genetic_islands(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                     progress: Progress, parameters: GeneticParameters, check_limit: int | None = None,
-                    evaluated: dict[Node, Evaluation] | None = None, workers: int = 2) -> dict:
+                    evaluated: dict[Node, Evaluation] | None = None, workers: int = 2,
+                    companions: Sequence[str] = ()) -> dict:
     """Run `workers` islands of the genetic algorithm (see the module docstring); the best solution of all ends up
-    in `incumbent`. Returns island 0's counters with `islands` (how many ran to the end) added."""
+    in `incumbent`. Returns island 0's counters with `islands` (how many ran to the end) added.
+
+    `companions[j - 1]` may name another heuristic island j runs instead (`topdown`: under a risk-based model with a
+    short limit the top-down search and the genetic algorithm each win on some tables, so the two cores run one
+    each); the others run the genetic algorithm with their own seed."""
+    unknown = [name for name in companions if name not in COMPANIONS]
+    if unknown:
+        raise ValueError(f"an island runs one of {', '.join(COMPANIONS)}, got {', '.join(unknown)}")
     evaluated = dict(evaluated or {})
     if workers <= 1 or check_limit is not None or "fork" not in multiprocessing.get_all_start_methods():
         counters = GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit,
@@ -85,7 +100,8 @@ def genetic_islands(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent
         process = context.Process(
             target=_worker, daemon=True,
             args=(send, evaluator, lattice, evaluator.quality, incumbent.started, deadline,
-                  replace(parameters, seed=island_seed(parameters.seed, island)), dict(evaluated)))
+                  replace(parameters, seed=island_seed(parameters.seed, island)), dict(evaluated),
+                  companions[island - 1] if island - 1 < len(companions) else "genetic"))
         process.start()
         send.close()
         children.append((process, receive))
