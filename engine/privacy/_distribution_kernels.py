@@ -1,15 +1,24 @@
 """The compiled decisions of the distribution-based models (l-diversity, t-closeness): one pass over a
-transformation's per-class sensitive-value histogram (engine.distributions.SparseDistribution, entries sorted by
-class and value) giving each class's statistic and whether the class must be suppressed.
+transformation's per-class sensitive-value histogram giving each class's statistic and whether the class must be
+suppressed, on either form of the histogram:
+
+* sparse entries (engine.distributions.SparseDistribution: class, value, count, sorted by class and value);
+* a dense (values, classes) matrix (engine._distribution_numba.project_dense, one sensitive attribute, small
+  enough), walked row by row, so that every class meets its values in the same order as its sparse entries and
+  the classes' independent sums run side by side (the loop over classes vectorizes).
+
+Each variant's formulas are written once (the `_term`/`_finish` helpers, inlined into both drivers), so the two
+forms cannot drift apart. A value missing from a class adds +0.0 on the dense form (0 x log 0 is 0 x 0 in the
+tables, |q - 0| - q is 0), which leaves a sum unchanged: no sum here is ever -0.0.
 
 Imported only on the compiled path (a ClassView built with the kernels, engine.distributions.project), when numba
 is already loaded. The numpy code in engine.privacy.ldiversity and engine.privacy.tcloseness stays the reference,
 and every result here is its result to the last bit, because each floating-point operation is the reference's, in
-the reference's order: per-class sums accumulate entry by entry as np.bincount does, the ordered distance's sum runs
-value by value as the reference's (and ARX's) does, sums of integer-valued floats are exact in any order, and
-logarithms and Grassberger's
-G(n) are looked up in tables the models compute with numpy (`log_table`, `grassberger_table`), never recomputed
-with another libm. tests/engine/test_distribution_kernels.py compares the two.
+the reference's order: per-class sums accumulate value by value as np.bincount does over the sorted entries, the
+ordered distance's sum runs value by value as the reference's (and ARX's) does, sums of integer-valued floats are
+exact in any order, and logarithms and Grassberger's G(n) are looked up in tables the models compute with numpy
+(`log_table`, `table`), never recomputed with another libm. tests/engine/test_distribution_kernels.py and
+tests/engine/test_distribution_dense.py compare them.
 """
 from __future__ import annotations
 
@@ -17,65 +26,102 @@ import numba
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+_inline = numba.njit(inline="always", nogil=True)
 
 
-@_jit
-def distinct(classes, class_count):
-    """Distinct values per class (entries per class)."""
-    out = np.zeros(class_count, np.int64)
-    for e in range(classes.size):
-        out[classes[e]] += 1
-    return out
+# --- l-diversity ----------------------------------------------------------------------------------------------------
+@_inline
+def _entropy_term(n, table):
+    """A value held n times adds n x table[n] to its class's sum: n log2(n) (Shannon; table[n] = ln n / ln 2,
+    divided by numpy once, the same bits as dividing here) or n G(n) (Grassberger)."""
+    return np.float64(n) * table[n]
+
+
+@_inline
+def _finish_l_diversity(seen, total, weighted, variant, minimal, threshold, log_table, log2):
+    """Per class the statistic and the violation from the distinct values (`seen`) and, for the entropy variants,
+    the records (`total`) and the sum of the terms (`weighted`)."""
+    class_count = seen.size
+    statistic = np.zeros(class_count, np.float64)
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        if variant == 0:
+            statistic[k] = seen[k]
+            violating[k] = seen[k] < minimal
+            continue
+        log_total = log_table[np.int64(total[k])]
+        if variant == 1:
+            h = -((weighted[k] / total[k]) - log_total / log2)
+        else:
+            h = (log_total - weighted[k] / total[k]) / log2
+        statistic[k] = h
+        violating[k] = seen[k] < minimal or h < threshold
+    return statistic, violating
 
 
 @_jit
 def l_diversity(classes, counts, class_count, variant, minimal, threshold, c, table, log_table, log2):
-    """Per class the statistic and the violation of l-diversity.
+    """Per class the statistic and the violation of l-diversity, from sparse entries.
 
-    variant 0 distinct (statistic: distinct values), 1 entropy with Shannon's estimator, 2 entropy with Grassberger's
-    (`table`: G(n) by n; statistic: bits), 3 recursive (c,l) (statistic: c x the tail minus the largest count). A
-    class with fewer than `minimal` distinct values always violates."""
-    n_entries = classes.size
+    variant 0 distinct (statistic: distinct values), 1 entropy with Shannon's estimator (`table`: log2 n by n), 2
+    entropy with Grassberger's (`table`: G(n) by n; statistic: bits), 3 recursive (c,l) (statistic: c x the tail minus
+    the largest count). A class with fewer than `minimal` distinct values always violates."""
     seen = np.zeros(class_count, np.int64)
-    for e in range(n_entries):
+    for e in range(classes.size):
         seen[classes[e]] += 1
+    if variant == 3:
+        statistic = np.zeros(class_count, np.float64)
+        violating = np.empty(class_count, np.bool_)
+        start = 0
+        for k in range(class_count):
+            stop = start + seen[k]
+            statistic[k], violating[k] = _recursive_class(counts[start:stop], minimal, c)
+            start = stop
+        return statistic, violating
+    total = np.zeros(class_count, np.float64)
+    weighted = np.zeros(class_count, np.float64)
+    if variant != 0:
+        for e in range(classes.size):
+            k = classes[e]
+            total[k] += np.float64(counts[e])
+            weighted[k] += _entropy_term(counts[e], table)
+    return _finish_l_diversity(seen, total, weighted, variant, minimal, threshold, log_table, log2)
+
+
+@_jit
+def l_diversity_dense(dense, variant, minimal, threshold, c, table, log_table, log2):
+    """`l_diversity` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    seen = np.zeros(class_count, np.int64)
+    total = np.zeros(class_count, np.float64)
+    weighted = np.zeros(class_count, np.float64)
+    for v in range(card):
+        row = dense[v]
+        if variant == 1 or variant == 2:
+            for k in range(class_count):
+                n = row[k]
+                seen[k] += n > 0
+                total[k] += np.float64(n)
+                weighted[k] += _entropy_term(n, table)
+        else:
+            for k in range(class_count):
+                seen[k] += row[k] > 0
+    if variant != 3:
+        return _finish_l_diversity(seen, total, weighted, variant, minimal, threshold, log_table, log2)
     statistic = np.zeros(class_count, np.float64)
     violating = np.empty(class_count, np.bool_)
-    if variant == 0:
-        for k in range(class_count):
-            statistic[k] = seen[k]
-            violating[k] = seen[k] < minimal
-        return statistic, violating
-    if variant == 1 or variant == 2:
-        total = np.zeros(class_count, np.float64)
-        weighted = np.zeros(class_count, np.float64)
-        for e in range(n_entries):
-            k = classes[e]
-            f = np.float64(counts[e])
-            total[k] += f
-            if variant == 1:
-                weighted[k] += f * (log_table[counts[e]] / log2)
-            else:
-                weighted[k] += f * table[counts[e]]
-        for k in range(class_count):
-            log_total = log_table[np.int64(total[k])]
-            if variant == 1:
-                h = -((weighted[k] / total[k]) - log_total / log2)
-            else:
-                h = (log_total - weighted[k] / total[k]) / log2
-            statistic[k] = h
-            violating[k] = seen[k] < minimal or h < threshold
-        return statistic, violating
-    # recursive (c,l): each class's counts sorted descending, r_1 < c (r_l + ... + r_n)
-    start = 0
+    buffer = np.empty(card, dense.dtype)
     for k in range(class_count):
-        stop = start + seen[k]
-        statistic[k], violating[k] = _recursive_class(counts[start:stop], minimal, c)
-        start = stop
+        n = 0
+        for v in range(card):
+            if dense[v, k] > 0:
+                buffer[n] = dense[v, k]
+                n += 1
+        statistic[k], violating[k] = _recursive_class(buffer[:n], minimal, c)
     return statistic, violating
 
 
-@numba.njit(inline="always", nogil=True)
+@_inline
 def _recursive_class(class_counts, minimal, c):
     """Recursive (c,l)-diversity of one class from its counts (any order): c x the tail minus the largest count,
     and the violation. The tail's floats are integers, so its sum is exact in any order."""
@@ -87,20 +133,20 @@ def _recursive_class(class_counts, minimal, c):
     return tail * c - largest, buffer.size < minimal or not (largest < tail * c)
 
 
-@_jit
-def t_closeness_equal(classes, values, counts, sizes, q, t):
-    """Equal ground distance per class, (1 + sum over the class's values of (|q_i - p_i| - q_i)) / 2, and whether it
-    exceeds t (not <= t)."""
-    class_count = sizes.size
-    acc = np.zeros(class_count, np.float64)
-    for e in range(classes.size):
-        k = classes[e]
-        p = np.float64(counts[e]) / np.float64(sizes[k])
-        qv = q[values[e]]
-        acc[k] += np.abs(qv - p) - qv
-    distance = np.empty(class_count, np.float64)
-    violating = np.empty(class_count, np.bool_)
-    for k in range(class_count):
+# --- t-closeness ----------------------------------------------------------------------------------------------------
+@_inline
+def _equal_term(count, size, qv):
+    """A value's term of the equal distance: |q_i - p_i| - q_i, with p_i = count / size."""
+    p = np.float64(count) / size
+    return np.abs(qv - p) - qv
+
+
+@_inline
+def _finish_equal(acc, t):
+    """(1 + the class's sum of terms) / 2 per class, and whether it exceeds t (not <= t)."""
+    distance = np.empty(acc.size, np.float64)
+    violating = np.empty(acc.size, np.bool_)
+    for k in range(acc.size):
         d = (1.0 + acc[k]) / 2.0
         distance[k] = d
         violating[k] = not (d <= t)
@@ -108,12 +154,46 @@ def t_closeness_equal(classes, values, counts, sizes, q, t):
 
 
 @_jit
+def t_closeness_equal(classes, values, counts, sizes, q, t):
+    """Equal ground distance per class, (1 + sum over the class's values of (|q_i - p_i| - q_i)) / 2, and whether it
+    exceeds t, from sparse entries."""
+    acc = np.zeros(sizes.size, np.float64)
+    for e in range(classes.size):
+        k = classes[e]
+        acc[k] += _equal_term(counts[e], np.float64(sizes[k]), q[values[e]])
+    return _finish_equal(acc, t)
+
+
+@_jit
+def t_closeness_equal_dense(dense, sizes, q, t):
+    """`t_closeness_equal` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    acc = np.zeros(class_count, np.float64)
+    for v in range(card):
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            acc[k] += _equal_term(row[k], size[k], qv)
+    return _finish_equal(acc, t)
+
+
+@_inline
+def _ordered_step(count, size, qv):
+    """A value's step of the ordered distance's running sum: p_i - q_i, with p_i = count / size."""
+    return np.float64(count) / size - qv
+
+
+@_jit
 def t_closeness_ordered(classes, values, counts, sizes, q, order, limit):
     """Ordered distance per class, sum_i |sum_(j<=i) (p_j - q_j)| over the values in `order` (compared with
-    limit = t (m - 1), as ARX does), and whether it exceeds the limit."""
+    limit = t (m - 1), as ARX does), and whether it exceeds the limit, from sparse entries (each class's counts
+    spread over a row of the values, then walked in order)."""
     class_count = sizes.size
     m = q.size
-    p = np.zeros(m, np.float64)
+    p = np.zeros(m, np.int64)
     distance = np.empty(class_count, np.float64)
     violating = np.empty(class_count, np.bool_)
     e = 0
@@ -121,19 +201,42 @@ def t_closeness_ordered(classes, values, counts, sizes, q, order, limit):
         size = np.float64(sizes[k])
         start = e
         while e < classes.size and classes[e] == k:
-            p[values[e]] = np.float64(counts[e])
+            p[values[e]] = counts[e]
             e += 1
         cumulative = 0.0
         d = 0.0
         for j in range(m):
             v = order[j]
-            step = p[v] / size - q[v]
+            step = _ordered_step(p[v], size, q[v])
             cumulative = step if j == 0 else cumulative + step
             d += np.abs(cumulative)
         distance[k] = d
         violating[k] = d > limit
         for r in range(start, e):
-            p[values[r]] = 0.0
+            p[values[r]] = 0
+    return distance, violating
+
+
+@_jit
+def t_closeness_ordered_dense(dense, sizes, q, order, limit):
+    """`t_closeness_ordered` on a dense histogram (values, classes)."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    cumulative = np.zeros(class_count, np.float64)
+    distance = np.zeros(class_count, np.float64)
+    for j in range(card):
+        v = order[j]
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            step = _ordered_step(row[k], size[k], qv)
+            cumulative[k] = step if j == 0 else cumulative[k] + step
+            distance[k] += np.abs(cumulative[k])
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        violating[k] = distance[k] > limit
     return distance, violating
 
 
@@ -163,7 +266,7 @@ def t_closeness_hierarchical(classes, values, counts, sizes, table_counts, paren
     return distance, violating
 
 
-@numba.njit(inline="always", nogil=True)
+@_inline
 def _hierarchy_scratch(table_counts, widths):
     """The table's size (a float sum of integers, exact) and the three scratch rows of `_hierarchical_class`."""
     table_size = 0.0
@@ -176,7 +279,7 @@ def _hierarchy_scratch(table_counts, widths):
             np.empty(widest, np.float64))
 
 
-@numba.njit(inline="always", nogil=True)
+@_inline
 def _hierarchical_class(dense, size, table_counts, table_size, parents, starts, widths, extra, positive, negative):
     """The hierarchical distance of one class from its counts per value (`dense`, floats); `extra`, `positive` and
     `negative` are scratch rows as wide as the widest level."""
@@ -206,109 +309,6 @@ def _hierarchical_class(dense, size, table_counts, table_size, parents, starts, 
         for x in range(nodes):
             extra[x] = positive[x] - negative[x]
     return cost / (table_size * size)
-
-
-# --- the same decisions on a dense histogram ------------------------------------------------------------------------
-# engine._distribution_numba.project_dense gives one sensitive attribute's counts as a (values, classes) matrix. Row
-# by row (value by value), every class's terms are added in value order, the order of the sparse entries, so each
-# class's sums are the reference's to the last bit: a zero count adds +0.0 (0 x log 0 is 0 x 0 in the tables,
-# |q - 0| - q is 0), which leaves a sum unchanged (no sum here is ever -0.0). The classes' sums are independent,
-# so the loop over classes vectorizes.
-
-
-@_jit
-def l_diversity_dense(dense, variant, minimal, threshold, c, table, log_table, log2):
-    """`l_diversity` on a dense histogram (values, classes)."""
-    card, class_count = dense.shape
-    seen = np.zeros(class_count, np.int64)
-    for v in range(card):
-        row = dense[v]
-        for k in range(class_count):
-            seen[k] += row[k] > 0
-    statistic = np.zeros(class_count, np.float64)
-    violating = np.empty(class_count, np.bool_)
-    if variant == 0:
-        for k in range(class_count):
-            statistic[k] = seen[k]
-            violating[k] = seen[k] < minimal
-        return statistic, violating
-    if variant == 1 or variant == 2:
-        total = np.zeros(class_count, np.float64)
-        weighted = np.zeros(class_count, np.float64)
-        for v in range(card):
-            row = dense[v]
-            for k in range(class_count):
-                n = row[k]
-                f = np.float64(n)
-                total[k] += f
-                if variant == 1:
-                    weighted[k] += f * (log_table[n] / log2)
-                else:
-                    weighted[k] += f * table[n]
-        for k in range(class_count):
-            log_total = log_table[np.int64(total[k])]
-            if variant == 1:
-                h = -((weighted[k] / total[k]) - log_total / log2)
-            else:
-                h = (log_total - weighted[k] / total[k]) / log2
-            statistic[k] = h
-            violating[k] = seen[k] < minimal or h < threshold
-        return statistic, violating
-    buffer = np.empty(card, dense.dtype)
-    for k in range(class_count):
-        n = 0
-        for v in range(card):
-            if dense[v, k] > 0:
-                buffer[n] = dense[v, k]
-                n += 1
-        statistic[k], violating[k] = _recursive_class(buffer[:n], minimal, c)
-    return statistic, violating
-
-
-@_jit
-def t_closeness_equal_dense(dense, sizes, q, t):
-    """`t_closeness_equal` on a dense histogram (values, classes)."""
-    card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
-    acc = np.zeros(class_count, np.float64)
-    for v in range(card):
-        qv = q[v]
-        row = dense[v]
-        for k in range(class_count):
-            p = np.float64(row[k]) / size[k]
-            acc[k] += np.abs(qv - p) - qv
-    distance = np.empty(class_count, np.float64)
-    violating = np.empty(class_count, np.bool_)
-    for k in range(class_count):
-        d = (1.0 + acc[k]) / 2.0
-        distance[k] = d
-        violating[k] = not (d <= t)
-    return distance, violating
-
-
-@_jit
-def t_closeness_ordered_dense(dense, sizes, q, order, limit):
-    """`t_closeness_ordered` on a dense histogram (values, classes)."""
-    card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
-    cumulative = np.zeros(class_count, np.float64)
-    distance = np.zeros(class_count, np.float64)
-    for j in range(card):
-        v = order[j]
-        qv = q[v]
-        row = dense[v]
-        for k in range(class_count):
-            step = np.float64(row[k]) / size[k] - qv
-            cumulative[k] = step if j == 0 else cumulative[k] + step
-            distance[k] += np.abs(cumulative[k])
-    violating = np.empty(class_count, np.bool_)
-    for k in range(class_count):
-        violating[k] = distance[k] > limit
-    return distance, violating
 
 
 @_jit

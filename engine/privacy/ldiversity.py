@@ -78,29 +78,32 @@ class LDiversityModel(ClassModel):
         The statistic is the entropy in bits for the entropy variants, equal to `entropy` to the last bit."""
         from . import _distribution_kernels as compiled
 
-        log_table, g_table = self._tables(int(classes.sizes.sum()))
+        log_table, term_table = self._tables(int(classes.sizes.sum()))
         variant = self.VARIANT_CODES[(self.variant, self.estimator)]
         c = 0.0 if self.c is None else self.c
         dense = classes.dense_counts(self.attribute)
         if dense is not None:
-            return compiled.l_diversity_dense(dense, variant, self.minimal_size, self.threshold, c, g_table,
+            return compiled.l_diversity_dense(dense, variant, self.minimal_size, self.threshold, c, term_table,
                                               log_table, LOG2)
         distribution = classes.distribution(self.attribute)
         return compiled.l_diversity(distribution.classes, distribution.counts, classes.class_count,
-                                    variant, self.minimal_size, self.threshold, c, g_table, log_table, LOG2)
+                                    variant, self.minimal_size, self.threshold, c, term_table, log_table, LOG2)
 
     def _tables(self, records: int) -> tuple[np.ndarray, np.ndarray]:
-        """ln n and Grassberger's G(n) for n = 0 .. records (entry 0 unused), computed with numpy and scipy as the
-        reference computes them, so that the compiled decision uses the same bits."""
+        """ln n, and the entropy's term per count n (log2 n = ln n / ln 2 for Shannon's estimator, G(n) for
+        Grassberger's), for n = 0 .. records (entry 0 is 0: a missing value adds nothing), computed with numpy and
+        scipy as the reference computes them, so that the compiled decision uses the same bits."""
         cached = getattr(self, "_table_cache", None)
         if cached is None or cached[0].size <= records:
             n = np.arange(records + 1, dtype=np.int64)
             log_table = np.zeros(records + 1)
             log_table[1:] = np.log(n[1:].astype(np.float64))
-            g_table = np.zeros(records + 1)
             if self.estimator == "grassberger":
-                g_table[1:] = grassberger_g(n[1:])
-            cached = (log_table, g_table)
+                term_table = np.zeros(records + 1)
+                term_table[1:] = grassberger_g(n[1:])
+            else:
+                term_table = log_table / LOG2
+            cached = (log_table, term_table)
             self._table_cache = cached
         return cached
 
