@@ -22,9 +22,16 @@ are offered to the incumbent.
 
 The operators work on whole matrices with numpy; only the evaluation of a new individual is one at a time, through
 the evaluator's class cache (rolled up from the cheapest evaluated specialization in the current populations). A
-transformation is evaluated once; its fitness is remembered. Under a risk-based model (population uniqueness) the
-evaluation of a row that cannot reach the next generation's ranked places stops early (`_evaluate`): on MACH2019 this
-made four times as many checks fit in 100 s.
+transformation is evaluated once; its fitness is remembered. A row that cannot reach the next generation's ranked
+places (elite, parents, immigrants) is not finished (`_evaluate`): when its generalization alone already loses it is
+not checked at all, and under a risk-based model (population uniqueness) its suppression stops early; on MACH2019
+under population uniqueness 70-85 % of the new rows are then ranked without a check (issue 28).
+
+Two additions to the paper (issue 28), both deterministic for a seed: after each iteration a hill climb from the best
+solution (`_climb`: one attribute a level up or down, or one up and another down, first improvement), which the
+operators rarely hit on their own (creditcard under population uniqueness: 0.41-0.43 at 10 s without it, 0.51-0.53
+with it, seeds 0-2); and `islands`, independent runs of seeds seed, seed + 1, ... on several cores
+(engine.search.islands).
 """
 from __future__ import annotations
 
@@ -427,6 +434,11 @@ class GeneticSearch:
         try:
             first_losses = self._evaluate(first, None, self._ranked)
             second_losses = self._evaluate(second, None, self._ranked)
+            if p.climb:   # climb from the best of the start too: a 10 s run may not see many iterations
+                top = self._climb()
+                if top is not None:
+                    counters["climbs"] += 1
+                    self._adopt(first, first_losses, top)
             t = 0
             while p.iterations is None or t < p.iterations:
                 if len(self.fitness) >= self.lattice.size:
