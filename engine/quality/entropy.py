@@ -13,6 +13,8 @@ from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 
+LAYOUT_MEMO_LIMIT = 1 << 16   # transformations whose value layout `_layout` remembers
+
 
 class NonUniformEntropy(QualityModel):
     name = "non_uniform_entropy"
@@ -31,6 +33,7 @@ class NonUniformEntropy(QualityModel):
             self._generalization.append(np.array(terms))
             self._maximum[i] = float(np.dot(original, np.log2(self.n / original)))
         self._reference = kernels.reference_forced()   # else compiled counts once a search loaded engine.kernels
+        self._layouts: dict[tuple[int, ...], tuple] = {}   # `_layout`
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -43,6 +46,20 @@ class NonUniformEntropy(QualityModel):
         raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
         return float(self._normalize(raw).mean())
 
+    def _layout(self, levels) -> tuple:
+        """Per attribute at `levels`, its cardinality and where its values start in one count vector (as numpy
+        arrays, the offsets also as int64 for the compiled counts) and the total: remembered per transformation,
+        since a search asks again for the transformations it evaluates and their neighbours."""
+        key = tuple(levels)
+        layout = self._layouts.get(key)
+        if layout is None:
+            cards = np.array([a.cardinality(lv) for a, lv in zip(self.table.attributes, levels)])
+            offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
+            layout = (cards, offsets, offsets.astype(np.int64), int(cards.sum()))
+            if len(self._layouts) < LAYOUT_MEMO_LIMIT:
+                self._layouts[key] = layout
+        return layout
+
     def _suppression_raw(self, levels, codes, sizes, suppressed) -> np.ndarray:
         """Per attribute, sum_w s_w log2(S / s_w) over the suppressed records' generalized values w (unnormalized)."""
         raw = np.zeros(self.d)
@@ -50,12 +67,11 @@ class NonUniformEntropy(QualityModel):
         if total > 0:
             # s_w for all attributes in one bincount (codes offset per attribute), taken from whichever side has
             # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
-            cards = np.array([a.cardinality(lv) for a, lv in zip(self.table.attributes, levels)])
-            offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
+            cards, offsets, offsets64, total_values = self._layout(levels)
             compiled = None if self._reference else kernels.loaded()
             if compiled is not None:   # the same integer counts, compiled (engine.kernels)
-                counted = compiled.suppressed_value_counts(codes, sizes, suppressed, offsets.astype(np.int64),
-                                                                int(cards.sum())).astype(np.float64)
+                counted = compiled.suppressed_value_counts(codes, sizes, suppressed, offsets64,
+                                                                total_values).astype(np.float64)
             else:
                 from_kept = np.count_nonzero(suppressed) * 2 > suppressed.size
                 side = ~suppressed if from_kept else suppressed
