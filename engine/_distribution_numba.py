@@ -5,7 +5,10 @@ histograms, for the distribution-based privacy models (imported only once numba 
 Why: a check of l-diversity or t-closeness groups the joint classes (quasi-identifiers + sensitive values, rolled up
 from a finer transformation by the class cache) into quasi-identifier classes and sorts their (class, value) pairs;
 in numpy that is a mixed-radix key, a hash factorization, a stable argsort and a handful of casts per check, whose
-fixed costs dominate. Here it is one hash pass and one two-pass counting sort.
+fixed costs dominate. Here it is one hash pass (the probe of engine._hash_numba) and one two-pass counting sort;
+with one sensitive attribute and keyed joint classes (the common case), `project_dense` does the hash pass and
+scatters the counts into a dense (values, classes) matrix instead, which the decisions read in value order with no
+sort at all (engine.privacy._distribution_kernels).
 
 Every result equals engine.distributions' numpy reference exactly (integers only): classes numbered in order of
 first appearance of their first joint class, sizes and counts as int64, histogram entries sorted by class and value.
