@@ -7,7 +7,7 @@ from a finer transformation by the class cache) into quasi-identifier classes an
 in numpy that is a mixed-radix key, a hash factorization, a stable argsort and a handful of casts per check, whose
 fixed costs dominate. Here it is one hash pass (the probe of engine._hash_numba) and one two-pass counting sort;
 with one sensitive attribute and keyed joint classes (the common case), `project_dense` does the hash pass and
-scatters the counts into a dense (values, classes) matrix instead, which the decisions read in value order with no
+`dense_histogram` scatters the counts into a dense (values, classes) matrix instead, which the decisions read in value order with no
 sort at all (engine.privacy._distribution_kernels).
 
 Every result equals engine.distributions' numpy reference exactly (integers only): classes numbered in order of
@@ -169,16 +169,11 @@ def _divide(key, span, reciprocal):
 
 @_jit
 def project_dense(joint_codes, joint_sizes, joint_key, attributes, span):
-    """`project_keyed` for a table with one sensitive attribute, and the per-class histogram as a dense
-    (values, classes) int32 matrix: the sensitive row holds the radix's lowest place, so a joint class's value is
-    joint_key % span and its quasi-identifier key joint_key // span.
-
-    Why dense, value-major: the decisions add up each class's terms in value order (the reference's order of
-    floating-point sums); walking the matrix row by row (value by value) keeps that order for every class at once,
-    with no sort and with the classes' independent sums side by side (vectorized), where the sparse histogram needs
-    two counting sorts of the joint classes and one dependent chain of additions. It is built only while small
-    (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes + 4096) and while counts fit in int32;
-    otherwise the matrix returned has no columns and the sparse `histogram` serves."""
+    """`project_keyed` for a table with one sensitive attribute, whose row holds the radix's lowest place: a joint
+    class's value is joint_key % span and its quasi-identifier key joint_key // span. Returns the classes' codes,
+    sizes and the class of every joint class, as `project_keyed` does, and the value of every joint class (int64),
+    from which `dense_histogram` builds the histogram when a model asks for it (a check of the implied class size
+    alone never does)."""
     m = joint_codes.shape[1]
     quotient = np.empty(m, np.int64)
     value = np.empty(m, np.int64)
@@ -191,15 +186,29 @@ def project_dense(joint_codes, joint_sizes, joint_key, attributes, span):
     sizes = np.zeros(m, np.int64)
     member = np.empty(m, np.int64)
     u = 0
-    records = 0
     for j in range(m):
         u = _add(table, bits, quotient[j], j, joint_sizes, inverse, sizes, member, u)
         table, bits = _roomy(table, bits, u)
-        records += joint_sizes[j]
-    codes = _class_codes(joint_codes, member, attributes, u)
-    if u * span > DENSE_CELLS_PER_JOINT_CLASS * m + 4096 or records > 2147483647:
-        return codes, sizes[:u].copy(), inverse, np.zeros((span, 0), np.int32)
-    dense = np.zeros((span, u), np.int32)
+    return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse, value
+
+
+@_jit
+def dense_histogram(joint_class, values, joint_sizes, class_count, span):
+    """The per-class histogram of one sensitive attribute as a dense (values, classes) int32 matrix.
+
+    Why dense, value-major: the decisions add up each class's terms in value order (the reference's order of
+    floating-point sums); walking the matrix row by row (value by value) keeps that order for every class at once,
+    with no sort and with the classes' independent sums side by side (vectorized), where the sparse `histogram`
+    needs two counting sorts of the joint classes and one dependent chain of additions. It is built only while small
+    (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes + 4096) and while counts fit in int32;
+    otherwise the matrix returned has no columns and the sparse `histogram` serves."""
+    m = joint_class.size
+    records = 0
     for j in range(m):
-        dense[value[j], inverse[j]] += joint_sizes[j]
-    return codes, sizes[:u].copy(), inverse, dense
+        records += joint_sizes[j]
+    if class_count * span > DENSE_CELLS_PER_JOINT_CLASS * m + 4096 or records > 2147483647:
+        return np.zeros((span, 0), np.int32)
+    dense = np.zeros((span, class_count), np.int32)
+    for j in range(m):
+        dense[values[j], joint_class[j]] += joint_sizes[j]
+    return dense

@@ -65,9 +65,12 @@ class ClassView:
     # engine._distribution_numba when the view was built on the compiled path (project(..., places=...)): its
     # histograms are built compiled, and the distribution-based models decide compiled (engine.privacy).
     kernels: object = None
-    # On the compiled path with one sensitive attribute: its counts per (value, class), built with the projection
-    # when small (engine._distribution_numba.project_dense); the models then decide on it, skipping the sparse sort.
-    dense: np.ndarray | None = None
+    # On the compiled path with one sensitive attribute: its value per joint class, from which `dense_counts` builds
+    # the counts per (value, class) on first request (engine._distribution_numba.dense_histogram); the models then
+    # decide on them, with no sparse sort.
+    dense_values: np.ndarray | None = None
+    _dense: np.ndarray | None = None
+    _dense_built: bool = False
     _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
     _population: "PopulationCounts | None" = None
 
@@ -80,10 +83,16 @@ class ClassView:
         return tuple(s.name for s in self.sensitive)
 
     def dense_counts(self, name: str) -> np.ndarray | None:
-        """The dense (values, classes) counts of sensitive attribute `name`, when the view holds them."""
-        if self.dense is None or self.sensitive[0].name != name:
+        """The dense (values, classes) counts of sensitive attribute `name`, or None where the view has no dense
+        form (reference path, several sensitive attributes, or a histogram too large to hold dense)."""
+        if self.dense_values is None or self.sensitive[0].name != name:
             return None
-        return self.dense
+        if not self._dense_built:
+            dense = self.kernels.dense_histogram(self.joint_class, self.dense_values, self.joint_sizes,
+                                                 self.class_count, self.sensitive[0].cardinality)
+            self._dense = dense if dense.shape[1] == self.class_count else None
+            self._dense_built = True
+        return self._dense
 
     def sensitive_attribute(self, name: str):
         for attribute in self.sensitive:
@@ -150,13 +159,11 @@ def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, c
     if places is not None:
         from . import _distribution_numba as compiled
 
-        dense = None
+        dense_values = None
         if joint_key is not None and len(sensitive) == 1:
             # One sensitive row, the radix's lowest place: quotient and remainder are the class and the value.
-            codes, sizes, inverse, dense = compiled.project_dense(joint_codes, joint_sizes, joint_key, attributes,
-                                                                  int(places[attributes - 1]))
-            if dense.shape[1] != sizes.size:
-                dense = None   # too large to be worth it: the sparse histogram serves
+            codes, sizes, inverse, dense_values = compiled.project_dense(joint_codes, joint_sizes, joint_key,
+                                                                         attributes, int(places[attributes - 1]))
         elif joint_key is not None:
             # The sensitive rows hold the radix's lowest places: the quasi-identifier key is the quotient.
             codes, sizes, inverse = compiled.project_keyed(joint_codes, joint_sizes, joint_key, attributes,
@@ -165,7 +172,7 @@ def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, c
             codes, sizes, inverse = compiled.project(joint_codes, joint_sizes, attributes, places)
         # The value rows stay a view of the joint codes: only a sparse histogram reads them (as int64).
         return ClassView(codes, sizes, tuple(sensitive), inverse, joint_codes[attributes:], joint_sizes,
-                         kernels=compiled, dense=dense)
+                         kernels=compiled, dense_values=dense_values)
     qi = joint_codes[:attributes]
     key = combined_key(qi, cardinalities)
     inverse, uniques = pd.factorize(key, sort=False)

@@ -28,11 +28,11 @@ pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing 
 
 def without_dense(view):
     """The same view on the sparse path (its histogram built by the sparse kernel)."""
-    return dataclasses.replace(view, dense=None, _distributions={})
+    return dataclasses.replace(view, dense_values=None, _dense=None, _dense_built=False, _distributions={})
 
 
 def assert_dense_equals_sparse(model, view, reference_view) -> None:
-    assert view.dense is not None
+    assert view.dense_counts(model.attribute) is not None
     dense_statistic, dense_violating = model.compiled(view)
     sparse_statistic, sparse_violating = model.compiled(without_dense(view))
     assert dense_statistic.tobytes() == sparse_statistic.tobytes(), model.describe()
@@ -42,11 +42,12 @@ def assert_dense_equals_sparse(model, view, reference_view) -> None:
 
 def assert_dense_matches_histogram(view) -> None:
     """The dense matrix holds exactly the sparse histogram's entries."""
+    dense = view.dense_counts(view.sensitive_names[0])
     distribution = without_dense(view).distribution(view.sensitive_names[0])
-    expected = np.zeros_like(view.dense)
+    expected = np.zeros_like(dense)
     expected[distribution.values, distribution.classes] = distribution.counts
-    assert np.array_equal(view.dense, expected) and view.dense.dtype == np.int32
-    assert np.array_equal(view.dense.sum(axis=0), view.sizes)
+    assert np.array_equal(dense, expected) and dense.dtype == np.int32
+    assert np.array_equal(dense.sum(axis=0), view.sizes)
 
 
 @pytest.mark.parametrize("seed", [0, 2, 4, 6, 8, 10])
@@ -73,7 +74,7 @@ def test_dense_decisions_on_adult(monkeypatch):
     for index in np.random.default_rng(5).choice(len(nodes), 60, replace=False):
         node = tuple(nodes[int(index)])
         view, reference_view = fast.view(node), reference.view(node)
-        if view.dense is None:
+        if view.dense_counts("occupation") is None:
             continue
         built += 1
         assert_dense_matches_histogram(view)
@@ -91,7 +92,7 @@ def test_one_value_and_one_class(monkeypatch):
     fast, reference = caches(monkeypatch, table)
     for node in [(0,), (1,)]:
         view, reference_view = fast.view(node), reference.view(node)
-        assert view.dense.shape == (1, view.class_count)
+        assert view.dense_counts("s").shape == (1, view.class_count)
         for model in [LDiversityModel("s", 1, "entropy"), LDiversityModel("s", 2, "distinct"),
                       LDiversityModel("s", 1, "recursive", c=1.0), TClosenessModel("s", 0.0, "equal"),
                       TClosenessModel("s", 0.0, "ordered"), TClosenessModel("s", 0.0, "hierarchical")]:
@@ -112,16 +113,16 @@ def test_too_large_a_histogram_stays_sparse(monkeypatch):
     fast, reference = caches(monkeypatch, table, budget=1 << 20)
     view, reference_view = fast.view((0,)), reference.view((0,))
     assert view.class_count * size > _distribution_numba.DENSE_CELLS_PER_JOINT_CLASS * size + 4096
-    assert view.dense is None and view.kernels is not None
+    assert view.dense_counts("s") is None and view.kernels is not None and view.dense_values is not None
     for model in [LDiversityModel("s", 1, "entropy"), TClosenessModel("s", 0.5, "equal"),
                   TClosenessModel("s", 0.5, "ordered")]:
         statistic, violating = model.compiled(view)
         assert np.array_equal(violating, model.violating(reference_view))
     top = fast.view((1,))   # one class of 400 values: small enough
-    assert top.dense is not None and top.dense.shape == (size, 1)
+    assert top.dense_counts("s").shape == (size, 1)
 
 
-def test_project_dense_equals_project_keyed_and_histogram():
+def test_project_dense_and_dense_histogram_equal_project_keyed_and_histogram():
     """On random joint tables (codes, sizes, keys in a fixed radix with the sensitive row lowest)."""
     from engine import _distribution_numba as compiled
 
@@ -141,10 +142,13 @@ def test_project_dense_equals_project_keyed_and_histogram():
         key, codes = key[order], codes[:, first[order]]
         sizes = rng.integers(1, 9, key.size).astype(np.int64)
         span = int(cards[-1])
-        codes_d, sizes_d, inverse_d, dense = compiled.project_dense(codes, sizes, key, attributes, span)
+        codes_d, sizes_d, inverse_d, values_d = compiled.project_dense(codes, sizes, key, attributes, span)
         codes_k, sizes_k, inverse_k = compiled.project_keyed(codes, sizes, key, attributes, span)
         assert np.array_equal(codes_d, codes_k) and codes_d.dtype == codes_k.dtype
         assert np.array_equal(sizes_d, sizes_k) and np.array_equal(inverse_d, inverse_k)
+        assert np.array_equal(values_d, codes[attributes]) and values_d.dtype == np.int64
+        dense = compiled.dense_histogram(inverse_d, values_d, sizes, sizes_d.size, span)
+        assert dense.dtype == np.int32
         classes, values, counts = compiled.histogram(inverse_k, codes[attributes].astype(np.int64), sizes,
                                                      sizes_k.size, span)
         expected = np.zeros((span, sizes_k.size), dtype=np.int64)
