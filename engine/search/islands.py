@@ -15,7 +15,8 @@ islands counts once), and their improvements join the quality-over-time trace.
 
 A worker that fails or overruns its deadline by more than GRACE_SECONDS is ended and ignored (the result is then
 island 0's, still valid). An island may also run the top-down search instead (`companions`). Without `fork` (not Linux), or with a check limit (it counts the checks of all islands
-together, which independent islands cannot honour), the search runs sequentially.
+together, which independent islands cannot honour), or in a daemonic process (a Dask worker may not start
+processes), the search runs sequentially; a worker that cannot be started is left out.
 """
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def genetic_islands(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent
     if unknown:
         raise ValueError(f"an island runs one of {', '.join(COMPANIONS)}, got {', '.join(unknown)}")
     evaluated = dict(evaluated or {})
-    if workers <= 1 or check_limit is not None or "fork" not in multiprocessing.get_all_start_methods():
+    if (workers <= 1 or check_limit is not None or "fork" not in multiprocessing.get_all_start_methods()
+            or multiprocessing.current_process().daemon):   # a daemonic process (a Dask worker) may not fork workers
         counters = GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit,
                                  evaluated).run()
         counters["islands"] = 1
@@ -102,7 +104,12 @@ def genetic_islands(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent
             args=(send, evaluator, lattice, evaluator.quality, incumbent.started, deadline,
                   replace(parameters, seed=island_seed(parameters.seed, island)), dict(evaluated),
                   companions[island - 1] if island - 1 < len(companions) else "genetic"))
-        process.start()
+        try:
+            process.start()
+        except (OSError, AssertionError):   # no process to be had (limits, a daemon): fewer islands
+            send.close()
+            receive.close()
+            break
         send.close()
         children.append((process, receive))
     try:

@@ -231,3 +231,14 @@ def test_top_down_early_stop_keeps_the_proven_optimum_and_saves_risk_estimates()
         assert incumbent.best.loss == pytest.approx(optimum.best.loss, abs=1e-12)
         assert tuple(incumbent.best.levels) == tuple(optimum.best.levels)
     assert early[2] < plain[2]
+
+
+def test_a_daemonic_process_runs_one_island(monkeypatch):
+    """A Dask worker is a daemonic process, which may not start processes: the islands then run sequentially."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)
+    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1)
+    counters, incumbent, _ = _islands(encoded, quality, configuration, lattice,
+                                      GeneticParameters(iterations=2, subpopulation_size=6), 2)
+    assert counters["islands"] == 1 and incumbent.best is not None
