@@ -27,10 +27,7 @@ def roll_up(codes, sizes, key, changed, starts, maps, places, minimal):
     specialization. Attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns
     the new classes' codes (d, u) int32, sizes, keys (first appearance order, as engine.classes.roll_up_keyed) and
     the records in classes smaller than `minimal`."""
-    d, m = codes.shape
-    bits = _capacity(m)
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
+    m = codes.shape[1]
     # The new keys first, one changed attribute at a time over its contiguous row (twice as fast as all changed
     # attributes per class: the inner loop streams one row and one small code map).
     keys = key.copy()
@@ -42,45 +39,7 @@ def roll_up(codes, sizes, key, changed, starts, maps, places, minimal):
         for j in range(m):
             v = np.int64(row[j])
             keys[j] += (maps[start + v] - v) * place
-    # Open addressing, linear probing; slot h holds (key, class) at [2h, 2h + 1], key -1 when empty (keys are >= 0).
-    table = np.full(2 << bits, -1, np.int64)
-    new_keys = np.empty(m, np.int64)
-    new_sizes = np.empty(m, np.int64)
-    member = np.empty(m, np.int64)
-    u = 0
-    for j in range(m):
-        k = keys[j]
-        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
-        while True:
-            stored = table[2 * h]
-            if stored == k:
-                new_sizes[table[2 * h + 1]] += sizes[j]
-                break
-            if stored < 0:
-                table[2 * h] = k
-                table[2 * h + 1] = u
-                new_keys[u] = k
-                new_sizes[u] = sizes[j]
-                member[u] = j
-                u += 1
-                break
-            h = (h + 1) & mask
-    new_codes = np.empty((d, u), np.int32)
-    for i in range(d):
-        row = codes[i]
-        out = new_codes[i]
-        for t in range(u):
-            out[t] = row[member[t]]
-    for c in range(changed.size):
-        out = new_codes[changed[c]]
-        start = starts[c]
-        for t in range(u):
-            out[t] = maps[start + out[t]]
-    below = np.int64(0)
-    for t in range(u):
-        if new_sizes[t] < minimal:
-            below += new_sizes[t]
-    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below
+    return _merge(codes, sizes, keys, changed, starts, maps, minimal)
 
 
 @_jit
@@ -237,11 +196,13 @@ def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, delt
 
 @_jit
 def _merge(codes, sizes, keys, changed, starts, maps, minimal):
-    """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's second half."""
+    """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
+    roll_up_base's second half."""
     d, m = codes.shape
     bits = _capacity(m)
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
+    # Open addressing, linear probing; slot h holds (key, class) at [2h, 2h + 1], key -1 when empty (keys are >= 0).
     table = np.full(2 << bits, -1, np.int64)
     new_keys = np.empty(m, np.int64)
     new_sizes = np.empty(m, np.int64)
