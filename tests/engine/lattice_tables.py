@@ -19,6 +19,18 @@ def make_hierarchy(name: str, size: int, levels: int, factor: int) -> Hierarchy:
     return Hierarchy(np.array(rows, dtype=object), name=name)
 
 
+def wide_table(seed: int = 0, n: int = 300, d: int = 8) -> tuple[pd.DataFrame, dict[str, Hierarchy]]:
+    """`d` attributes of 8 values each (hierarchies of 4 levels, fan-in 2), `n` uniform random records: a lattice
+    wide enough that the heuristics have work to do."""
+    rng = np.random.default_rng(seed)
+    hierarchies, columns = {}, {}
+    for i in range(d):
+        name = f"q{i}"
+        hierarchies[name] = make_hierarchy(name, 8, 4, 2)
+        columns[name] = [f"{name}{v}" for v in rng.integers(0, 8, n)]
+    return pd.DataFrame(columns), hierarchies
+
+
 @st.composite
 def tables(draw, attributes=(2, 4), records=(10, 60), levels=(2, 3)):
     """2-4 attributes of 2-3 levels (lattices of at most 81 transformations), 10-60 records by default."""

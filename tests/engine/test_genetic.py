@@ -17,7 +17,7 @@ from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
 from engine.search.genetic import (GeneticParameters, GeneticSearch, crossover, immigrate, initial_population, mutate,
                                    select_parents, sort_by_fitness, triangle)
-from tests.engine.lattice_tables import make_hierarchy, pandas_exhaustive, seeded_table
+from tests.engine.lattice_tables import make_hierarchy, pandas_exhaustive, seeded_table, wide_table
 
 
 # --- initialization ------------------------------------------------------------------------------------------------
@@ -170,18 +170,8 @@ def _run(frame, hierarchies, k, limit, parameters, model="loss", aggregation=Non
     return incumbent, counters, evaluator, lattice
 
 
-def _wide_table(seed: int = 0, n: int = 300, d: int = 8):
-    rng = np.random.default_rng(seed)
-    hierarchies, columns = {}, {}
-    for i in range(d):
-        name = f"q{i}"
-        hierarchies[name] = make_hierarchy(name, 8, 4, 2)
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, 8, n)]
-    return pd.DataFrame(columns), hierarchies
-
-
 def test_same_seed_same_result_other_seed_other_path():
-    frame, hierarchies = _wide_table()
+    frame, hierarchies = wide_table()
     parameters = GeneticParameters(iterations=8, subpopulation_size=12, seed=42)
     first, first_counters, first_eval, _ = _run(frame, hierarchies, 3, 0.2, parameters)
     again, again_counters, again_eval, _ = _run(frame, hierarchies, 3, 0.2, parameters)
@@ -218,7 +208,7 @@ def test_reaches_the_optimum_on_a_larger_lattice_and_stops_when_it_has_seen_ever
     branch and bound proves."""
     from engine.search import search
 
-    frame, hierarchies = _wide_table(seed=3, n=200, d=6)
+    frame, hierarchies = wide_table(seed=3, n=200, d=6)
     encoded = encode_table(frame, hierarchies)
     quality = make_quality_model("loss", encoded)
     optimum = search(encoded, [KAnonymity(2)], quality, 1.0, algorithm="bnb")
@@ -241,7 +231,7 @@ def test_a_lattice_evaluated_completely_is_proven():
 def test_non_solutions_are_ranked_by_their_loss():
     """With no suppression allowed the bottom is no solution, yet it gets a fitness (the loss of suppressing what
     violates k) and is never offered to the incumbent."""
-    frame, hierarchies = _wide_table(seed=1, n=60, d=3)
+    frame, hierarchies = wide_table(seed=1, n=60, d=3)
     incumbent, _, evaluator, lattice = _run(frame, hierarchies, 5, 0.0, GeneticParameters(iterations=3,
                                                                                           subpopulation_size=6))
     search = GeneticSearch(evaluator, lattice, incumbent, Deadline(None), Progress(1, False, ""),
@@ -252,7 +242,7 @@ def test_non_solutions_are_ranked_by_their_loss():
 
 
 def test_deadline_ends_the_run_unproven():
-    frame, hierarchies = _wide_table()
+    frame, hierarchies = wide_table()
     incumbent, counters, evaluator, _ = _run(frame, hierarchies, 3, 1.0, GeneticParameters(iterations=None),
                                              time_limit=0.0)
     assert not counters["complete"]
@@ -261,7 +251,7 @@ def test_deadline_ends_the_run_unproven():
 
 
 def test_unbounded_iterations_need_a_time_limit():
-    frame, hierarchies = _wide_table(n=20, d=2)
+    frame, hierarchies = wide_table(n=20, d=2)
     with pytest.raises(ValueError, match="iterations, a time limit or a check limit"):
         _run(frame, hierarchies, 2, 1.0, GeneticParameters(iterations=None))
 
@@ -269,7 +259,7 @@ def test_unbounded_iterations_need_a_time_limit():
 def test_check_limit_ends_the_run():
     from engine.search import search
 
-    frame, hierarchies = _wide_table()
+    frame, hierarchies = wide_table()
     encoded = encode_table(frame, hierarchies)
     result = search(encoded, [KAnonymity(3)], make_quality_model("loss", encoded), 1.0, algorithm="genetic",
                     check_limit=37, genetic=GeneticParameters(iterations=None))
@@ -281,7 +271,7 @@ def test_check_limit_ends_the_run():
 
 def test_evaluations_made_before_the_run_are_reused():
     """`auto` hands over the transformations it timed: the GA ranks them without evaluating them again."""
-    frame, hierarchies = _wide_table(n=100, d=4)
+    frame, hierarchies = wide_table(n=100, d=4)
     encoded = encode_table(frame, hierarchies)
     quality = make_quality_model("loss", encoded)
     configuration = PrivacyConfiguration([KAnonymity(3)], 1.0)
@@ -301,7 +291,7 @@ def test_population_uniqueness_reaches_the_optimum():
     from engine.privacy.population import PopulationUniquenessModel
     from engine.search import search
 
-    frame, hierarchies = _wide_table(seed=2, n=400, d=5)
+    frame, hierarchies = wide_table(seed=2, n=400, d=5)
     models = [PopulationUniquenessModel(0.01, 20_000, "pitman")]
     encoded = encode_table(frame, hierarchies)
     optimum = search(encoded, models, make_quality_model("loss", encoded), 0.05, algorithm="bnb")
@@ -319,7 +309,7 @@ def test_checks_stopped_early_only_skip_rows_that_cannot_rank():
     from engine.privacy.population import PopulationUniquenessModel
     from engine.search import search
 
-    frame, hierarchies = _wide_table(seed=2, n=400, d=5)
+    frame, hierarchies = wide_table(seed=2, n=400, d=5)
     encoded = encode_table(frame, hierarchies)
     quality = make_quality_model("loss", encoded)
     configuration = PrivacyConfiguration([PopulationUniquenessModel(0.01, 20_000, "pitman")], 1.0)
@@ -445,7 +435,7 @@ def test_a_policy_runs_the_genetic_algorithm_with_its_parameters(tmp_path, monke
 
 
 def test_immigration_runs_every_interval_iterations():
-    frame, hierarchies = _wide_table(n=100, d=4)
+    frame, hierarchies = wide_table(n=100, d=4)
     _, counters, _, _ = _run(frame, hierarchies, 3, 1.0, GeneticParameters(iterations=12, subpopulation_size=6,
                                                                           immigration_interval=5))
     assert counters["iterations"] == 12 and counters["immigrations"] == 2   # after iterations 5 and 10

@@ -19,21 +19,11 @@ from engine.search.evaluator import Evaluator
 from engine.search.genetic import GeneticParameters, GeneticSearch, genetic_algorithm
 from engine.search.islands import _merged, genetic_islands, island_seed
 from engine.search.topdown import TopDownSearch
-from tests.engine.lattice_tables import make_hierarchy
-
-
-def _wide_table(seed: int = 0, n: int = 300, d: int = 6):
-    rng = np.random.default_rng(seed)
-    hierarchies, columns = {}, {}
-    for i in range(d):
-        name = f"q{i}"
-        hierarchies[name] = make_hierarchy(name, 8, 4, 2)
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, 8, n)]
-    return pd.DataFrame(columns), hierarchies
+from tests.engine.lattice_tables import wide_table
 
 
 def _setup(models, limit=1.0, seed=0, n=300, d=6):
-    frame, hierarchies = _wide_table(seed, n, d)
+    frame, hierarchies = wide_table(seed, n, d)
     encoded = encode_table(frame, hierarchies)
     quality = make_quality_model("loss", encoded)
     configuration = PrivacyConfiguration(models, limit)
