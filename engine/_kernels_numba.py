@@ -2,23 +2,16 @@
 
 All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side) and numpy's
 error model; none uses fastmath, and all sums are integer, so results do not depend on the order of the loops.
+Classes are merged by key in one place (`_merge`, with the hash table of engine._hash_numba).
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
+from ._hash_numba import new_table, probe, table_bits
+
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing: multiply, keep the top bits
-
-
-@_jit
-def _capacity(m):
-    bits = 4
-    while (1 << bits) < 2 * m:
-        bits += 1
-    return bits
 
 
 @_jit
@@ -135,38 +128,9 @@ def group_rows(rows, places):
         place = places[i]
         for j in range(n):
             keys[j] += np.int64(row[j]) * place
-    bits = _capacity(n)
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    table = np.full(2 << bits, -1, np.int64)
-    new_keys = np.empty(n, np.int64)
-    new_sizes = np.empty(n, np.int64)
-    member = np.empty(n, np.int64)
-    u = 0
-    for j in range(n):
-        k = keys[j]
-        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
-        while True:
-            stored = table[2 * h]
-            if stored == k:
-                new_sizes[table[2 * h + 1]] += 1
-                break
-            if stored < 0:
-                table[2 * h] = k
-                table[2 * h + 1] = u
-                new_keys[u] = k
-                new_sizes[u] = 1
-                member[u] = j
-                u += 1
-                break
-            h = (h + 1) & mask
-    codes = np.empty((d, u), np.int32)
-    for i in range(d):
-        row = rows[i]
-        out = codes[i]
-        for t in range(u):
-            out[t] = row[member[t]]
-    return codes, new_sizes[:u].copy(), new_keys[:u].copy()
+    nothing = np.empty(0, np.int64)   # no attribute changes level: the merge only groups
+    codes, sizes, class_keys, _ = _merge(rows, np.ones(n, np.int64), keys, nothing, nothing, nothing, 0)
+    return codes, sizes, class_keys
 
 
 @_jit
@@ -199,32 +163,24 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal):
     """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
     roll_up_base's second half."""
     d, m = codes.shape
-    bits = _capacity(m)
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    # Open addressing, linear probing; slot h holds (key, class) at [2h, 2h + 1], key -1 when empty (keys are >= 0).
-    table = np.full(2 << bits, -1, np.int64)
+    bits = table_bits(m)
+    table = new_table(bits)
     new_keys = np.empty(m, np.int64)
     new_sizes = np.empty(m, np.int64)
     member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
         k = keys[j]
-        h = np.int64((np.uint64(k) * _GOLDEN) >> shift)
-        while True:
-            stored = table[2 * h]
-            if stored == k:
-                new_sizes[table[2 * h + 1]] += sizes[j]
-                break
-            if stored < 0:
-                table[2 * h] = k
-                table[2 * h + 1] = u
-                new_keys[u] = k
-                new_sizes[u] = sizes[j]
-                member[u] = j
-                u += 1
-                break
-            h = (h + 1) & mask
+        slot = probe(table, k, bits)
+        if table[2 * slot] == k:
+            new_sizes[table[2 * slot + 1]] += sizes[j]
+        else:
+            table[2 * slot] = k
+            table[2 * slot + 1] = u
+            new_keys[u] = k
+            new_sizes[u] = sizes[j]
+            member[u] = j
+            u += 1
     new_codes = np.empty((d, u), np.int32)
     for i in range(d):
         row = codes[i]
