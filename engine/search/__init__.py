@@ -48,8 +48,8 @@ from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress, SearchResult
 from .evaluator import Evaluator
 from .flash import FlashSearch
-from .genetic import GeneticParameters, genetic_algorithm
-from .islands import workers_available
+from .genetic import GeneticParameters
+from .islands import genetic_algorithm, workers_available
 from .lightning import lightning
 from .tags import EXPLICIT_LIMIT
 from .topdown import top_down

@@ -476,19 +476,5 @@ class GeneticSearch:
         return counters
 
 
-def genetic_algorithm(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
-                      progress: Progress, parameters: GeneticParameters | None = None, check_limit: int | None = None,
-                      evaluated: dict[Node, Evaluation] | None = None, companions: tuple[str, ...] = ()) -> dict:
-    """Run the genetic algorithm (on `parameters.islands` processes, `companions` naming what the other islands run:
-    engine.search.islands); the best solution ends up in `incumbent`. Returns the counters."""
-    parameters = parameters or GeneticParameters()
-    if parameters.islands > 1:
-        from .islands import genetic_islands
-
-        return genetic_islands(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated,
-                               parameters.islands, companions)
-    return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated).run()
-
-
-__all__ = ["GeneticParameters", "GeneticSearch", "crossover", "genetic_algorithm", "immigrate",
+__all__ = ["GeneticParameters", "GeneticSearch", "crossover", "immigrate",
            "initial_population", "mutate", "select_parents", "sort_by_fitness", "triangle"]

@@ -167,4 +167,17 @@ def _merged(trace: list[list[float]], incumbent: Incumbent) -> list[list[float]]
     return merged
 
 
-__all__ = ["GRACE_SECONDS", "genetic_islands", "island_seed", "workers_available"]
+def genetic_algorithm(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
+                      progress: Progress, parameters: GeneticParameters | None = None, check_limit: int | None = None,
+                      evaluated: dict[Node, Evaluation] | None = None, companions: tuple[str, ...] = ()) -> dict:
+    """Run the genetic algorithm (on `parameters.islands` processes, `companions` naming what the other islands run);
+    the best solution ends up in `incumbent`. Returns the counters. It lives here, not in engine.search.genetic, so
+    that the islands import the algorithm and never the other way round (tests/test_engine_import_graph.py)."""
+    parameters = parameters or GeneticParameters()
+    if parameters.islands > 1:
+        return genetic_islands(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated,
+                               parameters.islands, companions)
+    return GeneticSearch(evaluator, lattice, incumbent, deadline, progress, parameters, check_limit, evaluated).run()
+
+
+__all__ = ["GRACE_SECONDS", "genetic_algorithm", "genetic_islands", "island_seed", "workers_available"]

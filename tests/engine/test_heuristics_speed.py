@@ -16,8 +16,8 @@ from engine.quality import make_quality_model
 from engine.search import search
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
-from engine.search.genetic import GeneticParameters, GeneticSearch, genetic_algorithm
-from engine.search.islands import _merged, genetic_islands, island_seed
+from engine.search.genetic import GeneticParameters, GeneticSearch
+from engine.search.islands import _merged, genetic_algorithm, genetic_islands, island_seed
 from engine.search.topdown import TopDownSearch
 from tests.engine.lattice_tables import wide_table
 
