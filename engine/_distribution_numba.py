@@ -59,13 +59,13 @@ def _class_codes(joint_codes, member, attributes, u):
     return codes
 
 
-@_jit
-def project(joint_codes, joint_sizes, attributes, places):
-    """Group the joint classes (codes (rows, m), sizes) by their first `attributes` rows, keyed in the fixed radix
-    `places` (one place per row, wide enough for its level-0 codes). Returns the classes' codes (attributes, u) in the
-    joint codes' dtype, their sizes (int64) and the class of every joint class (int64), classes numbered in order
-    of first appearance (engine.distributions.project)."""
-    m = joint_codes.shape[1]
+@numba.njit(inline="always", nogil=True)
+def _group(joint_codes, joint_sizes, keys, attributes):
+    """The joint classes grouped by their quasi-identifier key (keys[j] >= 0): the classes' codes (the first
+    `attributes` rows), sizes and the class of every joint class, classes numbered in order of first appearance.
+    The one grouping loop of `project`, `project_keyed` and `project_dense`, which differ only in how they get the
+    key."""
+    m = keys.size
     bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
     table = new_table(bits)
     inverse = np.empty(m, np.int64)
@@ -73,12 +73,23 @@ def project(joint_codes, joint_sizes, attributes, places):
     member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
-        k = np.int64(0)
-        for i in range(attributes):
-            k += np.int64(joint_codes[i, j]) * places[i]
-        u = _add(table, bits, k, j, joint_sizes, inverse, sizes, member, u)
+        u = _add(table, bits, keys[j], j, joint_sizes, inverse, sizes, member, u)
         table, bits = _roomy(table, bits, u)
     return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
+
+
+@_jit
+def project(joint_codes, joint_sizes, attributes, places):
+    """Group the joint classes (codes (rows, m), sizes) by their first `attributes` rows, keyed in the fixed radix
+    `places` (one place per row, wide enough for its level-0 codes). Returns the classes' codes (attributes, u) in the
+    joint codes' dtype, their sizes (int64) and the class of every joint class (int64), classes numbered in order
+    of first appearance (engine.distributions.project)."""
+    m = joint_codes.shape[1]
+    keys = np.zeros(m, np.int64)
+    for i in range(attributes):
+        for j in range(m):
+            keys[j] += np.int64(joint_codes[i, j]) * places[i]
+    return _group(joint_codes, joint_sizes, keys, attributes)
 
 
 @_jit
@@ -132,16 +143,10 @@ def project_keyed(joint_codes, joint_sizes, joint_key, attributes, span):
     places, so the quasi-identifier key is joint_key // span (span: the product of the sensitive rows' level-0
     cardinalities), one read per joint class instead of one per attribute. Same result as `project`."""
     m = joint_codes.shape[1]
-    bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
-    table = new_table(bits)
-    inverse = np.empty(m, np.int64)
-    sizes = np.zeros(m, np.int64)
-    member = np.empty(m, np.int64)
-    u = 0
+    keys = np.empty(m, np.int64)
     for j in range(m):
-        u = _add(table, bits, joint_key[j] // span, j, joint_sizes, inverse, sizes, member, u)
-        table, bits = _roomy(table, bits, u)
-    return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse
+        keys[j] = joint_key[j] // span
+    return _group(joint_codes, joint_sizes, keys, attributes)
 
 
 
@@ -180,16 +185,8 @@ def project_dense(joint_codes, joint_sizes, joint_key, attributes, span):
     reciprocal = 1.0 / span
     for j in range(m):
         quotient[j], value[j] = _divide(joint_key[j], span, reciprocal)
-    bits = table_bits((m + 1) // 2)   # as many slots as joint classes; grown once half full
-    table = new_table(bits)
-    inverse = np.empty(m, np.int64)
-    sizes = np.zeros(m, np.int64)
-    member = np.empty(m, np.int64)
-    u = 0
-    for j in range(m):
-        u = _add(table, bits, quotient[j], j, joint_sizes, inverse, sizes, member, u)
-        table, bits = _roomy(table, bits, u)
-    return _class_codes(joint_codes, member, attributes, u), sizes[:u].copy(), inverse, value
+    codes, sizes, inverse = _group(joint_codes, joint_sizes, quotient, attributes)
+    return codes, sizes, inverse, value
 
 
 @_jit
