@@ -115,6 +115,12 @@ class ClassCache:
             self._maps[key] = self.table.attributes[attribute].roll_up(source, target)
         return self._maps[key]
 
+    def holds(self, node: tuple[int, ...]) -> bool:
+        """Whether `node`'s classes need no roll-up source: cached, or being rolled up ahead (the evaluator then skips
+        its search for the best source)."""
+        node = node + self._tail
+        return node in self._cache or node in self._pending
+
     def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The quasi-identifier classes of `node`: codes (attributes, classes) and sizes, in order of first
         appearance in the input."""
