@@ -12,6 +12,7 @@ import numpy as np
 from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
+from .sums import add_reduce, numpy_order
 
 LAYOUT_MEMO_LIMIT = 1 << 16   # transformations whose value layout `_layout` remembers
 
@@ -35,6 +36,7 @@ class NonUniformEntropy(QualityModel):
         self._reference = kernels.reference_forced()   # else compiled counts once a search loaded engine.kernels
         self._layouts: dict[tuple[int, ...], tuple] = {}   # `_layout`
         self._normalized_terms: list[list[float]] | None = None   # `lower_bound`
+        self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -47,12 +49,16 @@ class NonUniformEntropy(QualityModel):
         # The normalized term of every attribute and level is computed once (`_normalized_terms`: the same
         # elementwise division `_normalize` does), and their mean is numpy's add.reduce over the d terms divided by
         # d, which is what `.mean()` computes: the same bits as normalizing per call, for a fifth of the time (a
-        # search asks for thousands of bounds).
+        # search asks for thousands of bounds). The sum is numpy's pairwise order replayed in Python floats
+        # (engine.quality.sums), checked against numpy once per model.
         terms = self._normalized_terms
         if terms is None:
             with np.errstate(divide="ignore", invalid="ignore"):
                 terms = self._normalized_terms = [
                     np.where(m > 0, g / m, 0.0).tolist() for g, m in zip(self._generalization, self._maximum)]
+            self._python_sum = numpy_order("add", len(terms))
+        if self._python_sum:
+            return add_reduce(list(map(list.__getitem__, terms, levels))) / self.d
         return float(np.add.reduce(np.array([t[lv] for t, lv in zip(terms, levels)])) / self.d)
 
     def _layout(self, levels) -> tuple:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
+from .sums import multiply_reduce, numpy_order
 
 
 class Loss(QualityModel):
@@ -45,6 +46,9 @@ class Loss(QualityModel):
         self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
         self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
+        # The same terms plus 1, as Python floats, for the geometric mean of levels alone (`_geometric`)
+        self._bound_plus_one: list[list[float]] | None = None
+        self._unsuppressed_plus_one: list[list[float]] | None = None
 
     def _normalize(self, sums: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -81,14 +85,36 @@ class Loss(QualityModel):
             terms.append(np.clip(values, 0.0, 1.0))
         return terms
 
+    def _plus_one(self, terms: list[np.ndarray]) -> list[list[float]] | None:
+        """Each term plus 1 (the elementwise add `aggregate` does) as Python floats, for `_geometric`; None unless
+        the geometric mean is the aggregation and the Python arithmetic gives aggregate's bits here
+        (engine.quality.sums)."""
+        if self.aggregation != "geometric_mean" or not numpy_order("geometric", len(terms)):
+            return None
+        return [(t + 1.0).tolist() for t in terms]
+
+    @staticmethod
+    def _geometric(plus_one: list[list[float]], levels: Levels) -> float:
+        """`aggregate`'s geometric mean of the per-attribute terms at `levels` in Python floats: numpy's
+        multiply.reduce multiplies left to right and its float64 power is C's pow, as Python's is, so the bits are
+        aggregate's; a search asks for thousands of these and the numpy calls cost five times the arithmetic
+        (tests/engine/test_quality_level_sums.py compares every level vector)."""
+        return multiply_reduce(list(map(list.__getitem__, plus_one, levels))) ** (1.0 / len(plus_one)) - 1.0
+
     def loss_without_suppression(self, levels: Levels) -> float:
         if self._unsuppressed_terms is None:
             self._unsuppressed_terms = self._level_terms(self.generalization_weight, 0.0)
+            self._unsuppressed_plus_one = self._plus_one(self._unsuppressed_terms)
+        if self._unsuppressed_plus_one is not None:
+            return self._geometric(self._unsuppressed_plus_one, levels)
         return self.aggregate(np.array([t[lv] for t, lv in zip(self._unsuppressed_terms, levels)]))
 
     def lower_bound(self, levels: Levels) -> float:
         if self._bound_terms is None:
             self._bound_terms = self._level_terms(self._bound_weight)
+            self._bound_plus_one = self._plus_one(self._bound_terms)
+        if self._bound_plus_one is not None:
+            return self._geometric(self._bound_plus_one, levels)
         return self.aggregate(np.array([t[lv] for t, lv in zip(self._bound_terms, levels)]))
 
     def _kept_rows(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray

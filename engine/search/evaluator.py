@@ -57,6 +57,7 @@ class Evaluator:
         self._source_counts = np.zeros(self.SOURCES, dtype=np.int64)
         self._sources = 0
         self._source_rows: dict[Node, int] = {}
+        self._source_nodes: list[Node | None] = [None] * self.SOURCES   # the level vector of each row, as a tuple
         # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
         # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.
         self._root_codes = [
@@ -77,27 +78,32 @@ class Evaluator:
         return codes, sizes
 
     def _best_source(self, node: Node, hint: Node | None) -> Node | None:
-        """The remembered specialization of `node` with the fewest classes (compiled path), else `hint`."""
-        if not self._sources:
+        """The remembered specialization of `node` with the fewest classes (compiled path), else `hint`. Not looked
+        for when the cache holds `node` (cached, or rolled up ahead): no roll-up needs it then."""
+        if not self._sources or self.cache.holds(node):
             return hint
         row = int(self.kernels.best_source(self._source_levels, self._source_counts,
                                            min(self._sources, self.SOURCES), np.asarray(node, dtype=np.int64)))
-        return hint if row < 0 else tuple(self._source_levels[row].tolist())
+        return hint if row < 0 else self._source_nodes[row]
 
     def _remember(self, node: Node, count: int) -> None:
-        if node in self._source_rows:
+        rows = self._source_rows
+        if node in rows:
             return
         row = self._sources % self.SOURCES
         if self._sources >= self.SOURCES:   # the ring is full: forget the oldest
-            self._source_rows.pop(tuple(self._source_levels[row].tolist()), None)
+            rows.pop(self._source_nodes[row], None)
         self._source_levels[row] = node
         self._source_counts[row] = count
-        self._source_rows[node] = row
+        self._source_nodes[row] = node
+        rows[node] = row
         self._sources += 1
 
     def prefetch(self, node: Node, hint: Node | None = None) -> None:
         """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
         counts as a check."""
+        if self.kernels is not None and self.cache.holds(node):
+            return   # cached or already rolling up: nothing to start, no source to look for
         self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
 
     def close(self) -> None:

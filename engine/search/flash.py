@@ -49,6 +49,20 @@ _float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, 
 RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
 
 
+def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (equal values share one, as a sort key compares them), and how
+    many distinct values there are."""
+    order = np.argsort(values)
+    ordered = values[order]
+    step = np.empty(values.size, dtype=np.int64)
+    if values.size:
+        step[0] = 0
+        np.not_equal(ordered[1:], ordered[:-1], out=step[1:], casting="unsafe")
+    ranks = np.empty(values.size, dtype=np.int64)
+    ranks[order] = np.cumsum(step)
+    return ranks, (int(ranks.max()) + 1 if values.size else 0)
+
+
 class Strategy:
     """ARX's FLASHStrategy as a sort key, plus the negated level vector to break ties.
 
@@ -75,23 +89,34 @@ class Strategy:
     def _ranks(self, lattice: Lattice) -> np.ndarray:
         """Every transformation's position in the order of `tuple_key` (int64, indexed by the level vector)."""
         shape = tuple(hi + 1 for hi in lattice.upper)
-        grid = np.indices(shape).reshape(len(shape), -1)
-        # The same operations as `tuple_key`: its float sums start from 0 and add left to right, as the loops here
-        # do (0 + x == x exactly). Its first component, (sum of levels - lower sum) / max rank, orders as the sum of
-        # levels itself (distinct small integers divided by one positive integer stay distinct and in order).
-        precision = np.zeros(grid.shape[1])
-        distinct = np.zeros(grid.shape[1])
-        for i in range(len(shape)):
-            precision = precision + np.asarray(self.relative[i], dtype=np.float64)[grid[i]]
-            distinct = distinct + np.asarray(self.distinct[i], dtype=np.float64)[grid[i]]
+        # The same operations as `tuple_key`: its float sums start from 0 and add left to right, as the outer sums
+        # here do, attribute after attribute (0 + x == x exactly), over the lattice in C order. Its first
+        # component, (sum of levels - lower sum) / max rank, orders as the sum of levels itself (distinct small
+        # integers divided by one positive integer stay distinct and in order).
+        precision = np.zeros(1)
+        distinct = np.zeros(1)
+        levels = np.zeros(1, dtype=np.int64)
+        for i, height in enumerate(shape):
+            precision = np.add.outer(precision, np.asarray(self.relative[i], dtype=np.float64)[:height]).ravel()
+            distinct = np.add.outer(distinct, np.asarray(self.distinct[i], dtype=np.float64)[:height]).ravel()
+            levels = np.add.outer(levels, np.arange(height, dtype=np.int64)).ravel()
         precision = precision / self.d
         lost = 1.0 - distinct / self.d
+        size = levels.size
         # The negated level vector, compared first attribute first, orders as the flat (C-order) index descending.
-        # lexsort compares its last key first.
-        flat = np.arange(grid.shape[1] - 1, -1, -1, dtype=np.int64)
-        order = np.lexsort((flat, lost, precision, grid.sum(axis=0)))
-        ranks = np.empty(order.size, dtype=np.int64)
-        ranks[order] = np.arange(order.size, dtype=np.int64)
+        # The four keys become one int64 (sum of levels, then the dense ranks of the two floats, then the reversed
+        # index): one sort instead of lexsort's four, the same order (ties of a float key share its dense rank).
+        precision_rank, precisions = _dense_rank(precision)
+        lost_rank, losts = _dense_rank(lost)
+        top = int(levels.max()) if size else 0
+        if (top + 1) * precisions * losts * size < 1 << 62:
+            combined = ((levels * precisions + precision_rank) * losts + lost_rank) * size
+            combined += np.arange(size - 1, -1, -1, dtype=np.int64)
+            order = np.argsort(combined)   # unique keys: any sort gives the one order
+        else:
+            order = np.lexsort((np.arange(size - 1, -1, -1, dtype=np.int64), lost, precision, levels))
+        ranks = np.empty(size, dtype=np.int64)
+        ranks[order] = np.arange(size, dtype=np.int64)
         return ranks.reshape(shape)
 
     def _rank_key(self, node: Node) -> int:
