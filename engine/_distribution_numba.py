@@ -209,3 +209,163 @@ def dense_histogram(joint_class, values, joint_sizes, class_count, span):
     for j in range(m):
         dense[values[j], joint_class[j]] += joint_sizes[j]
     return dense
+
+
+# --- quasi-identifier classes with their dense histogram (engine.classes.ClassCache's dense form) -----------------
+@numba.njit(inline="always", nogil=True)
+def _hash_classes(keys, sizes):
+    """The classes of equal keys (keys >= 0), numbered in order of first appearance: the class of every input
+    (int32), the classes' sizes (sums of `sizes`), keys and first input, and their count. The table starts small
+    and doubles once half full (`_roomy`): the classes are typically a fraction of the inputs."""
+    m = keys.size
+    bits = table_bits((m + 1) // 2)
+    table = new_table(bits)
+    inverse = np.empty(m, np.int32)
+    new_sizes = np.empty(m, np.int64)
+    new_keys = np.empty(m, np.int64)
+    member = np.empty(m, np.int64)
+    u = 0
+    for j in range(m):
+        k = keys[j]
+        slot = probe(table, k, bits)
+        if table[2 * slot] == k:
+            c = table[2 * slot + 1]
+            inverse[j] = c
+            new_sizes[c] += sizes[j]
+        else:
+            table[2 * slot] = k
+            table[2 * slot + 1] = u
+            inverse[j] = u
+            new_sizes[u] = sizes[j]
+            new_keys[u] = k
+            member[u] = j
+            u += 1
+            table, bits = _roomy(table, bits, u)
+    return inverse, new_sizes, new_keys, member, u
+
+
+@numba.njit(inline="always", nogil=True)
+def _merge_dense(codes, sizes, keys, dense, changed, starts, maps):
+    """The classes of equal keys merged (first appearance order), their codes mapped through the changed attributes'
+    code maps, and their dense histograms added up: the second half of `roll_up_dense` and `roll_up_dense_base`.
+    The histograms are summed value row by value row (a streaming read of the source row, writes into the new row,
+    which stays in the core's cache): V passes of one add per source class."""
+    d, m = codes.shape
+    inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
+    new_codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = codes[i]
+        out = new_codes[i]
+        for t in range(u):
+            out[t] = row[member[t]]
+    for c in range(changed.size):
+        out = new_codes[changed[c]]
+        start = starts[c]
+        for t in range(u):
+            out[t] = maps[start + out[t]]
+    card = dense.shape[0]
+    new_dense = np.zeros((card, u), np.int32)
+    for v in range(card):
+        row = dense[v]
+        out = new_dense[v]
+        for j in range(m):
+            out[inverse[j]] += row[j]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), new_dense
+
+
+@_jit
+def group_dense(codes, sizes, values, places, cardinality):
+    """Quasi-identifier classes of weighted inputs (the class cache's base joint classes: quasi-identifier codes
+    (d, m), sizes, and the one sensitive attribute's value of each), keyed in the fixed radix `places` (one per
+    quasi-identifier): the classes' codes (d, u) int32, sizes, keys (first appearance order, as `project_keyed`
+    numbers them) and their dense (values, classes) int32 histogram. The caller checks that the records fit in
+    int32."""
+    d, m = codes.shape
+    keys = np.zeros(m, np.int64)
+    for i in range(d):
+        row = codes[i]
+        place = places[i]
+        for j in range(m):
+            keys[j] += np.int64(row[j]) * place
+    inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
+    new_codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = codes[i]
+        out = new_codes[i]
+        for t in range(u):
+            out[t] = row[member[t]]
+    dense = np.zeros((cardinality, u), np.int32)
+    for j in range(m):
+        dense[values[j], inverse[j]] += sizes[j]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), dense
+
+
+@_jit
+def roll_up_dense(codes, sizes, key, dense, changed, starts, maps, places):
+    """The quasi-identifier classes of a generalization with their dense histogram, from those of a
+    specialization (codes (d, m) int32, sizes, keys in the fixed radix `places`, dense (values, m) int32):
+    attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns the new codes,
+    sizes, keys and histogram; classes in order of first appearance, as engine._kernels_numba.roll_up numbers
+    them (so the classes and sizes are its, and the histogram is what `project_dense` and `dense_histogram` give
+    from the joint classes)."""
+    m = codes.shape[1]
+    keys = key.copy()
+    for c in range(changed.size):
+        i = changed[c]
+        row = codes[i]
+        start = starts[c]
+        place = places[i]
+        for j in range(m):
+            v = np.int64(row[j])
+            keys[j] += (maps[start + v] - v) * place
+    return _merge_dense(codes, sizes, keys, dense, changed, starts, maps)
+
+
+@_jit
+def roll_up_dense_base(codes, sizes, key, dense, changed, starts, maps, places, deltas, ready, rows):
+    """`roll_up_dense` from the base classes with the key updates kept, as engine._kernels_numba.roll_up_base
+    keeps them: deltas[rows[c]] holds, per base class, what attribute changed[c] adds to the key at its new level,
+    filled on first use (ready). The same keys, so the same result as `roll_up_dense`."""
+    m = codes.shape[1]
+    keys = key.copy()
+    for c in range(changed.size):
+        r = rows[c]
+        delta = deltas[r]
+        if not ready[r]:
+            row = codes[changed[c]]
+            start = starts[c]
+            place = places[changed[c]]
+            for j in range(m):
+                v = np.int64(row[j])
+                delta[j] = (maps[start + v] - v) * place
+            ready[r] = True
+        for j in range(m):
+            keys[j] += delta[j]
+    return _merge_dense(codes, sizes, keys, dense, changed, starts, maps)
+
+
+@_jit
+def sparse_from_dense(dense):
+    """The sparse histogram (class, value, count; int64, sorted by class then value, counts positive) of a dense
+    (values, classes) matrix: what `histogram` gives from the joint classes, for a view that holds only the dense
+    form (engine.distributions.ClassView.distribution)."""
+    card, class_count = dense.shape
+    w = 0
+    for v in range(card):
+        row = dense[v]
+        for k in range(class_count):
+            if row[k] > 0:
+                w += 1
+    classes = np.empty(w, np.int64)
+    values = np.empty(w, np.int64)
+    counts = np.empty(w, np.int64)
+    w = 0
+    for k in range(class_count):
+        for v in range(card):
+            n = dense[v, k]
+            if n > 0:
+                classes[w] = k
+                values[w] = v
+                counts[w] = n
+                w += 1
+    return classes, values, counts

@@ -2,6 +2,13 @@
 
 A class table is (codes, counts): codes has one row per attribute and one column per class. The input of a grouping
 is either the records or, much smaller, the classes of a more specific transformation (roll-up).
+
+With sensitive attributes the cache holds one of two forms. The joint form groups quasi-identifiers and sensitive
+values together (a class per combination) and projects them onto quasi-identifier classes per check
+(engine.distributions.project). The dense form (compiled path, one sensitive attribute, a histogram small enough:
+`DENSE_BASE_BYTES`) holds the quasi-identifier classes with their (values, classes) int32 histogram and rolls both
+up together (engine._distribution_numba.roll_up_dense): fewer classes to hash, no projection and no histogram per
+check, the same classes, sizes, order and counts.
 `combined_key`, `group`, `roll_up` and `roll_up_keyed` are re-exported from engine.grouping for existing callers.
 """
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import kernels
-from .distributions import project
+from .distributions import ClassView, project
 from .grouping import _KEY_LIMIT, combined_key, group, roll_up, roll_up_keyed
 
 if TYPE_CHECKING:
@@ -25,6 +32,7 @@ __all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "grou
 
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
+DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (values x base classes x 4 bytes), at most
 
 
 @dataclass
@@ -94,6 +102,13 @@ class ClassCache:
                 codes, sizes, _ = table.base_classes()
             key = None if self.radix is None else (codes.astype(np.int64) * self.radix[:, None]).sum(axis=0)
         self.base = (bottom, codes, sizes, key)
+        # The roll-up places of the cached keys: the fixed radix (joint form) or its quasi-identifier part (dense).
+        self._places = self.radix
+        self.dense = None   # engine._distribution_numba while the cache holds the dense form (`_dense_form`)
+        if self.kernels is not None and len(self.sensitive) == 1:
+            self._dense_form(table.n)
+        # What a roll-up from the base starts from: (codes, sizes, key), plus the histogram in the dense form.
+        self._base_entry = self.base[1:] if self.dense is None else self.base[1:] + (self._base_dense,)
         self._maps: dict[tuple[int, int, int], np.ndarray] = {}
         self._cache: OrderedDict[tuple[int, ...], tuple] = OrderedDict()
         self.nbytes = 0
@@ -108,6 +123,32 @@ class ClassCache:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safeshare-rollup")
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
         self._deltas: tuple[np.ndarray, np.ndarray] | bool | None = None   # `_base_deltas`
+
+    def _dense_form(self, records: int) -> None:
+        """Switch to the dense form when it pays: the base joint classes grouped into quasi-identifier classes with
+        their dense histogram, kept while it takes at most DENSE_BASE_BYTES and at most as many cells as the dense
+        histogram of a joint projection may (values x classes <= DENSE_CELLS_PER_JOINT_CLASS x joint classes +
+        4096: few values per class of a large domain are cheaper as joint classes), and the records fit in int32.
+        Nodes then have no sensitive tail and keys are in the quasi-identifier part of the radix (the joint key's
+        quotient by the sensitive place)."""
+        from . import _distribution_numba as compiled
+
+        bottom, codes, sizes, _ = self.base
+        d = self.attributes
+        cardinality = int(self.sensitive[0].cardinality)
+        span = int(self.radix[d - 1])   # the sensitive row's place: its level-0 cardinality (at least 1)
+        if cardinality < 1 or records >= 1 << 31:
+            return
+        places = self.radix[:d] // span
+        qi_codes, qi_sizes, qi_key, dense = compiled.group_dense(codes[:d], sizes, codes[d], places, cardinality)
+        cells = cardinality * qi_sizes.size
+        if cells * 4 > DENSE_BASE_BYTES or cells > compiled.DENSE_CELLS_PER_JOINT_CLASS * sizes.size + 4096:
+            return
+        self.base = (bottom[:d], qi_codes, qi_sizes, qi_key)
+        self._base_dense = dense
+        self._places = places
+        self._tail = ()
+        self.dense = compiled
 
     def _map(self, attribute: int, source: int, target: int) -> np.ndarray:
         key = (attribute, source, target)
@@ -124,8 +165,9 @@ class ClassCache:
     def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The quasi-identifier classes of `node`: codes (attributes, classes) and sizes, in order of first
         appearance in the input."""
-        if not self.sensitive:
-            return self._joint(node, hint)
+        if not self.sensitive or self.dense is not None:
+            entry = self._entry(node, hint)
+            return entry[0], entry[1]
         view = self.view(node, hint)
         return view.codes, view.sizes
 
@@ -133,75 +175,99 @@ class ClassCache:
         """The classes of `node` with their sensitive-value distributions (engine.distributions.ClassView)."""
         if self._last_view is not None and self._last_view[0] == node:
             return self._last_view[1]
-        codes, sizes = self._joint(node, hint)
-        cards = [self.cards[i][lv] for i, lv in enumerate(node)]
-        # On the compiled path (and with the fixed radix) the projection and the histograms run compiled too.
-        places = self.radix if self.kernels is not None else None
-        entry = self._cache.get(node + self._tail) if places is not None else None
-        key = entry[2] if entry is not None and entry[0] is codes else None
-        view = project(codes, sizes, self.attributes, cards, self.sensitive, places, key)
+        entry = self._entry(node, hint)
+        if self.dense is not None:
+            # The dense form: the cached classes and histogram as they are (the models only read them).
+            view = ClassView(entry[0], entry[1], self.sensitive, kernels=self.dense, _dense=entry[3],
+                             _dense_built=True)
+        elif self.kernels is not None:
+            # On the compiled path (and with the fixed radix) the projection and the histograms run compiled too.
+            view = project(entry[0], entry[1], self.attributes, [], self.sensitive, self.radix, entry[2])
+        else:
+            cards = [self.cards[i][lv] for i, lv in enumerate(node)]
+            view = project(entry[0], entry[1], self.attributes, cards, self.sensitive)
         population = getattr(self.table, "population", None)
         if population is not None:
             view.population = lambda v, levels=tuple(node): population.counts_for(levels, v)
         self._last_view = (node, view)
         return view
 
-    def _joint(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        node = node + self._tail
-        hint = None if hint is None else hint + self._tail
+    def _entry(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple:
+        """The cached table of `node` (codes, sizes, key, and the histogram in the dense form), computed from the
+        best source if needed."""
+        if self._tail:
+            node = node + self._tail
+            hint = None if hint is None else hint + self._tail
         cached = self._cache.get(node)
         if cached is not None:
             self._cache.move_to_end(node)
-            return cached[0], cached[1]
+            return cached
         pending = self._pending.pop(node, None)
         # Rolled up ahead by the worker thread: the same table, stored as if computed now. One the worker has not
         # started yet is cancelled and computed here: the search never waits for a thread the OS has not scheduled.
         if pending is not None and not pending.cancel():
-            new_codes, new_sizes, new_key = pending.result()
-            self._store(node, new_codes, new_sizes, new_key)
-            return new_codes, new_sizes
-        source, codes, sizes, key = self._source(node, hint)
+            entry = pending.result()
+            self._store(node, entry)
+            return entry
+        source, entry = self._source(node, hint)
         if self.kernels is not None:
-            if codes is self.base[1] and node == self.base[0]:
-                new_codes, new_sizes, new_key = codes, sizes, key   # the base classes themselves (never written)
+            if entry is self._base_entry and node == self.base[0]:
+                new = entry   # the base classes themselves (never written)
             else:
                 changed, where = self._changes(source, node)
-                deltas = self._base_deltas() if codes is self.base[1] else None
+                deltas = self._base_deltas() if entry is self._base_entry else None
+                rows = None
                 if deltas is not None:
-                    rows = np.array([self._delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
-                    new_codes, new_sizes, new_key, _ = self.kernels.roll_up_base(
-                        codes, sizes, key, changed, where, self._flat[0], self.radix, 0, deltas[0], deltas[1], rows)
-                else:
-                    new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where,
-                                                                            self._flat[0], self.radix, 0)
-            self._store(node, new_codes, new_sizes, new_key)
-            return new_codes, new_sizes
+                    delta_rows = self._delta_rows
+                    rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
+                new = self._roll_up(entry, changed, where, deltas, rows)
+            self._store(node, new)
+            return new
+        codes, sizes, key = entry
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
         if key is not None:
-            new_codes, new_sizes, new_key = roll_up_keyed(codes, sizes, key, maps, self.radix)
+            new = roll_up_keyed(codes, sizes, key, maps, self.radix)
         else:
-            new_codes, new_sizes = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)])
-            new_key = None
-        self._store(node, new_codes, new_sizes, new_key)
-        return new_codes, new_sizes
+            new = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)]) + (None,)
+        self._store(node, new)
+        return new
 
-    def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None):
+    def _roll_up(self, entry: tuple, changed: np.ndarray, where: np.ndarray, deltas=None, rows=None) -> tuple:
+        """The compiled roll-up of a cached table (either form); with `deltas` (the base's kept key updates and
+        the rows of the changed attributes' levels) the base roll-up. Runs on the worker thread too (no deltas
+        there: the main thread fills them)."""
+        flat = self._flat[0]
+        if self.dense is not None:
+            codes, sizes, key, dense = entry
+            if deltas is not None:
+                return self.dense.roll_up_dense_base(codes, sizes, key, dense, changed, where, flat, self._places,
+                                                     deltas[0], deltas[1], rows)
+            return self.dense.roll_up_dense(codes, sizes, key, dense, changed, where, flat, self._places)
+        codes, sizes, key = entry
+        if deltas is not None:
+            result = self.kernels.roll_up_base(codes, sizes, key, changed, where, flat, self.radix, 0, deltas[0],
+                                               deltas[1], rows)
+        else:
+            result = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
+        return result[:3]
+
+    def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple[tuple[int, ...], tuple]:
         """The cached specialization to roll `node` up from, with the fewest classes: the hint (what the search came
-        from), then the direct specializations, else the base classes. Returns (levels, codes, sizes, key)."""
-        source, codes, sizes, key = self.base
+        from), then the direct specializations, else the base classes. Returns (levels, cached table)."""
+        source, best = self.base[0], self._base_entry
         if hint is not None and self.kernels is not None:
             # The compiled path's hint is already the remembered specialization with the fewest classes
             # (engine.search.evaluator): taken as it is when cached; the classes are the same from any source.
             entry = self._cache.get(hint)
-            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(hint, node)):
-                return hint, entry[0], entry[1], entry[2]
+            if entry is not None and entry[1].size < best[1].size and all(c <= x for c, x in zip(hint, node)):
+                return hint, entry
         candidates = [hint] if hint is not None else []
         candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
         for candidate in candidates:
             entry = self._cache.get(candidate)
-            if entry is not None and entry[1].size < sizes.size and all(c <= x for c, x in zip(candidate, node)):
-                source, (codes, sizes, key) = candidate, entry
-        return source, codes, sizes, key
+            if entry is not None and entry[1].size < best[1].size and all(c <= x for c, x in zip(candidate, node)):
+                source, best = candidate, entry
+        return source, best
 
     def prefetch(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> None:
         """Start rolling up `node` on the worker thread (compiled path with a worker only; otherwise nothing), so
@@ -211,20 +277,16 @@ class ClassCache:
         At most PREFETCH_PENDING roll-ups wait; older ones are dropped."""
         if self._worker is None:
             return
-        node = node + self._tail
-        hint = None if hint is None else hint + self._tail
+        if self._tail:
+            node = node + self._tail
+            hint = None if hint is None else hint + self._tail
         if node in self._cache or node in self._pending:
             return
-        source, codes, sizes, key = self._source(node, hint)
+        source, entry = self._source(node, hint)
         changed, where = self._changes(source, node)
         while len(self._pending) >= PREFETCH_PENDING:
             self._pending.pop(next(iter(self._pending)))
-        self._pending[node] = self._worker.submit(self._roll_up_job, codes, sizes, key, changed, where,
-                                                  self._flat[0])
-
-    def _roll_up_job(self, codes, sizes, key, changed, where, flat):
-        new_codes, new_sizes, new_key, _ = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
-        return new_codes, new_sizes, new_key
+        self._pending[node] = self._worker.submit(self._roll_up, entry, changed, where)
 
     def close(self) -> None:
         """Stop the worker thread (pending roll-ups are dropped)."""
@@ -244,7 +306,7 @@ class ClassCache:
                 for level in range(1, len(cards)):
                     self._delta_rows[i][level] = count
                     count += 1
-            m = self.base[2].size
+            m = self.base[2].size   # base classes of the cache's form
             if count * m * 8 > min(BASE_DELTA_BYTES, self.budget // 4):
                 self._deltas = False
             else:
@@ -284,19 +346,20 @@ class ClassCache:
         return self._flat
 
     @staticmethod
-    def _size(codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> int:
-        return codes.nbytes + sizes.nbytes + (0 if key is None else key.nbytes)
+    def _size(entry: tuple) -> int:
+        return sum(part.nbytes for part in entry if part is not None)
 
     def __len__(self) -> int:
         return len(self._cache)
 
-    def _store(self, node: tuple[int, ...], codes: np.ndarray, sizes: np.ndarray, key: np.ndarray | None) -> None:
-        size = self._size(codes, sizes, key)
+    def _store(self, node: tuple[int, ...], entry: tuple) -> None:
+        """Cache a table (codes, sizes, key[, histogram]) within the budget."""
+        size = self._size(entry)
         if size > self.budget:
             return   # larger than the whole cache: computing it again later is cheaper than breaking the bound
         while self._cache and self.nbytes + size > self.budget:
             _, old = self._cache.popitem(last=False)
-            self.nbytes -= self._size(*old)
-        self._cache[node] = (codes, sizes, key)
+            self.nbytes -= self._size(old)
+        self._cache[node] = entry
         self.nbytes += size
         self.peak_nbytes = max(self.peak_nbytes, self.nbytes)

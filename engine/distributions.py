@@ -5,7 +5,10 @@ The class cache (engine.classes) groups records by their quasi-identifiers and s
 class per combination), so that rolling up a transformation carries the sensitive values along for free.
 `ClassView` projects those joint classes onto the quasi-identifiers and hands out each sensitive attribute's
 per-class distribution as sparse triplets (class, value, count), sorted by class: a class with a handful of values
-costs a handful of entries, never a row of the whole domain.
+costs a handful of entries, never a row of the whole domain. On the compiled path with one sensitive attribute of
+a small domain, the cache instead keeps quasi-identifier classes with a dense (values, classes) histogram, rolled up
+together, and the view hands that matrix out as it is (`dense_counts`; `distribution` reads the sparse entries off
+it).
 """
 from __future__ import annotations
 
@@ -67,7 +70,8 @@ class ClassView:
     kernels: object = None
     # On the compiled path with one sensitive attribute: its value per joint class, from which `dense_counts` builds
     # the counts per (value, class) on first request (engine._distribution_numba.dense_histogram); the models then
-    # decide on them, with no sparse sort.
+    # decide on them, with no sparse sort. A view of the class cache's dense form has no joint classes: `_dense` is
+    # its cached histogram (`_dense_built` set), and `distribution` reads the sparse entries off it.
     dense_values: np.ndarray | None = None
     _dense: np.ndarray | None = None
     _dense_built: bool = False
@@ -85,9 +89,11 @@ class ClassView:
     def dense_counts(self, name: str) -> np.ndarray | None:
         """The dense (values, classes) counts of sensitive attribute `name`, or None where the view has no dense
         form (reference path, several sensitive attributes, or a histogram too large to hold dense)."""
-        if self.dense_values is None or self.sensitive[0].name != name:
+        if not self.sensitive or self.sensitive[0].name != name:
             return None
         if not self._dense_built:
+            if self.dense_values is None:
+                return None
             dense = self.kernels.dense_histogram(self.joint_class, self.dense_values, self.joint_sizes,
                                                  self.class_count, self.sensitive[0].cardinality)
             self._dense = dense if dense.shape[1] == self.class_count else None
@@ -104,6 +110,12 @@ class ClassView:
         cached = self._distributions.get(name)
         if cached is not None:
             return cached
+        if self.joint_class is None and self._dense is not None and self.kernels is not None \
+                and self.sensitive[0].name == name:
+            # Built from the class cache's dense form (no joint classes): the same entries, read off the matrix.
+            result = SparseDistribution(*self.kernels.sparse_from_dense(self._dense), self.class_count)
+            self._distributions[name] = result
+            return result
         if self.joint_class is None or name not in self.sensitive_names:
             raise KeyError(f"{name!r} is not a sensitive attribute of this table")
         row = self.sensitive_names.index(name)

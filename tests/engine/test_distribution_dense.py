@@ -27,7 +27,13 @@ pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing 
 
 
 def without_dense(view):
-    """The same view on the sparse path (its histogram built by the sparse kernel)."""
+    """The same view on the sparse path: its histogram built by the sparse kernel from the joint classes, or, for a
+    view of the class cache's dense form (no joint classes), read off the matrix (engine.classes)."""
+    if view.joint_class is None:
+        name = view.sensitive_names[0]
+        sparse = dataclasses.replace(view, _distributions={}).distribution(name)
+        return dataclasses.replace(view, dense_values=None, _dense=None, _dense_built=True,
+                                   _distributions={name: sparse})
     return dataclasses.replace(view, dense_values=None, _dense=None, _dense_built=False, _distributions={})
 
 
