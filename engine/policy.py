@@ -415,7 +415,9 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 class GeneticSpec(_Strict):
     """The genetic algorithm's parameters (engine.search.genetic); the defaults are Table 2 of Meurers et al. 2021.
     `iterations: null` runs until the time limit. The seed makes runs reproducible (same seed, same result, when
-    no limit cuts the run short)."""
+    no limit cuts the run short). `climb` (not in the paper, on by default): hill climbs from the middle of the
+    lattice and from the best solution between generations (engine.search.genetic); false runs the paper's
+    algorithm alone."""
 
     subpopulation_size: Annotated[int, Field(ge=2, le=1_000_000)] = 50
     iterations: Annotated[int, Field(ge=1)] | None = 50
@@ -426,6 +428,7 @@ class GeneticSpec(_Strict):
     immigration_fraction: Fraction = 0.2
     immigration_interval: Annotated[int, Field(ge=1)] = 10
     seed: Annotated[int, Field(ge=0, le=(1 << 63) - 1)] = 0
+    climb: bool = True
 
     @model_validator(mode="after")
     def _elite_and_children_fit(self) -> "GeneticSpec":
