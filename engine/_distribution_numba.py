@@ -245,11 +245,13 @@ def _hash_classes(keys, sizes):
 
 
 @numba.njit(inline="always", nogil=True)
-def _merge_dense(codes, sizes, keys, dense, changed, starts, maps):
+def _merge_dense(codes, sizes, keys, counts, changed, starts, maps):
     """The classes of equal keys merged (first appearance order), their codes mapped through the changed attributes'
-    code maps, and their dense histograms added up: the second half of `roll_up_dense` and `roll_up_dense_base`.
-    The histograms are summed value row by value row (a streaming read of the source row, writes into the new row,
-    which stays in the core's cache): V passes of one add per source class."""
+    code maps, and their histograms added up: the second half of `roll_up_dense` and `roll_up_dense_base`.
+
+    Why class-major histograms ((classes, values) in the cache): a source class adds its row, a few contiguous
+    int32, to its new class's row, one streaming pass; value-major, the same adds scatter across V rows (twice the
+    time on ADULT's base). The models read the value-major transpose (`value_major`), made per view."""
     d, m = codes.shape
     inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
     new_codes = np.empty((d, u), np.int32)
@@ -263,14 +265,14 @@ def _merge_dense(codes, sizes, keys, dense, changed, starts, maps):
         start = starts[c]
         for t in range(u):
             out[t] = maps[start + out[t]]
-    card = dense.shape[0]
-    new_dense = np.zeros((card, u), np.int32)
-    for v in range(card):
-        row = dense[v]
-        out = new_dense[v]
-        for j in range(m):
-            out[inverse[j]] += row[j]
-    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), new_dense
+    card = counts.shape[1]
+    new_counts = np.zeros((u, card), np.int32)
+    for j in range(m):
+        source = counts[j]
+        target = new_counts[inverse[j]]
+        for v in range(card):
+            target[v] += source[v]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), new_counts
 
 
 @_jit
@@ -278,8 +280,8 @@ def group_dense(codes, sizes, values, places, cardinality):
     """Quasi-identifier classes of weighted inputs (the class cache's base joint classes: quasi-identifier codes
     (d, m), sizes, and the one sensitive attribute's value of each), keyed in the fixed radix `places` (one per
     quasi-identifier): the classes' codes (d, u) int32, sizes, keys (first appearance order, as `project_keyed`
-    numbers them) and their dense (values, classes) int32 histogram. The caller checks that the records fit in
-    int32."""
+    numbers them) and their class-major (classes, values) int32 histogram. The caller checks that the records fit
+    in int32."""
     d, m = codes.shape
     keys = np.zeros(m, np.int64)
     for i in range(d):
@@ -294,20 +296,20 @@ def group_dense(codes, sizes, values, places, cardinality):
         out = new_codes[i]
         for t in range(u):
             out[t] = row[member[t]]
-    dense = np.zeros((cardinality, u), np.int32)
+    counts = np.zeros((u, cardinality), np.int32)
     for j in range(m):
-        dense[values[j], inverse[j]] += sizes[j]
-    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), dense
+        counts[inverse[j], values[j]] += sizes[j]
+    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), counts
 
 
 @_jit
-def roll_up_dense(codes, sizes, key, dense, changed, starts, maps, places):
-    """The quasi-identifier classes of a generalization with their dense histogram, from those of a
-    specialization (codes (d, m) int32, sizes, keys in the fixed radix `places`, dense (values, m) int32):
+def roll_up_dense(codes, sizes, key, counts, changed, starts, maps, places):
+    """The quasi-identifier classes of a generalization with their histogram, from those of a specialization
+    (codes (d, m) int32, sizes, keys in the fixed radix `places`, counts (m, values) int32, class-major):
     attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns the new codes,
     sizes, keys and histogram; classes in order of first appearance, as engine._kernels_numba.roll_up numbers
-    them (so the classes and sizes are its, and the histogram is what `project_dense` and `dense_histogram` give
-    from the joint classes)."""
+    them (so the classes and sizes are its, and the histogram is the transpose of what `project_dense` and
+    `dense_histogram` give from the joint classes)."""
     m = codes.shape[1]
     keys = key.copy()
     for c in range(changed.size):
@@ -318,11 +320,21 @@ def roll_up_dense(codes, sizes, key, dense, changed, starts, maps, places):
         for j in range(m):
             v = np.int64(row[j])
             keys[j] += (maps[start + v] - v) * place
-    return _merge_dense(codes, sizes, keys, dense, changed, starts, maps)
+    return _merge_dense(codes, sizes, keys, counts, changed, starts, maps)
 
 
 @_jit
-def roll_up_dense_base(codes, sizes, key, dense, changed, starts, maps, places, deltas, ready, rows):
+def roll_up_dense_ahead(codes, sizes, key, counts, changed, starts, maps, places):
+    """`roll_up_dense` and `value_major` of the new histogram in one call, for the class cache's worker thread
+    (engine.classes.ClassCache.prefetch): one compiled call is one release and one retake of the GIL, where two
+    calls would contend for it with the search's thread twice."""
+    new_codes, new_sizes, new_keys, new_counts = roll_up_dense(codes, sizes, key, counts, changed, starts, maps,
+                                                               places)
+    return new_codes, new_sizes, new_keys, new_counts, value_major(new_counts)
+
+
+@_jit
+def roll_up_dense_base(codes, sizes, key, counts, changed, starts, maps, places, deltas, ready, rows):
     """`roll_up_dense` from the base classes with the key updates kept, as engine._kernels_numba.roll_up_base
     keeps them: deltas[rows[c]] holds, per base class, what attribute changed[c] adds to the key at its new level,
     filled on first use (ready). The same keys, so the same result as `roll_up_dense`."""
@@ -341,31 +353,45 @@ def roll_up_dense_base(codes, sizes, key, dense, changed, starts, maps, places, 
             ready[r] = True
         for j in range(m):
             keys[j] += delta[j]
-    return _merge_dense(codes, sizes, keys, dense, changed, starts, maps)
+    return _merge_dense(codes, sizes, keys, counts, changed, starts, maps)
 
 
 @_jit
-def sparse_from_dense(dense):
-    """The sparse histogram (class, value, count; int64, sorted by class then value, counts positive) of a dense
-    (values, classes) matrix: what `histogram` gives from the joint classes, for a view that holds only the dense
-    form (engine.distributions.ClassView.distribution)."""
-    card, class_count = dense.shape
+def value_major(counts):
+    """The value-major (values, classes) copy of a class-major histogram, which the models' dense decisions read
+    (engine.privacy._distribution_kernels)."""
+    class_count, card = counts.shape
+    dense = np.empty((card, class_count), counts.dtype)
+    for k in range(class_count):
+        row = counts[k]
+        for v in range(card):
+            dense[v, k] = row[v]
+    return dense
+
+
+@_jit
+def sparse_from_counts(counts):
+    """The sparse histogram (class, value, count; int64, sorted by class then value, counts positive) of a
+    class-major (classes, values) matrix: what `histogram` gives from the joint classes, for a view that holds only
+    the class cache's dense form (engine.distributions.ClassView.distribution)."""
+    class_count, card = counts.shape
     w = 0
-    for v in range(card):
-        row = dense[v]
-        for k in range(class_count):
-            if row[k] > 0:
+    for k in range(class_count):
+        row = counts[k]
+        for v in range(card):
+            if row[v] > 0:
                 w += 1
     classes = np.empty(w, np.int64)
     values = np.empty(w, np.int64)
-    counts = np.empty(w, np.int64)
+    out = np.empty(w, np.int64)
     w = 0
     for k in range(class_count):
+        row = counts[k]
         for v in range(card):
-            n = dense[v, k]
+            n = row[v]
             if n > 0:
                 classes[w] = k
                 values[w] = v
-                counts[w] = n
+                out[w] = n
                 w += 1
-    return classes, values, counts
+    return classes, values, out

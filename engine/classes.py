@@ -6,22 +6,24 @@ is either the records or, much smaller, the classes of a more specific transform
 With sensitive attributes the cache holds one of two forms. The joint form groups quasi-identifiers and sensitive
 values together (a class per combination) and projects them onto quasi-identifier classes per check
 (engine.distributions.project). The dense form (compiled path, one sensitive attribute, a histogram small enough:
-`DENSE_BASE_BYTES`) holds the quasi-identifier classes with their (values, classes) int32 histogram and rolls both
+`DENSE_BASE_BYTES`) holds the quasi-identifier classes with their (classes, values) int32 histogram and rolls both
 up together (engine._distribution_numba.roll_up_dense): fewer classes to hash, no projection and no histogram per
 check, the same classes, sizes, order and counts.
 `combined_key`, `group`, `roll_up` and `roll_up_keyed` are re-exported from engine.grouping for existing callers.
 """
 from __future__ import annotations
 
+import operator
 import os
+import weakref
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import kernels
+from .ahead import Job, Worker
 from .distributions import ClassView, project
 from .grouping import _KEY_LIMIT, combined_key, group, roll_up, roll_up_keyed
 
@@ -32,7 +34,7 @@ __all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "grou
 
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
-DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (values x base classes x 4 bytes), at most
+DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (base classes x values x 4 bytes), at most
 
 
 @dataclass
@@ -52,6 +54,12 @@ class Evaluation:
     loss: float | None = None
     details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
     abandoned: bool = False   # evaluation stopped early: it provably cannot beat the best solution known
+
+
+def _below(lower: tuple[int, ...], upper: tuple[int, ...]) -> bool:
+    """Every level of `lower` at most `upper`'s (a specialization or the node itself), with no Python frame per
+    level."""
+    return all(map(operator.le, lower, upper))
 
 
 class ClassCache:
@@ -115,12 +123,15 @@ class ClassCache:
         self.peak_nbytes = 0
         self.budget = int(budget_bytes)
         self._last_view: tuple[tuple[int, ...], object] | None = None
+        self._fresh: tuple[tuple[int, ...], np.ndarray | None] | None = None   # the last table from the worker
         # A worker thread that rolls up ahead what the search will likely ask next (`prefetch`); the compiled
         # roll-up releases the GIL, so it runs on the other core while the search does its Python work.
-        self._pending: OrderedDict[tuple[int, ...], Future] = OrderedDict()
+        self._pending: OrderedDict[tuple[int, ...], Job] = OrderedDict()
         self._worker = None
         if self.kernels is not None and prefetch and (os.cpu_count() or 1) > 1:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safeshare-rollup")
+            self._worker = Worker("safeshare-rollup")
+            # A cache dropped without `close` still stops its thread (the thread holds no reference to the cache).
+            self._stop = weakref.finalize(self, self._worker.close, False)
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
         self._deltas: tuple[np.ndarray, np.ndarray] | bool | None = None   # `_base_deltas`
 
@@ -177,9 +188,13 @@ class ClassCache:
             return self._last_view[1]
         entry = self._entry(node, hint)
         if self.dense is not None:
-            # The dense form: the cached classes and histogram as they are (the models only read them).
-            view = ClassView(entry[0], entry[1], self.sensitive, kernels=self.dense, _dense=entry[3],
-                             _dense_built=True)
+            # The dense form: the cached classes and histogram as they are (the models only read them), with the
+            # value-major copy when the worker thread made it.
+            view = ClassView(entry[0], entry[1], self.sensitive, kernels=self.dense, counts_by_class=entry[3])
+            fresh = self._fresh
+            if fresh is not None and fresh[0] == node and fresh[1] is not None:
+                view._dense, view._dense_built = fresh[1], True
+            self._fresh = None
         elif self.kernels is not None:
             # On the compiled path (and with the fixed radix) the projection and the histograms run compiled too.
             view = project(entry[0], entry[1], self.attributes, [], self.sensitive, self.radix, entry[2])
@@ -206,8 +221,9 @@ class ClassCache:
         # Rolled up ahead by the worker thread: the same table, stored as if computed now. One the worker has not
         # started yet is cancelled and computed here: the search never waits for a thread the OS has not scheduled.
         if pending is not None and not pending.cancel():
-            entry = pending.result()
+            entry, by_value = pending.result()
             self._store(node, entry)
+            self._fresh = (node, by_value)
             return entry
         source, entry = self._source(node, hint)
         if self.kernels is not None:
@@ -259,13 +275,13 @@ class ClassCache:
             # The compiled path's hint is already the remembered specialization with the fewest classes
             # (engine.search.evaluator): taken as it is when cached; the classes are the same from any source.
             entry = self._cache.get(hint)
-            if entry is not None and entry[1].size < best[1].size and all(c <= x for c, x in zip(hint, node)):
+            if entry is not None and entry[1].size < best[1].size and _below(hint, node):
                 return hint, entry
         candidates = [hint] if hint is not None else []
         candidates += [node[:i] + (lv - 1,) + node[i + 1:] for i, lv in enumerate(node) if lv > 0]
         for candidate in candidates:
             entry = self._cache.get(candidate)
-            if entry is not None and entry[1].size < best[1].size and all(c <= x for c, x in zip(candidate, node)):
+            if entry is not None and entry[1].size < best[1].size and _below(candidate, node):
                 source, best = candidate, entry
         return source, best
 
@@ -285,14 +301,23 @@ class ClassCache:
         source, entry = self._source(node, hint)
         changed, where = self._changes(source, node)
         while len(self._pending) >= PREFETCH_PENDING:
-            self._pending.pop(next(iter(self._pending)))
-        self._pending[node] = self._worker.submit(self._roll_up, entry, changed, where)
+            self._pending.pop(next(iter(self._pending))).cancel()   # dropped: the worker skips it if not started
+        self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where)
+
+    def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray) -> tuple:
+        """The worker thread's job: the roll-up and, in the dense form, the value-major histogram the models will
+        read (engine.distributions.ClassView.dense_counts), so the search's thread does neither."""
+        if self.dense is None:
+            return self._roll_up(entry, changed, where), None
+        *new, by_value = self.dense.roll_up_dense_ahead(*entry, changed, where, self._flat[0], self._places)
+        return tuple(new), by_value
 
     def close(self) -> None:
         """Stop the worker thread (pending roll-ups are dropped)."""
         self._pending.clear()
         if self._worker is not None:
-            self._worker.shutdown(wait=True, cancel_futures=True)
+            self._stop.detach()
+            self._worker.close()
             self._worker = None
 
     def _base_deltas(self) -> tuple[np.ndarray, np.ndarray] | None:

@@ -70,9 +70,11 @@ class ClassView:
     kernels: object = None
     # On the compiled path with one sensitive attribute: its value per joint class, from which `dense_counts` builds
     # the counts per (value, class) on first request (engine._distribution_numba.dense_histogram); the models then
-    # decide on them, with no sparse sort. A view of the class cache's dense form has no joint classes: `_dense` is
-    # its cached histogram (`_dense_built` set), and `distribution` reads the sparse entries off it.
+    # decide on them, with no sparse sort.
     dense_values: np.ndarray | None = None
+    # A view of the class cache's dense form has no joint classes but the cached class-major (classes, values)
+    # histogram: `dense_counts` hands out its value-major copy, `distribution` reads the sparse entries off it.
+    counts_by_class: np.ndarray | None = None
     _dense: np.ndarray | None = None
     _dense_built: bool = False
     _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
@@ -92,11 +94,14 @@ class ClassView:
         if not self.sensitive or self.sensitive[0].name != name:
             return None
         if not self._dense_built:
-            if self.dense_values is None:
+            if self.counts_by_class is not None:
+                self._dense = self.kernels.value_major(self.counts_by_class)
+            elif self.dense_values is not None:
+                dense = self.kernels.dense_histogram(self.joint_class, self.dense_values, self.joint_sizes,
+                                                     self.class_count, self.sensitive[0].cardinality)
+                self._dense = dense if dense.shape[1] == self.class_count else None
+            else:
                 return None
-            dense = self.kernels.dense_histogram(self.joint_class, self.dense_values, self.joint_sizes,
-                                                 self.class_count, self.sensitive[0].cardinality)
-            self._dense = dense if dense.shape[1] == self.class_count else None
             self._dense_built = True
         return self._dense
 
@@ -110,10 +115,9 @@ class ClassView:
         cached = self._distributions.get(name)
         if cached is not None:
             return cached
-        if self.joint_class is None and self._dense is not None and self.kernels is not None \
-                and self.sensitive[0].name == name:
+        if self.counts_by_class is not None and self.sensitive[0].name == name:
             # Built from the class cache's dense form (no joint classes): the same entries, read off the matrix.
-            result = SparseDistribution(*self.kernels.sparse_from_dense(self._dense), self.class_count)
+            result = SparseDistribution(*self.kernels.sparse_from_counts(self.counts_by_class), self.class_count)
             self._distributions[name] = result
             return result
         if self.joint_class is None or name not in self.sensitive_names:

@@ -54,6 +54,7 @@ def assert_same_tables(dense_view, joint_view, reference_view, name: str) -> Non
     expected[distribution.values, distribution.classes] = distribution.counts
     assert np.array_equal(matrix, expected)
     assert np.array_equal(matrix.sum(axis=0), dense_view.sizes)
+    assert dense_view.counts_by_class.dtype == np.int32 and np.array_equal(dense_view.counts_by_class, matrix.T)
     joint_matrix = joint_view.dense_counts(name)
     assert joint_matrix is None or np.array_equal(joint_matrix, matrix)
 

@@ -32,7 +32,7 @@ def without_dense(view):
     if view.joint_class is None:
         name = view.sensitive_names[0]
         sparse = dataclasses.replace(view, _distributions={}).distribution(name)
-        return dataclasses.replace(view, dense_values=None, _dense=None, _dense_built=True,
+        return dataclasses.replace(view, dense_values=None, counts_by_class=None, _dense=None, _dense_built=True,
                                    _distributions={name: sparse})
     return dataclasses.replace(view, dense_values=None, _dense=None, _dense_built=False, _distributions={})
 
