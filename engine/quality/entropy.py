@@ -39,8 +39,10 @@ class NonUniformEntropy(QualityModel):
         self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(self._maximum > 0, raw / self._maximum, 0.0)
+        # raw / maximum where the maximum is positive, else 0: the division by a divisor with 1 in place of the
+        # zeros gives the same quotients without numpy's error state (whose context costs more than the division)
+        positive = self._maximum > 0
+        return np.where(positive, raw / np.where(positive, self._maximum, 1.0), 0.0)
 
     def loss_without_suppression(self, levels: Levels) -> float:
         return self.lower_bound(levels)
@@ -95,10 +97,17 @@ class NonUniformEntropy(QualityModel):
                 if from_kept:
                     totals = np.concatenate([a.counts[lv] for a, lv in zip(self.table.attributes, levels)])
                     counted = totals - counted
+            # The values of every attribute that suppressed records hold, and their log2 terms, in one pass each
+            # (elementwise, so each value's term is the one a per-attribute pass computes); then per attribute the
+            # same dot product over its own contiguous run.
+            present = counted > 0.5
+            values = counted[present]
+            logs = np.log2(total / values)
+            ends = np.cumsum(present)
+            bounds = np.concatenate([[0], ends[offsets + cards - 1]]).tolist() if counted.size else [0] * (self.d + 1)
             for i in range(self.d):
-                per_value = counted[offsets[i]:offsets[i] + cards[i]]
-                per_value = per_value[per_value > 0.5]
-                raw[i] = float(np.dot(per_value, np.log2(total / per_value)))
+                start, end = bounds[i], bounds[i + 1]
+                raw[i] = float(np.dot(values[start:end], logs[start:end]))
         return raw
 
     def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
