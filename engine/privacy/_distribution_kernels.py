@@ -180,6 +180,50 @@ def t_closeness_equal_dense(dense, sizes, q, t):
     return _finish_equal(acc, t)
 
 
+EQUAL_MARGIN_ULPS = 16   # per value (and once more), in units of 2^-53: what `t_closeness_equal_violating` allows
+
+
+@_jit
+def t_closeness_equal_violating(dense, sizes, q, t):
+    """Only the violation of the equal distance, on a dense histogram: what `t_closeness_equal_dense` decides, bit
+    for bit, for the search, which needs no distance.
+
+    Why: the distance's p_i = count / size is a division per value and class, the kernel's costliest instruction;
+    here a first pass multiplies by the class's reciprocal instead. Both sums are within 7 V + 2 units of 2^-53 of
+    the exact distance of the same q (each of V terms: the share within 3 units, the difference and the subtraction
+    of q one each; each of V additions one unit of a partial sum at most 2 in magnitude; the final 1 + sum one
+    unit), so a first distance further than (EQUAL_MARGIN_ULPS V + EQUAL_MARGIN_ULPS) x 2^-53 from t decides as
+    the exact one does; a class nearer to t is summed again exactly (`_equal_term`, in value order, as
+    `t_closeness_equal_dense` sums it)."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    reciprocal = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+        reciprocal[k] = 1.0 / size[k]
+    acc = np.zeros(class_count, np.float64)
+    for v in range(card):
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            acc[k] += np.abs(qv - np.float64(row[k]) * reciprocal[k]) - qv
+    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
+    above, below = t + margin, t - margin
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        d = (1.0 + acc[k]) / 2.0
+        if d > above:
+            violating[k] = True
+        elif d < below:
+            violating[k] = False
+        else:
+            exact = 0.0
+            for v in range(card):
+                exact += _equal_term(dense[v, k], size[k], q[v])
+            violating[k] = not ((1.0 + exact) / 2.0 <= t)
+    return violating
+
+
 @_inline
 def _ordered_step(count, size, qv):
     """A value's step of the ordered distance's running sum: p_i - q_i, with p_i = count / size."""

@@ -145,6 +145,15 @@ class TClosenessModel(ClassModel):
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
+            if self.distance == "equal":
+                # The decision alone, without a division per value and class where the class is far from t
+                # (engine.privacy._distribution_kernels.t_closeness_equal_violating): the same bits.
+                dense = classes.dense_counts(self.attribute)
+                if dense is not None:
+                    from . import _distribution_kernels as compiled
+
+                    q = self._prepare(classes.sensitive_attribute(self.attribute))["q"]
+                    return compiled.t_closeness_equal_violating(dense, classes.sizes, q, self.t)
             return self.compiled(classes)[1]
         sensitive = classes.sensitive_attribute(self.attribute)
         distance = self.distances(classes, sensitive)
