@@ -373,25 +373,28 @@ def value_major(counts):
 def sparse_from_counts(counts):
     """The sparse histogram (class, value, count; int64, sorted by class then value, counts positive) of a
     class-major (classes, values) matrix: what `histogram` gives from the joint classes, for a view that holds only
-    the class cache's dense form (engine.distributions.ClassView.distribution)."""
+    the class cache's dense form (engine.distributions.ClassView.distribution). Branch-free: every cell is written
+    at the next free entry, which only a positive count takes (a zero is overwritten by the next cell), so a
+    mostly-empty matrix costs no mispredicted branches."""
     class_count, card = counts.shape
+    flat = counts.ravel()
     w = 0
-    for k in range(class_count):
-        row = counts[k]
-        for v in range(card):
-            if row[v] > 0:
-                w += 1
-    classes = np.empty(w, np.int64)
-    values = np.empty(w, np.int64)
-    out = np.empty(w, np.int64)
+    for j in range(flat.size):   # one long loop (vectorized), not class_count short ones
+        w += flat[j] > 0
+    classes = np.empty(w + 1, np.int64)
+    values = np.empty(w + 1, np.int64)
+    out = np.empty(w + 1, np.int64)
     w = 0
-    for k in range(class_count):
-        row = counts[k]
-        for v in range(card):
-            n = row[v]
-            if n > 0:
-                classes[w] = k
-                values[w] = v
-                out[w] = n
-                w += 1
-    return classes, values, out
+    k = 0
+    v = 0
+    for j in range(flat.size):
+        n = flat[j]
+        classes[w] = k
+        values[w] = v
+        out[w] = n
+        w += n > 0
+        v += 1
+        if v == card:
+            v = 0
+            k += 1
+    return classes[:w], values[:w], out[:w]
