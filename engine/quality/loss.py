@@ -30,6 +30,8 @@ class Loss(QualityModel):
         n = float(self.n)
         self._floor = np.array([n / a.domain_size for a in table.attributes])
         self._span = np.array([n - f for f in self._floor])
+        self._positive_span = self._span > 0
+        self._safe_span = np.where(self._positive_span, self._span, 1.0)
         # Sums of shares are kept as integers, Σ records x hierarchy rows under their label, and divided by the
         # hierarchy's rows once: exact, so any order of summation (numpy's or the compiled path's) gives the same
         # bits. `_rows[i][level]` holds the rows under each label.
@@ -51,13 +53,17 @@ class Loss(QualityModel):
         self._unsuppressed_plus_one: list[list[float]] | None = None
 
     def _normalize(self, sums: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            loss = np.where(self._span > 0, (sums - self._floor) / self._span, 0.0)
+        # (sums - floor) / span where the span is positive, else 0: dividing by the span with 1 in place of the
+        # others gives the same quotients without numpy's error state (whose context costs more than the division)
+        loss = np.where(self._positive_span, (sums - self._floor) / self._safe_span, 0.0)
         return np.clip(loss, 0.0, 1.0)
 
     def aggregate(self, per_attribute: np.ndarray) -> float:
         if self.aggregation == "geometric_mean":
-            return float(np.prod(per_attribute + 1.0) ** (1.0 / per_attribute.size) - 1.0)
+            size = per_attribute.size
+            if size and numpy_order("geometric", size):   # numpy's bits in Python floats (engine.quality.sums)
+                return multiply_reduce([value + 1.0 for value in per_attribute.tolist()]) ** (1.0 / size) - 1.0
+            return float(np.prod(per_attribute + 1.0) ** (1.0 / size) - 1.0)
         if self.aggregation == "arithmetic_mean":
             return float(per_attribute.mean())
         return float(per_attribute.sum())

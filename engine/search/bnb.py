@@ -38,6 +38,8 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     ruled_out = make_tags(lattice, upward=True)  # these and all generalizations cannot beat the incumbent
     counters = {"pruned_by_bound": 0, "pruned_by_privacy": 0, "complete": True}
     seeds = [lattice.bottom] if start is None else list(start)
+    upper = lattice.upper
+    bounds: dict = quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
     queue: list[tuple[float, int, Node, Node | None]] = []
     seen: set[Node] = set()
     for node in seeds:
@@ -68,11 +70,15 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
             if not evaluation.solution and not evaluation.abandoned and (privacy is Monotonicity.FULL or (
                     privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
                 failing.tag(node)
-        for successor in lattice.successors(node):
+        # lattice.successors, inline (one attribute one level up, in attribute order)
+        for successor in [node[:i] + (level + 1,) + node[i + 1:] for i, level in enumerate(node) if level < upper[i]]:
             if successor in seen or (admissible is not None and not admissible(successor)):
                 continue
             seen.add(successor)
-            key = max(quality.bound(successor), class_bound)
+            bound = bounds.get(successor)   # QualityModel.bound's memo, read directly
+            if bound is None:
+                bound = quality.bound(successor)
+            key = max(bound, class_bound)
             if incumbent.rules_out(successor, key) or successor in ruled_out:
                 ruled_out.tag(successor)
                 counters["pruned_by_bound"] += 1

@@ -39,7 +39,7 @@ class ExplicitTags:
     def __contains__(self, node: Node) -> bool:
         if self._shifted:
             node = tuple(level - lo for level, lo in zip(node, self.lower))
-        return bool(self.flags[node])
+        return self.flags.item(node)   # a Python bool, without a numpy scalar
 
     def minimal(self) -> list[Node]:
         """Minimal tagged transformations (upward tags): tagged, and no direct specialization tagged."""

@@ -58,12 +58,41 @@ def random_table(seed: int, d: int):
     return encode_table(pd.DataFrame(columns), hierarchies)
 
 
+def numpy_aggregate(model: Loss, per_attribute: np.ndarray) -> float:
+    """Loss.aggregate as numpy computes it (the formula the Python floats replaced)."""
+    if model.aggregation == "geometric_mean":
+        return float(np.prod(per_attribute + 1.0) ** (1.0 / per_attribute.size) - 1.0)
+    if model.aggregation == "arithmetic_mean":
+        return float(per_attribute.mean())
+    return float(per_attribute.sum())
+
+
+def numpy_normalize(model: Loss, sums: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = np.where(model._span > 0, (sums - model._floor) / model._span, 0.0)
+    return np.clip(loss, 0.0, 1.0)
+
+
 def numpy_loss_values(model: Loss, levels) -> tuple[float, float]:
     """The numpy formulas the Python floats replaced: aggregate over an array of the level terms."""
     unsuppressed = model._level_terms(model.generalization_weight, 0.0)
     bound = model._level_terms(model._bound_weight)
-    return (model.aggregate(np.array([t[lv] for t, lv in zip(bound, levels)])),
-            model.aggregate(np.array([t[lv] for t, lv in zip(unsuppressed, levels)])))
+    return (numpy_aggregate(model, np.array([t[lv] for t, lv in zip(bound, levels)])),
+            numpy_aggregate(model, np.array([t[lv] for t, lv in zip(unsuppressed, levels)])))
+
+
+@pytest.mark.parametrize("aggregation", ["geometric_mean", "arithmetic_mean", "sum"])
+def test_aggregate_and_normalize_are_numpys(aggregation: str) -> None:
+    table = random_table(5, 9)
+    model = Loss(table, aggregation=aggregation)
+    rng = np.random.default_rng(9)
+    for size in (1, 2, 8, 9, 17):
+        for _ in range(200):
+            values = rng.random(size) * rng.choice([1e-9, 1e-3, 1.0])
+            assert model.aggregate(values) == numpy_aggregate(model, values)
+    for _ in range(500):
+        sums = rng.random(model.d) * table.n * 1.2
+        assert np.array_equal(model._normalize(sums), numpy_normalize(model, sums))
 
 
 @pytest.mark.parametrize("aggregation", ["geometric_mean", "arithmetic_mean", "sum"])
