@@ -371,3 +371,69 @@ def t_closeness_hierarchical_dense(dense, sizes, table_counts, parents, starts, 
         distance[k] = d
         violating[k] = not (d <= t)
     return distance, violating
+
+
+# --- beta-likeness and delta-disclosure -----------------------------------------------------------------------------
+@_jit
+def beta_likeness_dense(dense, sizes, q, bound):
+    """Per class, whether a value it holds has (p - q) / q > bound (bound per value: beta, or min(beta, -ln q)
+    computed by the model with numpy), on a dense histogram: the reference's comparisons on the same floats
+    (p = count / size, one IEEE division, as numpy divides). A value the class lacks never fails: its p is 0, and
+    (0 - q) / q = -1 (or NaN for q = 0) is not above a bound >= 0; so the loop needs no branch."""
+    card, class_count = dense.shape
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    violating = np.zeros(class_count, np.bool_)
+    for v in range(card):
+        qv = q[v]
+        limit = bound[v]
+        row = dense[v]
+        for k in range(class_count):
+            p = np.float64(row[k]) / size[k]
+            violating[k] |= (p - qv) / qv > limit
+    return violating
+
+
+@_jit
+def delta_disclosure_dense(dense, sizes, q, bounds):
+    """Per class, whether a value it holds has |log2(p / q)| >= delta, on a dense histogram, and the (value,
+    class) cells that this function leaves to the model.
+
+    Why no logarithm: |log2 r| >= delta is r >= 2^delta or r <= 2^-delta, so the ratio r = p / q (two IEEE
+    divisions, numpy's floats) is compared with `bounds` (engine.privacy.disclosure.delta_bounds): at or beyond
+    (bounds[0], bounds[3]) the reference's |log2 r| is surely >= delta, strictly within (bounds[2], bounds[1]) surely
+    below, and a cell in between (its numpy logarithm could round either way) is returned (values, classes) for
+    the model to decide with numpy, as the reference does. Branch-free over the cells; a second pass collects the
+    rare cells in between."""
+    card, class_count = dense.shape
+    violate_high, safe_high, safe_low, violate_low = bounds[0], bounds[1], bounds[2], bounds[3]
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    violating = np.zeros(class_count, np.bool_)
+    near = 0
+    for v in range(card):
+        qv = q[v]
+        row = dense[v]
+        for k in range(class_count):
+            held = row[k] > 0
+            r = (np.float64(row[k]) / size[k]) / qv
+            hit = held & ((r >= violate_high) | (r <= violate_low))
+            violating[k] |= hit
+            near += held & ~hit & ~((r > safe_low) & (r < safe_high))
+    values = np.empty(near, np.int64)
+    classes = np.empty(near, np.int64)
+    if near > 0:
+        w = 0
+        for v in range(card):
+            qv = q[v]
+            row = dense[v]
+            for k in range(class_count):
+                if row[k] > 0:
+                    r = (np.float64(row[k]) / size[k]) / qv
+                    if not (r >= violate_high or r <= violate_low) and not (safe_low < r < safe_high):
+                        values[w] = v
+                        classes[w] = k
+                        w += 1
+    return violating, values, classes
