@@ -47,7 +47,7 @@ from ..quality.base import QualityModel
 from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress, SearchResult
 from .evaluator import Evaluator
-from .flash import FlashSearch, start_ranks
+from .flash import FlashSearch
 from .genetic import GeneticParameters
 from .islands import genetic_algorithm, workers_available
 from .lightning import lightning
@@ -74,12 +74,11 @@ class SearchContext:
     check_limit: int | None = None
     options: dict = field(default_factory=dict)
     evaluated: dict[Node, Evaluation] = field(default_factory=dict)
-    flash_ranks: object | None = None   # Flash's strategy ranks being computed ahead (flash.start_ranks)
 
 
 def _flash(two_phase: bool) -> Callable[[SearchContext], dict]:
     return lambda c: FlashSearch(c.evaluator, c.lattice, c.incumbent, c.deadline, c.progress, explicit=c.explicit,
-                                 two_phase=two_phase, ranks=c.flash_ranks).run()
+                                 two_phase=two_phase).run()
 
 
 # name -> runner returning the counters dict (at least `complete`: the optimum is proven)
@@ -257,9 +256,6 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
         lattice = Lattice(tuple(a.min_level for a in table.attributes), tuple(a.max_level for a in table.attributes))
     chosen = resolve_algorithm(configuration, quality, algorithm, lattice.size)
     deadline = Deadline(time_limit, memory_mb)
-    # Flash's strategy ranks on the other core while the evaluator is built and `auto` samples the check cost
-    ranks = start_ranks(table.attributes, lattice) \
-        if chosen in ("flash", "flash2p") and kernels.threads_allowed() else None
     cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
     evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)),
                           compiled=kernels.for_search(lattice.size, table.n), parallel=kernels.threads_allowed())
@@ -268,8 +264,7 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     options = dict(options or {})
     if genetic is not None:
         options["genetic"] = genetic
-    context = SearchContext(evaluator, lattice, incumbent, deadline, bar, explicit, check_limit, options,
-                            flash_ranks=ranks)
+    context = SearchContext(evaluator, lattice, incumbent, deadline, bar, explicit, check_limit, options)
     evaluations_before = configuration.risk_evaluations
     choice = None
     try:

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import heapq
 import sys
-import threading
-from concurrent.futures import Future
 from functools import reduce
 from itertools import product
 from operator import add, getitem, neg
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -74,8 +71,7 @@ class Strategy:
     in the same order, and the keys' order is stored as one integer rank per transformation: `key` is then an array
     read, and comparing ranks is comparing the keys (they are unique, the level vector breaks ties)."""
 
-    def __init__(self, evaluator: Evaluator, lattice: Lattice, ranks: Future | None = None) -> None:
-        """`ranks`: the ranks being computed ahead (`start_ranks`), taken when done instead of computed here."""
+    def __init__(self, evaluator: Evaluator, lattice: Lattice) -> None:
         attributes = evaluator.table.attributes
         self.lower = lattice.lower
         self.lower_sum = sum(lattice.lower)
@@ -86,14 +82,7 @@ class Strategy:
         self.relative = [[level / top for level in range(a.levels)] for a, top in zip(attributes, self.tops)]
         self.d = len(attributes)
         self._keys: dict[Node, tuple] = {}
-        self.ranks = None
-        if ranks_apply(lattice):
-            try:
-                self.ranks = ranks.result() if ranks is not None else None
-            except Exception:   # noqa: BLE001 - computed here instead (the same array)
-                self.ranks = None
-            if self.ranks is None:
-                self.ranks = self._ranks(lattice)
+        self.ranks = self._ranks(lattice) if ranks_apply(lattice) else None
         if self.ranks is not None:
             self._rank_item = self.ranks.item   # a Python int from the level vector, without a numpy scalar
             self.key = self._rank_item
@@ -154,32 +143,11 @@ def ranks_apply(lattice: Lattice) -> bool:
     return not any(lattice.lower) and lattice.size <= RANK_LIMIT
 
 
-def start_ranks(attributes, lattice: Lattice) -> Future | None:
-    """Start computing the Strategy's ranks on a thread, so that they are ready when Flash starts: `search` starts
-    it before it builds the evaluator and samples the check cost, which the main thread does meanwhile (numpy's
-    sorts and ufuncs release the GIL, the compiled checks too). The ranks are those `Strategy` computes itself;
-    None when the lattice has none."""
-    if not ranks_apply(lattice):
-        return None
-    future: Future = Future()
-    holder = SimpleNamespace(table=SimpleNamespace(attributes=attributes))
-
-    def work() -> None:
-        try:
-            future.set_result(Strategy(holder, lattice).ranks)
-        except BaseException as error:   # noqa: BLE001 - handed to the search, which computes them itself
-            future.set_exception(error)
-
-    threading.Thread(target=work, name="safeshare-flash-ranks", daemon=True).start()
-    return future
-
-
 class FlashSearch:
     def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                  progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None,
-                 two_phase: bool | None = None, ranks: Future | None = None) -> None:
-        """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
-        `ranks`: the strategy's ranks being computed ahead (`start_ranks`)."""
+                 two_phase: bool | None = None) -> None:
+        """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -205,7 +173,7 @@ class FlashSearch:
         self.anonymous = make_tags(lattice, upward=True, explicit=explicit)
         self.not_anonymous = make_tags(lattice, upward=False, explicit=explicit)
         self.insufficient = make_tags(lattice, upward=True, explicit=explicit)
-        self.strategy = Strategy(evaluator, lattice, ranks)
+        self.strategy = Strategy(evaluator, lattice)
         # Explicit tags whose array index is the level vector itself (every lower level 0): `classified` reads the
         # two arrays directly instead of through two `in` calls (it runs tens of thousands of times per search).
         self._flags = (self.anonymous.flags, self.not_anonymous.flags, self.insufficient.flags) \
