@@ -70,10 +70,12 @@ class RiskBasedModel(PrivacyModel):
         self.evaluations += 1
         return self.assess(kept_sizes)
 
-    def enforce(self, evaluation: Evaluation, order: np.ndarray, max_suppressed: int,
+    def enforce(self, evaluation: Evaluation, order: np.ndarray | Callable[[], np.ndarray], max_suppressed: int,
                 visible: np.ndarray | None = None,
                 hopeless: Callable[[np.ndarray], bool] | None = None) -> Evaluation:
-        """Suppress a prefix of `order` (candidate classes, first to go first) until the model holds.
+        """Suppress a prefix of `order` (candidate classes, first to go first) until the model holds. `order` may be
+        a function that returns it: it is then called only when the model does not hold as it is (the order sorts
+        every class; a search under population uniqueness often finds the model holding at once).
 
         `visible` marks the classes the model sees (default: those not suppressed); ARX hides completely generalized
         classes from risk models without counting them as suppressed. `hopeless(suppressed)` lets the search stop
@@ -94,6 +96,8 @@ class RiskBasedModel(PrivacyModel):
         if holds:
             evaluation.details[key] = details
             return evaluation
+        if callable(order):
+            order = order()
         base_suppressed = evaluation.suppressed_records
         cumulative = np.concatenate([[0], np.cumsum(sizes[order])]) + base_suppressed
         mask = kept.copy()

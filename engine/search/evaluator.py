@@ -58,12 +58,7 @@ class Evaluator:
         self._sources = 0
         self._source_rows: dict[Node, int] = {}
         self._source_nodes: list[Node | None] = [None] * self.SOURCES   # the level vector of each row, as a tuple
-        # Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
-        # "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed.
-        self._root_codes = [
-            np.array([int(np.flatnonzero(labels == SUPPRESSED_LABEL)[0]) if (labels == SUPPRESSED_LABEL).any() else -1
-                      for labels in a.labels]) for a in table.attributes
-        ]
+        self._roots: list[np.ndarray] | None = None   # `_root_codes`, made when a risk model first needs them
 
     @property
     def checked(self) -> int:
@@ -145,8 +140,9 @@ class Evaluator:
             if not evaluation.solution:
                 break
             visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
-            evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
-                                       visible, self._hopeless(node, codes, sizes, cannot_win))
+            order = lambda e=evaluation, v=visible: self.suppression_order(e, v)   # noqa: E731 - only if needed
+            evaluation = model.enforce(evaluation, order, self.max_suppressed, visible,
+                                       self._hopeless(node, codes, sizes, cannot_win))
         if evaluation.solution:
             loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
             if loss is None:
@@ -169,6 +165,18 @@ class Evaluator:
         keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes[:, index], sizes)
         order = np.lexsort((index, sizes)) if keys is None else np.lexsort((index, keys, sizes))
         return index[order]
+
+    @property
+    def _root_codes(self) -> list[np.ndarray]:
+        """Per attribute and level, the code of the root label "*", or -1: a class whose every value is "*" is
+        "completely generalized" and, as in ARX, hidden from risk models without counting as suppressed. Only risk
+        models ask, so a search without one never compares the labels."""
+        if self._roots is None:
+            self._roots = [
+                np.array([int(np.flatnonzero(labels == SUPPRESSED_LABEL)[0]) if (labels == SUPPRESSED_LABEL).any()
+                          else -1 for labels in a.labels]) for a in self.table.attributes
+            ]
+        return self._roots
 
     def _completely_generalized(self, node: Node, codes: np.ndarray) -> np.ndarray:
         roots = [codes_[level] for codes_, level in zip(self._root_codes, node)]
