@@ -140,8 +140,9 @@ class Evaluator:
             if not evaluation.solution:
                 break
             visible = ~evaluation.suppressed & ~self._completely_generalized(node, codes)
-            evaluation = model.enforce(evaluation, self.suppression_order(evaluation, visible), self.max_suppressed,
-                                       visible, self._hopeless(node, codes, sizes, cannot_win))
+            order = lambda e=evaluation, v=visible: self.suppression_order(e, v)   # noqa: E731 - only if needed
+            evaluation = model.enforce(evaluation, order, self.max_suppressed, visible,
+                                       self._hopeless(node, codes, sizes, cannot_win))
         if evaluation.solution:
             loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
             if loss is None:
