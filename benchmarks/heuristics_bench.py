@@ -4,16 +4,18 @@ Two experiments, each configuration in a fresh process (so one run's class cache
 
 1. High-dimensional: each heuristic on the example policies creditcard-k5, creditcard-pu1, mach2019-k5 and
    mach2019-pu1 (Loss, arithmetic mean, gs 0.5, suppression limit 100 %) for each time limit (default 10 s and
-   100 s). Prints the best quality reached, the second at which it was reached, the checks made, and ARX's best
-   published result on the same configuration (the best of its three heuristics at 100 s on an 8-core desktop,
-   the benchmark data's README.md) with our quality as a share of it.
+   100 s). Prints the best quality reached, the second at which it was reached, the second at which ARX's value
+   was first reached ("ARX at", nan if never), the checks made, and ARX's best published result on the same
+   configuration (the best of its three heuristics at 100 s on an 8-core desktop, the benchmark data's README.md)
+   with our quality as a share of it. `--seeds 0,1,2` runs each configuration once per genetic seed and counts the
+   runs that reached ARX's value.
 2. Low-dimensional (--low): the optimal search on the ADULT, CUP and FARS example policies (its optimum and its
    time), then each heuristic on the same policy with a time limit (default 300 s, as ARX's benchmark): the time at
    which it first reached the proven optimum's quality, or "not reached".
 
     .venv/bin/python benchmarks/heuristics_bench.py [--algorithms lightning,topdown,genetic,auto]
         [--policies creditcard-k5,mach2019-pu1] [--seconds 10,100] [--low] [--low-policies adult-k5,...]
-        [--low-seconds 300] [--json]
+        [--low-seconds 300] [--seeds 0,1,2] [--json]
 
 `auto` runs what a policy gets by default (the heuristic `auto` chooses for the limit, the genetic algorithm then until
 the limit and on both cores); the last column names the algorithm that ran. Each high-dimensional row also shows the
@@ -47,18 +49,23 @@ TOLERANCE = 1e-9   # quality at least the optimum's minus this counts as reachin
 
 
 def run_one(policy: str, algorithm: str, seconds: float | None,
-            genetic_iterations: int | None | str = "policy") -> dict:
+            genetic_iterations: int | None | str = "policy", seed: int | None = None) -> dict:
     """De-identify `policy` with `algorithm` under a time limit in a fresh process; the search's figures.
     `genetic_iterations` replaces the policy's genetic iteration count (None: until the time limit, as under
-    `auto`); "policy" keeps it."""
+    `auto`); "policy" keeps it. `seed` replaces the genetic algorithm's seed (islands use seed, seed + 1)."""
     code = f"""
 import json, sys
 from engine.deid import deidentify
 from engine.policy import load_policy
 policy = load_policy({str(EXAMPLES / (policy + '.yaml'))!r})
 update = {{"algorithm": {algorithm!r}}}
+genetic = {{}}
 if {genetic_iterations!r} != "policy":
-    update["genetic"] = policy.search.genetic.model_copy(update={{"iterations": {genetic_iterations!r}}})
+    genetic["iterations"] = {genetic_iterations!r}
+if {seed!r} is not None:
+    genetic["seed"] = {seed!r}
+if genetic:
+    update["genetic"] = policy.search.genetic.model_copy(update=genetic)
 policy = policy.model_copy(update={{"search": policy.search.model_copy(update=update)}})
 import os, resource
 def cpu():
@@ -88,27 +95,39 @@ def reached_at(trace: list[list[float]], quality: float) -> float | None:
 
 
 def high(algorithms: list[str], policies: list[str], limits: list[float], rows: list[dict],
-         genetic_iterations: int | None | str = "policy") -> None:
-    print(f"{'policy':<16}{'algorithm':<11}{'limit s':>8}{'quality':>9}{'at s':>8}{'checked':>9}"
-          f"{'ARX best':>10}{'share':>8}{'ARX same alg':>13}{'cpu s':>7}{'load':>6}  ran")
+         genetic_iterations: int | None | str = "policy", seeds: list[int | None] | None = None) -> None:
+    seeds = seeds or [None]
+    print(f"{'policy':<16}{'algorithm':<11}{'seed':>5}{'limit s':>8}{'quality':>9}{'at s':>8}{'ARX at':>8}"
+          f"{'checked':>9}{'ARX best':>10}{'share':>8}{'ARX same alg':>13}{'cpu s':>7}{'load':>6}  ran")
     for policy in policies:
         for limit in limits:
             for algorithm in algorithms:
-                out = run_one(policy, algorithm, limit, genetic_iterations)
-                row = {"experiment": "high", "policy": policy, "algorithm": algorithm, "limit": limit, **out}
-                rows.append(row)
-                if "error" in out:
-                    print(f"{policy:<16}{algorithm:<11}{limit:>8g}  error: {out['error']}", flush=True)
-                    continue
-                at = reached_at(out["trace"], out["quality"])
-                arx = ARX_BEST.get(policy)
-                same = ARX_BY_ALGORITHM.get(policy, {}).get(algorithm)
-                share = f"{out['quality'] / arx:.1%}" if arx else "-"
-                print(f"{policy:<16}{algorithm:<11}{limit:>8g}{out['quality']:>9.4f}"
-                      f"{(at if at is not None else float('nan')):>8.1f}{out['checked']:>9}"
-                      f"{(arx or float('nan')):>10.4f}{share:>8}{(same or float('nan')):>13.4f}"
-                      f"{out.get('cpu_seconds', float('nan')):>7.1f}{out.get('load', float('nan')):>6.2f}"
-                      f"  {out['algorithm']}", flush=True)
+                reached = []
+                for seed in seeds:
+                    out = run_one(policy, algorithm, limit, genetic_iterations, seed)
+                    row = {"experiment": "high", "policy": policy, "algorithm": algorithm, "limit": limit,
+                           "seed": seed, **out}
+                    rows.append(row)
+                    shown = "-" if seed is None else str(seed)
+                    if "error" in out:
+                        print(f"{policy:<16}{algorithm:<11}{shown:>5}{limit:>8g}  error: {out['error']}", flush=True)
+                        continue
+                    at = reached_at(out["trace"], out["quality"])
+                    arx = ARX_BEST.get(policy)
+                    arx_at = reached_at(out["trace"], arx) if arx else None
+                    row["arx_reached_at"] = arx_at
+                    reached.append(arx_at is not None)
+                    same = ARX_BY_ALGORITHM.get(policy, {}).get(algorithm)
+                    share = f"{out['quality'] / arx:.1%}" if arx else "-"
+                    print(f"{policy:<16}{algorithm:<11}{shown:>5}{limit:>8g}{out['quality']:>9.4f}"
+                          f"{(at if at is not None else float('nan')):>8.1f}"
+                          f"{(arx_at if arx_at is not None else float('nan')):>8.1f}{out['checked']:>9}"
+                          f"{(arx or float('nan')):>10.4f}{share:>8}{(same or float('nan')):>13.4f}"
+                          f"{out.get('cpu_seconds', float('nan')):>7.1f}{out.get('load', float('nan')):>6.2f}"
+                          f"  {out['algorithm']}", flush=True)
+                if len(seeds) > 1 and reached:
+                    print(f"{policy:<16}{algorithm:<11} ARX's value reached in {sum(reached)} of {len(reached)} runs",
+                          flush=True)
 
 
 def low(algorithms: list[str], policies: list[str], limit: float, rows: list[dict]) -> None:
@@ -149,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--high-only", action="store_true")
     which.add_argument("--low-only", action="store_true")
+    parser.add_argument("--seeds", default="",
+                        help="genetic seeds to run each high-dimensional configuration with, e.g. 0,1,2 (default: "
+                             "the policy's); with several, a line per configuration counts the runs that reached "
+                             "ARX's value")
     parser.add_argument("--json", action="store_true", help="also print every run as JSON at the end")
     parser.add_argument("--genetic-iterations", default="policy",
                         help="the genetic algorithm's iterations in the high-dimensional runs: a number, 'none' "
@@ -179,8 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows: list[dict] = []
     if not args.low_only:
+        try:
+            seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+        except ValueError:
+            parser.error(f"--seeds: comma-separated whole numbers, got {args.seeds!r}")
+        if any(seed < 0 for seed in seeds):
+            parser.error(f"--seeds: seeds are not negative, got {args.seeds!r}")
         high(algorithms, [p for p in args.policies.split(",") if p],
-             [float(s) for s in args.seconds.split(",") if s], rows, iterations)
+             [float(s) for s in args.seconds.split(",") if s], rows, iterations, seeds or None)
     if not args.high_only:
         if not args.low_only:
             print()
