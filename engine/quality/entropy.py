@@ -12,7 +12,7 @@ import numpy as np
 from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
-from .sums import add_reduce, numpy_order
+from .sums import add_reduce, add_reduce_columns, numpy_order
 
 LAYOUT_MEMO_LIMIT = 1 << 16   # transformations whose value layout `_layout` remembers
 
@@ -62,6 +62,21 @@ class NonUniformEntropy(QualityModel):
         if self._python_sum:
             return add_reduce(list(map(list.__getitem__, terms, levels))) / self.d
         return float(np.add.reduce(np.array([t[lv] for t, lv in zip(terms, levels)])) / self.d)
+
+    def level_bounds(self, upper: Levels) -> np.ndarray | None:
+        """`lower_bound` of every level vector from 0 to `upper` at once, indexed by the levels: the same
+        additions in the same order elementwise (engine.quality.sums.add_reduce_columns), so every entry is
+        lower_bound's bits; a search reads them instead of asking for thousands of bounds one by one. None where
+        the Python sum does not replay numpy's (lower_bound then uses numpy itself)."""
+        self.lower_bound(tuple(0 for _ in upper))   # makes the terms and checks the summation order
+        if not self._python_sum or len(upper) != self.d:
+            return None
+        shape = tuple(hi + 1 for hi in upper)
+        columns = []
+        for axis, (terms, height) in enumerate(zip(self._normalized_terms, shape)):
+            column = np.array(terms[:height], dtype=np.float64)
+            columns.append(column.reshape([height if a == axis else 1 for a in range(len(shape))]))
+        return np.broadcast_to(add_reduce_columns(columns), shape) / self.d
 
     def _layout(self, levels) -> tuple:
         """Per attribute at `levels`, its cardinality and where its values start in one count vector (as numpy

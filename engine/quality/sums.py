@@ -51,6 +51,29 @@ def add_reduce(values: Sequence[float]) -> float:
     return total
 
 
+def add_reduce_columns(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """`add_reduce` of many vectors at once: columns[i] holds the i-th value of every vector (arrays that broadcast
+    to one shape); the same additions in the same order, elementwise, so every entry is add_reduce's bits."""
+    n = len(columns)
+    if n < 8:
+        total = np.float64(-0.0)
+        for column in columns:
+            total = total + column
+        return np.asarray(total, dtype=np.float64)
+    r = list(columns[:8])
+    i = 8
+    end = n - n % 8
+    while i < end:
+        for j in range(8):
+            r[j] = r[j] + columns[i + j]
+        i += 8
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        total = total + columns[i]
+        i += 1
+    return np.asarray(total, dtype=np.float64)
+
+
 def multiply_reduce(values: Sequence[float]) -> float:
     """np.multiply.reduce of a non-empty float64 vector."""
     return math.prod(values)

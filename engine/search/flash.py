@@ -180,6 +180,13 @@ class FlashSearch:
             if isinstance(self.anonymous, ExplicitTags) and not any(lattice.lower) else None
         # their `item` methods: a flag as a Python bool, without a numpy scalar (the same reads, a third cheaper)
         self._items = tuple(flags.item for flags in self._flags) if self._flags is not None else None
+        # Every transformation's level bound as one array (a quality model that can compute them all at once, to
+        # the bit): `skip` reads it instead of the bound memo, whose misses cost a bound each.
+        self._bound_item = None
+        if self.prune_by_bound and self._items is not None and hasattr(self.quality, "level_bounds"):
+            bounds = self.quality.level_bounds(lattice.upper)
+            if bounds is not None:
+                self._bound_item = bounds.item
         self.class_bounds: dict[Node, float] = {}   # transformations fully evaluated -> bound from their classes
         self._bounds: dict = self.quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
         self._successors: dict[Node, list[Node]] = {}
@@ -197,7 +204,8 @@ class FlashSearch:
             return False
         if (self._items[2](node) if self._items is not None else node in self.insufficient):
             return True
-        if self.incumbent.rules_out(node, self.quality.bound(node)):
+        bound = self._bound_item(node) if self._bound_item is not None else self.quality.bound(node)
+        if self.incumbent.rules_out(node, bound):
             self.insufficient.tag(node)
             self.pruned_by_bound += 1
             return True
@@ -215,9 +223,12 @@ class FlashSearch:
             return False
         if items[2](node):
             return True
-        bound = self._bounds.get(node)   # QualityModel.bound's memo, read directly
-        if bound is None:
-            bound = self.quality.bound(node)
+        if self._bound_item is not None:
+            bound = self._bound_item(node)
+        else:
+            bound = self._bounds.get(node)   # QualityModel.bound's memo, read directly
+            if bound is None:
+                bound = self.quality.bound(node)
         if self.incumbent.rules_out(node, bound):
             self.insufficient.tag(node)
             self.pruned_by_bound += 1
@@ -260,7 +271,8 @@ class FlashSearch:
             class_bound = self.class_bounds.get(node)   # set when the check evaluated the node fully
             if class_bound is None:
                 class_bound = self.quality.lower_bound_from_classes(self.evaluator.cache.classes(node)[1])
-            bound = max(self.quality.bound(node), class_bound)
+            level_bound = self._bound_item(node) if self._bound_item is not None else self.quality.bound(node)
+            bound = max(level_bound, class_bound)
             if self.incumbent.rules_out(node, bound):
                 self.insufficient.tag(node)
         return has_property

@@ -138,3 +138,26 @@ def test_fallback_to_numpy_gives_the_same_values(monkeypatch) -> None:
         assert fast_entropy.lower_bound(levels) == slow_entropy.lower_bound(levels)
     assert slow_loss._bound_plus_one is None and not slow_entropy._python_sum
     assert fast_loss._bound_plus_one is not None and fast_entropy._python_sum
+
+
+@pytest.mark.parametrize("d", [1, 3, 7, 8, 9, 10, 17])
+def test_add_reduce_columns_is_add_reduce_per_vector(d: int) -> None:
+    rng = np.random.default_rng(200 + d)
+    shape = tuple(int(rng.integers(1, 4)) for _ in range(d))
+    terms = [rng.standard_normal(h) * 10.0 ** rng.integers(-6, 7, h) for h in shape]
+    columns = [t.reshape([h if a == i else 1 for a in range(d)]) for i, (t, h) in enumerate(zip(terms, shape))]
+    every = np.broadcast_to(sums.add_reduce_columns(columns), shape)
+    for node in itertools.product(*(range(h) for h in shape)):
+        values = np.array([terms[i][level] for i, level in enumerate(node)])
+        assert every[node] == float(np.add.reduce(values))
+
+
+@pytest.mark.parametrize("d", [1, 5, 8, 9])
+def test_entropy_level_bounds_are_every_lower_bound(d: int) -> None:
+    table = random_table(40 + d, d)
+    model = NonUniformEntropy(table)
+    upper = tuple(a.max_level for a in table.attributes)
+    bounds = model.level_bounds(upper)
+    assert bounds is not None and bounds.shape == tuple(u + 1 for u in upper)
+    for levels in itertools.product(*(range(u + 1) for u in upper)):
+        assert bounds[levels] == model.lower_bound(levels)
