@@ -67,6 +67,12 @@ class QualityModel(ABC):
                 memo[key] = value
         return value
 
+    def level_bound_reader(self, upper: Levels):
+        """A function of a level vector (every level from 0 to `upper`) returning `bound`'s value to the bit,
+        cheaper than `bound` for a search that asks for thousands (the models prepare every bound of the lattice at
+        once); None when the model has none."""
+        return None
+
     def lower_bound_from_classes(self, sizes: np.ndarray) -> float:
         """A bound valid for every generalization of the transformation whose class sizes are `sizes`."""
         return 0.0

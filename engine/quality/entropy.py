@@ -78,6 +78,10 @@ class NonUniformEntropy(QualityModel):
             columns.append(column.reshape([height if a == axis else 1 for a in range(len(shape))]))
         return np.broadcast_to(add_reduce_columns(columns), shape) / self.d
 
+    def level_bound_reader(self, upper: Levels):
+        bounds = self.level_bounds(upper)
+        return None if bounds is None else bounds.item
+
     def _layout(self, levels) -> tuple:
         """Per attribute at `levels`, its cardinality and where its values start in one count vector (as numpy
         arrays, the offsets also as int64 for the compiled counts) and the total: remembered per transformation,

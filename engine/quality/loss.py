@@ -115,6 +115,23 @@ class Loss(QualityModel):
             return self._geometric(self._unsuppressed_plus_one, levels)
         return self.aggregate(np.array([t[lv] for t, lv in zip(self._unsuppressed_terms, levels)]))
 
+    def level_bound_reader(self, upper: Levels):
+        """`lower_bound` of a level vector from the product of its terms plus 1, made for the whole lattice at
+        once (the same multiplications in the same order, elementwise), then the same power in Python floats."""
+        self.lower_bound(tuple(0 for _ in upper))   # makes the terms and checks the order of operations
+        plus_one = self._bound_plus_one
+        if plus_one is None or len(upper) != self.d:
+            return None
+        shape = tuple(hi + 1 for hi in upper)
+        product = None
+        for axis, (terms, height) in enumerate(zip(plus_one, shape)):
+            column = np.array(terms[:height], dtype=np.float64).reshape(
+                [height if a == axis else 1 for a in range(len(shape))])
+            product = column if product is None else product * column
+        item = np.broadcast_to(product, shape).copy().item
+        power = 1.0 / len(plus_one)
+        return lambda levels: item(levels) ** power - 1.0
+
     def lower_bound(self, levels: Levels) -> float:
         if self._bound_terms is None:
             self._bound_terms = self._level_terms(self._bound_weight)

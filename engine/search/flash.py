@@ -183,10 +183,8 @@ class FlashSearch:
         # Every transformation's level bound as one array (a quality model that can compute them all at once, to
         # the bit): `skip` reads it instead of the bound memo, whose misses cost a bound each.
         self._bound_item = None
-        if self.prune_by_bound and self._items is not None and hasattr(self.quality, "level_bounds"):
-            bounds = self.quality.level_bounds(lattice.upper)
-            if bounds is not None:
-                self._bound_item = bounds.item
+        if self.prune_by_bound and self._items is not None:
+            self._bound_item = self.quality.level_bound_reader(lattice.upper)
         self.class_bounds: dict[Node, float] = {}   # transformations fully evaluated -> bound from their classes
         self._bounds: dict = self.quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
         self._successors: dict[Node, list[Node]] = {}

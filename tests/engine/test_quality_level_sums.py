@@ -161,3 +161,17 @@ def test_entropy_level_bounds_are_every_lower_bound(d: int) -> None:
     assert bounds is not None and bounds.shape == tuple(u + 1 for u in upper)
     for levels in itertools.product(*(range(u + 1) for u in upper)):
         assert bounds[levels] == model.lower_bound(levels)
+
+
+@pytest.mark.parametrize("model_class", [Loss, NonUniformEntropy])
+@pytest.mark.parametrize("d", [1, 6, 9])
+def test_level_bound_reader_is_the_bound(model_class, d: int) -> None:
+    table = random_table(60 + d, d)
+    model = model_class(table)
+    upper = tuple(a.max_level for a in table.attributes)
+    read = model.level_bound_reader(upper)
+    assert read is not None
+    for levels in itertools.product(*(range(u + 1) for u in upper)):
+        assert read(levels) == model.lower_bound(levels) == model.bound(levels)
+    for aggregation in ("arithmetic_mean", "sum"):   # no reader: the search asks `bound`
+        assert Loss(table, aggregation=aggregation).level_bound_reader(upper) is None
