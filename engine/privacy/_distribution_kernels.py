@@ -357,17 +357,67 @@ def _hierarchical_class(dense, size, table_counts, table_size, parents, starts, 
 
 @_jit
 def t_closeness_hierarchical_dense(dense, sizes, table_counts, parents, starts, widths, t):
-    """`t_closeness_hierarchical` on a dense histogram (values, classes)."""
+    """`t_closeness_hierarchical` on a dense histogram (values, classes), every class at once.
+
+    Why: class by class, the tree walk is a chain of short loops with a branch per child; here each step of
+    `_hierarchical_class` runs over a row of all the classes (vectorized). Every class still meets the same
+    floating-point operations in the same order as there: a child's extra goes to its parent's positive sum if
+    above 0 and to its negative sum if below; the branch-free form adds a zero otherwise, which leaves a sum that
+    started at +0.0 unchanged to the bit (+0 + -0 is +0), so the distances are `_hierarchical_class`'s exactly."""
     card, class_count = dense.shape
-    table_size, extra, positive, negative = _hierarchy_scratch(table_counts, widths)
-    column = np.empty(card, np.float64)
+    table_size, _, _, _ = _hierarchy_scratch(table_counts, widths)
+    widest = 0
+    for w in widths:
+        widest = max(widest, w)
+    size = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        size[k] = np.float64(sizes[k])
+    extra = np.empty((widest, class_count), np.float64)
+    positive = np.empty((widest, class_count), np.float64)
+    negative = np.empty((widest, class_count), np.float64)
+    for i in range(card):
+        counted = table_counts[i]
+        row = dense[i]
+        out = extra[i]
+        for k in range(class_count):
+            out[k] = counted * size[k] - np.float64(row[k]) * table_size
+    cost = np.zeros(class_count, np.float64)
+    lesser = np.empty(class_count, np.float64)
+    height = starts.size
+    for level in range(1, height + 1):
+        below = widths[level - 1]
+        nodes = widths[level]
+        positive[:nodes] = 0.0
+        negative[:nodes] = 0.0
+        base = starts[level - 1]
+        for x in range(below):
+            parent = parents[base + x]
+            child = extra[x]
+            up = positive[parent]
+            down = negative[parent]
+            for k in range(class_count):
+                value = child[k]
+                up[k] += value if value > 0.0 else 0.0
+                down[k] -= value if value < 0.0 else 0.0
+        lesser[:] = 0.0
+        for x in range(nodes):
+            up = positive[x]
+            down = negative[x]
+            for k in range(class_count):
+                lesser[k] += min(up[k], down[k])
+        factor = level / np.float64(height)
+        for k in range(class_count):
+            cost[k] += factor * lesser[k]
+        for x in range(nodes):
+            up = positive[x]
+            down = negative[x]
+            out = extra[x]
+            for k in range(class_count):
+                out[k] = up[k] - down[k]
     distance = np.empty(class_count, np.float64)
     violating = np.empty(class_count, np.bool_)
     for k in range(class_count):
-        for v in range(card):
-            column[v] = np.float64(dense[v, k])
-        d = _hierarchical_class(column, np.float64(sizes[k]), table_counts, table_size, parents, starts, widths,
-                                extra, positive, negative)
+        d = cost[k] / (table_size * size[k])
         distance[k] = d
         violating[k] = not (d <= t)
     return distance, violating
