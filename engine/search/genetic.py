@@ -488,6 +488,13 @@ class GeneticSearch:
         block = np.array(kept, dtype=np.int64)
         return block[self.rng.permutation(block.shape[0])]
 
+    def _climb_and_adopt(self, start: Node | None, levels: np.ndarray, losses: np.ndarray, counters: dict) -> None:
+        """Climb from `start` (`_climb`) and put the local optimum into the subpopulation `levels` (in place)."""
+        top = self._climb(start)
+        if top is not None:
+            counters["climbs"] += 1
+            self._adopt(levels, losses, top)
+
     def _adopt(self, levels: np.ndarray, losses: np.ndarray, climbed: tuple[Node, float]) -> None:
         """Put a climb's local optimum in place of the least fit row of a subpopulation (in place), unless there."""
         node, loss = climbed
@@ -525,14 +532,15 @@ class GeneticSearch:
         first = initial_population(self.lower, self.upper, size, self.rng, with_triangle=True)
         second = initial_population(self.lower, self.upper, size, self.rng, with_triangle=False)
         try:
+            # Climbs (a 10 s run may see few iterations): from the best of subpopulation 1 as soon as it is known
+            # (the second one then has a better solution to be ranked against), then from the middle.
             first_losses = self._evaluate(first, None, self._ranked)
+            if p.climb:
+                self._climb_and_adopt(None, first, first_losses, counters)
             second_losses = self._evaluate(second, None, self._ranked)
-            if p.climb:   # climb from the middle and from the best of the start: a 10 s run may see few iterations
+            if p.climb:
                 for start in (None, self.middle()):
-                    top = self._climb(start)
-                    if top is not None:
-                        counters["climbs"] += 1
-                        self._adopt(first, first_losses, top)
+                    self._climb_and_adopt(start, first, first_losses, counters)
             t = 0
             while p.iterations is None or t < p.iterations:
                 if len(self.fitness) >= self.lattice.size:
@@ -546,10 +554,7 @@ class GeneticSearch:
                 t += 1
                 counters["iterations"] = t
                 if p.climb:
-                    top = self._climb()
-                    if top is not None:
-                        counters["climbs"] += 1
-                        self._adopt(first, first_losses, top)
+                    self._climb_and_adopt(None, first, first_losses, counters)
                 # After every `immigration_interval` iterations (ARX also swaps before the first, at t = 0, when
                 # subpopulation 2 has not evolved at all; the paper says "every interval iterations").
                 if t % p.immigration_interval == 0 and immigrants > 0:
