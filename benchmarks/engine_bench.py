@@ -197,7 +197,7 @@ class CheckProfile:
 
         for name in ("evaluate", "m_anonymous"):
             self.wrap(Evaluator, name, "decision")
-        for name in ("_joint", "view"):
+        for name in ("_joint", "_entry", "view"):   # _entry: the class cache since b7aa3ca
             self.wrap(ClassCache, name, "roll-up")
         for owner in _subclasses(QualityModel):
             for name in ("loss", "loss_without_suppression", "lower_bound_from_classes", "suppression_keys"):
