@@ -6,7 +6,7 @@ seed and reach the proven optimum on small lattices; speed and quality at 10 s a
 benchmarks/heuristics_bench.py, never here."""
 from __future__ import annotations
 
-from itertools import combinations
+from itertools import permutations
 
 import numpy as np
 import pytest
@@ -79,47 +79,42 @@ def test_a_climb_from_a_node_that_is_no_solution_does_not_start():
     assert search_._climb(bottom) is None
 
 
-@pytest.mark.parametrize("models, seed, n, d", [([KAnonymity(5)], 0, 1000, 6),
-                                               ([PopulationUniquenessModel(0.01, 100_000, "pitman")], 3, 1000, 7)])
-def test_triples_are_the_filtered_three_attribute_moves(models, seed, n, d):
-    encoded, quality, configuration, lattice = _setup(models, 1.0, seed=seed, n=n, d=d)
-    search_, incumbent = _search(encoded, quality, configuration, lattice,
-                                 GeneticParameters(iterations=1, seed=1, climb_triples=False))
-    node, loss = search_._climb(search_.middle())   # a local optimum of the pair moves: every pair was looked at
-    triples = search_._triples(node, loss)
-    lower, upper = np.array(lattice.lower), np.array(lattice.upper)
-    row = np.array(node)
+def _pair(node, i, j):
+    moved = list(node)
+    moved[i] += 1
+    moved[j] -= 1
+    return tuple(moved)
 
-    def failed(other):
-        return other in search_.fitness and other not in search_.solutions
 
+def test_triples_are_two_up_one_down_where_both_pairs_failed():
+    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.05, seed=1, n=300, d=6)
+    search_, _ = _search(encoded, quality, configuration, lattice)
+    node = (1, 1, 1, 1, 1, 1)
+    rng = np.random.default_rng(4)
+    pairs = [_pair(node, i, j) for i, j in permutations(range(6), 2)]
+    failed = {p for p in pairs if rng.random() < 0.5}
+    for p in pairs:   # what the climb leaves behind: checked pairs, failed ones no solutions
+        search_.fitness[p] = (0.5, 1, False)
+        if p not in failed:
+            search_.solutions.add(p)
     expected = set()
-    d = row.size
-    for changes in combinations(range(d), 3):
-        for signs in ((1, 1, -1), (1, -1, 1), (-1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1)):
-            moved = row.copy()
-            moved[list(changes)] += signs
-            if np.any(moved < lower) or np.any(moved > upper):
-                continue
-            ups = [c for c, s in zip(changes, signs) if s > 0]
-            downs = [c for c, s in zip(changes, signs) if s < 0]
-
-            def pair(i, j):
-                p = list(node)
-                p[i] += 1
-                p[j] -= 1
-                return tuple(p)
-
-            if len(ups) == 2:
-                keep = failed(pair(ups[0], downs[0])) and failed(pair(ups[1], downs[0]))
-            else:
-                keep = pair(ups[0], downs[0]) in search_.solutions and pair(ups[0], downs[1]) in search_.solutions
-            candidate = tuple(int(v) for v in moved)
-            if keep and candidate not in search_.fitness and quality.bound(candidate) < loss:
-                expected.add(candidate)
-    assert expected   # the tables are chosen so that the filter keeps some moves
-    assert {tuple(int(v) for v in r) for r in triples} == expected
-    assert len(triples) == len(expected)
+    for i, j, k in permutations(range(6), 3):
+        if i < j and _pair(node, i, k) in failed and _pair(node, j, k) in failed:
+            moved = list(node)
+            moved[i] += 1
+            moved[j] += 1
+            moved[k] -= 1
+            expected.add(tuple(moved))
+    assert expected
+    triples = search_._triples(node, 2.0)   # every generalization alone beats a loss of 2
+    assert {tuple(int(v) for v in r) for r in triples} == expected and len(triples) == len(expected)
+    # the bound filter: only moves whose generalization alone beats the point the climb is at
+    limit = float(np.median([quality.bound(t) for t in expected]))
+    kept = {tuple(int(v) for v in r) for r in search_._triples(node, limit)}
+    assert kept == {t for t in expected if quality.bound(t) < limit}
+    # no pair failed (every transformation a solution): no triples
+    search_.solutions.update(pairs)
+    assert search_._triples(node, 2.0).shape == (0, 6)
 
 
 def test_with_triples_the_run_is_still_reproducible():
