@@ -29,11 +29,11 @@ under population uniqueness 70-85 % of the new rows are then ranked without a ch
 
 Two additions to the paper (issue 28), both deterministic for a seed: hill climbs (`_climb`: one attribute a level up
 or down, or one up and another down, first improvement; at a local optimum of those, two attributes up and one down
-where the pair moves they extend are no solutions, `_triples`), which the operators rarely hit on their own (creditcard under population
-uniqueness: 0.41-0.43 at 10 s without them, 0.51-0.53 with them, seeds 0-2), from the middle of the lattice (every
-attribute halfway up, `middle`: the balanced generalizations the triangle's extremes miss) and from the best of
-the start, then from the best solution after each iteration (policy `climb: false` turns them off); and `islands`,
-independent runs of seeds seed, seed + 1, ... on several cores (engine.search.islands).
+where the pair moves they extend are no solutions, `_triples`), which the operators rarely hit on their own
+(creditcard under population uniqueness: 0.41-0.43 at 10 s without them, 0.51-0.53 with them, seeds 0-2), from the
+middle of the lattice (every attribute halfway up, `middle`: the balanced generalizations the triangle's extremes
+miss) and from the best of the start, then from the best solution after each iteration (policy `climb: false` turns
+them off); and `islands`, independent runs of seeds seed, seed + 1, ... on several cores (engine.search.islands).
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class GeneticParameters:
     seed: int = 0
     # Not in the paper: after each iteration, a hill climb from the best solution (see `GeneticSearch._climb`).
     climb: bool = True
-    # Not in the paper: the climb also tries filtered three-attribute moves at a local optimum (`GeneticSearch._triples`).
+    # Not in the paper: the climb also tries filtered three-attribute moves at a local optimum (`_triples`).
     climb_triples: bool = True
     # Not in the paper: independent runs of seeds seed, seed + 1, ... in as many processes (engine.search.islands).
     islands: int = 1
