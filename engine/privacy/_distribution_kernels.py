@@ -121,6 +121,55 @@ def l_diversity_dense(dense, variant, minimal, threshold, c, table, log_table, l
     return statistic, violating
 
 
+@_jit
+def l_diversity_entropy_violating(dense, sizes, variant, minimal, threshold, table, log_table, log2, factor):
+    """Per class whether entropy l-diversity (variant 1 Shannon, 2 Grassberger) is violated, on a dense histogram
+    (values, classes) whose columns sum to `sizes`: `l_diversity_dense`'s violation to the bit, without a table
+    look-up per cell for most classes.
+
+    Why a bound decides most classes: the entropy is at least the collision (Renyi order 2) entropy,
+    log2(N^2 / sum n^2), which needs only integer sums, vectorized across the classes. With the tables, the
+    reference computes H = log2 N - (1/N) sum n T(n) with T(n) = log2 n (Shannon) or G(n) / ln 2 (Grassberger);
+    with `excess` (>= 0, bits) the largest T(n) - log2 n in the tables, H >= (plug-in entropy in bits) - excess >=
+    collision - excess. `factor` is 2^(threshold + excess + margin), where the margin (bits) covers every rounding
+    between that real bound and the reference's floating-point H and the rounding of the test N^2 >= factor x
+    sum n^2 itself (engine.privacy.ldiversity.decision_margin): a class passing the test has
+    log2(N^2 / sum n^2) >= threshold + excess + the margin, with no logarithm per class. A class with fewer than
+    `minimal` distinct values violates; one passing the test passes; every other class (about a third of those left
+    on ADULT l=3) is summed exactly as `l_diversity_dense` sums it (its values in order, the same operations; N is
+    its size, the exact float sum of its counts), and decided on that sum. If the view's records exceed the tables
+    (`log_table` holds 0 .. its size - 1), nothing is decided and an empty array is returned: the caller rebuilds
+    the tables, and `factor`, whose margin is taken for the tables' records."""
+    card, class_count = dense.shape
+    if sizes.sum() >= log_table.size:
+        return np.empty(0, np.bool_)
+    seen = np.zeros(class_count, np.int32)
+    squares = np.zeros(class_count, np.int64)
+    for v in range(card):
+        row = dense[v]
+        for k in range(class_count):
+            n = row[k]
+            seen[k] += np.int32(n > 0)
+            squares[k] += np.int64(n) * n
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        size = np.float64(sizes[k])
+        violating[k] = seen[k] < minimal or size * size < np.float64(squares[k]) * factor
+    for k in range(class_count):
+        if not violating[k] or seen[k] < minimal:
+            continue
+        weighted = 0.0
+        for v in range(card):
+            weighted += _entropy_term(dense[v, k], table)
+        size = np.float64(sizes[k])
+        log_total = log_table[np.int64(sizes[k])]
+        if variant == 1:
+            h = -((weighted / size) - log_total / log2)
+        else:
+            h = (log_total - weighted / size) / log2
+        violating[k] = h < threshold
+    return violating
+
 @_inline
 def _recursive_class(class_counts, minimal, c):
     """Recursive (c,l)-diversity of one class from its counts (any order): c x the tail minus the largest count,

@@ -60,6 +60,10 @@ class LDiversityModel(ClassModel):
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
+            if self.variant == "entropy":
+                dense = classes.dense_counts(self.attribute)
+                if dense is not None:
+                    return self._entropy_decision(dense, classes.sizes)
             return self.compiled(classes)[1]
         distribution = classes.distribution(self.attribute)
         distinct = distribution.distinct()
@@ -89,6 +93,34 @@ class LDiversityModel(ClassModel):
         return compiled.l_diversity(distribution.classes, distribution.counts, classes.class_count,
                                     variant, self.minimal_size, self.threshold, c, term_table, log_table, LOG2)
 
+    def _entropy_decision(self, dense: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """The entropy variants' violation on a dense histogram (values, classes) with its classes' sizes: the
+        compiled decision's bits, most classes decided by a bound
+        (engine.privacy._distribution_kernels.l_diversity_entropy_violating). The kernel's arguments are kept
+        between checks (the per-check Python is most of a small check's cost); the kernel refuses, with an empty
+        result, a view whose records the tables do not cover, and the tables are then rebuilt."""
+        from . import _distribution_kernels as compiled
+
+        arguments = getattr(self, "_entropy_arguments", None)
+        if arguments is None or arguments[0] != dense.shape[0]:
+            arguments = self._entropy_decision_arguments(dense.shape[0], int(sizes.sum()))
+        violating = compiled.l_diversity_entropy_violating(dense, sizes, *arguments[1:])
+        if violating.size != sizes.size:
+            arguments = self._entropy_decision_arguments(dense.shape[0], int(sizes.sum()))
+            violating = compiled.l_diversity_entropy_violating(dense, sizes, *arguments[1:])
+        return violating
+
+    def _entropy_decision_arguments(self, values: int, records: int) -> tuple:
+        """(values, then the kernel's arguments after the histogram and sizes), with tables covering `records`; the
+        margin is taken for as many records as the tables cover, an upper bound on any class they can serve."""
+        log_table, term_table = self._tables(records)
+        excess, largest = self._bound_figures
+        factor = 2.0 ** (self.threshold + excess + decision_margin(values, log_table.size - 1, largest))
+        arguments = (values, self.VARIANT_CODES[("entropy", self.estimator)], self.minimal_size, self.threshold,
+                     term_table, log_table, LOG2, factor)
+        self._entropy_arguments = arguments
+        return arguments
+
     def _tables(self, records: int) -> tuple[np.ndarray, np.ndarray]:
         """ln n, and the entropy's term per count n (log2 n = ln n / ln 2 for Shannon's estimator, G(n) for
         Grassberger's), for n = 0 .. records (entry 0 is 0: a missing value adds nothing), computed with numpy and
@@ -105,6 +137,11 @@ class LDiversityModel(ClassModel):
                 term_table = log_table / LOG2
             cached = (log_table, term_table)
             self._table_cache = cached
+            # For the bound of _entropy_decision: how far a term exceeds log2 n (bits; 0 for Shannon's, whose term
+            # is log2 n itself; Grassberger's G(2) exceeds ln 2), and the largest |term| in bits (or more).
+            excess = term_table[1:] - log_table[1:] if self.estimator == "grassberger" else np.zeros(1)
+            self._bound_figures = (max(0.0, float(excess.max(initial=0.0)) / LOG2),
+                                   float(np.abs(term_table).max(initial=0.0)) / LOG2)
         return cached
 
     @property
@@ -145,6 +182,24 @@ class LDiversityModel(ClassModel):
         if self.variant == "recursive":
             out["c"] = self.c
         return out
+
+
+def decision_margin(values: int, records: int, largest_term: float) -> float:
+    """Bits that cover every rounding between the entropy bound of the dense decision and the reference's
+    floating-point entropy, for classes of at most `records` records over `values` values with terms of at most
+    `largest_term` in magnitude (bits).
+
+    Why it suffices (u = 2^-53, first order, each numpy or libm logarithm assumed within 2 ulps, hence the factor 4):
+    the reference's sum W of <= `values` products n T(n) is off by at most (values + 1) u sum n |T(n)|, that is
+    (values + 1) u N largest_term; dividing by N, the log of N over ln 2, the subtraction and the last division add
+    a few u times |log2 N| + |h| <= 2 log2(records) + largest_term; the table's ln n against the true ln n moves the
+    plug-in entropy by at most 2u log2(records); Shannon's term log2 n = ln n / ln 2 is itself rounded (2u |T(n)|).
+    (values + 16) x 4u x (largest_term + 4 log2(records) + 8) is above their sum. The test
+    fl(N x N) >= fl(sum n^2 x factor), with factor = 2^(bar) rounded (Python's power, within an ulp or two), implies
+    N^2 / sum n^2 >= 2^bar (1 - 6u), i.e. log2 of it >= bar - 9u: the 1e-12 added covers that. For ADULT (14 values,
+    30,162 records) the margin is about 2e-12 bits."""
+    unit = 2.0 ** -53
+    return 4.0 * (values + 16) * unit * (largest_term + 4.0 * math.log2(records + 1) + 8.0) + 1e-12
 
 
 @register("l_diversity")
