@@ -105,6 +105,19 @@ class ClassView:
             self._dense_built = True
         return self._dense
 
+    def dense_layout(self, name: str) -> tuple[np.ndarray, bool] | None:
+        """The dense counts of sensitive attribute `name` in whichever layout costs nothing more: (the value-major
+        matrix, True) when it is built (`dense_counts`, on the worker thread after a prefetch), else (the class
+        cache's class-major (classes, values) matrix, False) when the view has one, else `dense_counts` built now;
+        None where the view has no dense form. For decisions that can read either (entropy l-diversity), so that a
+        view rolled up on the search's thread needs no transpose."""
+        if not self.sensitive or self.sensitive[0].name != name:
+            return None
+        if not self._dense_built and self.counts_by_class is not None:
+            return self.counts_by_class, False
+        dense = self.dense_counts(name)
+        return None if dense is None else (dense, True)
+
     def sensitive_attribute(self, name: str):
         for attribute in self.sensitive:
             if attribute.name == name:

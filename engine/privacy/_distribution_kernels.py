@@ -161,14 +161,55 @@ def l_diversity_entropy_violating(dense, sizes, variant, minimal, threshold, tab
         weighted = 0.0
         for v in range(card):
             weighted += _entropy_term(dense[v, k], table)
-        size = np.float64(sizes[k])
-        log_total = log_table[np.int64(sizes[k])]
-        if variant == 1:
-            h = -((weighted / size) - log_total / log2)
-        else:
-            h = (log_total - weighted / size) / log2
-        violating[k] = h < threshold
+        violating[k] = _entropy_bits(weighted, sizes[k], variant, log_table, log2) < threshold
     return violating
+
+
+@_jit
+def l_diversity_entropy_violating_by_class(counts, sizes, variant, minimal, threshold, table, log_table, log2,
+                                           factor):
+    """`l_diversity_entropy_violating` on the class-major histogram (classes, values) the class cache holds: the
+    same decisions, for a view whose value-major copy was not made (Flash2P's phase-2 checks of classes rolled up
+    on the search's thread): making it would cost more than this walk, class by class over contiguous rows (the
+    integer sums in registers, stored, then the bound decided over all classes in one vectorizable loop)."""
+    class_count, card = counts.shape
+    if sizes.sum() >= log_table.size:
+        return np.empty(0, np.bool_)
+    seen = np.empty(class_count, np.int32)
+    squares = np.empty(class_count, np.int64)
+    for k in range(class_count):
+        row = counts[k]
+        distinct = np.int32(0)
+        square_sum = np.int64(0)
+        for v in range(card):
+            n = row[v]
+            distinct += np.int32(n > 0)
+            square_sum += np.int64(n) * n
+        seen[k] = distinct
+        squares[k] = square_sum
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        size = np.float64(sizes[k])
+        violating[k] = seen[k] < minimal or size * size < np.float64(squares[k]) * factor
+    for k in range(class_count):
+        if not violating[k] or seen[k] < minimal:
+            continue
+        row = counts[k]
+        weighted = 0.0
+        for v in range(card):
+            weighted += _entropy_term(row[v], table)
+        violating[k] = _entropy_bits(weighted, sizes[k], variant, log_table, log2) < threshold
+    return violating
+
+
+@_inline
+def _entropy_bits(weighted, size, variant, log_table, log2):
+    """A class's entropy (bits) from its sum of terms and its size, as `_finish_l_diversity` computes it."""
+    total = np.float64(size)
+    log_total = log_table[np.int64(size)]
+    if variant == 1:
+        return -((weighted / total) - log_total / log2)
+    return (log_total - weighted / total) / log2
 
 @_inline
 def _recursive_class(class_counts, minimal, c):

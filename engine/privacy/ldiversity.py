@@ -61,9 +61,9 @@ class LDiversityModel(ClassModel):
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
             if self.variant == "entropy":
-                dense = classes.dense_counts(self.attribute)
-                if dense is not None:
-                    return self._entropy_decision(dense, classes.sizes)
+                layout = classes.dense_layout(self.attribute)
+                if layout is not None:
+                    return self._entropy_decision(layout[0], classes.sizes, layout[1])
             return self.compiled(classes)[1]
         distribution = classes.distribution(self.attribute)
         distinct = distribution.distinct()
@@ -93,21 +93,24 @@ class LDiversityModel(ClassModel):
         return compiled.l_diversity(distribution.classes, distribution.counts, classes.class_count,
                                     variant, self.minimal_size, self.threshold, c, term_table, log_table, LOG2)
 
-    def _entropy_decision(self, dense: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """The entropy variants' violation on a dense histogram (values, classes) with its classes' sizes: the
-        compiled decision's bits, most classes decided by a bound
+    def _entropy_decision(self, dense: np.ndarray, sizes: np.ndarray, value_major: bool = True) -> np.ndarray:
+        """The entropy variants' violation on a dense histogram, (values, classes) or with `value_major` False
+        (classes, values), with its classes' sizes: the compiled decision's bits, most classes decided by a bound
         (engine.privacy._distribution_kernels.l_diversity_entropy_violating). The kernel's arguments are kept
         between checks (the per-check Python is most of a small check's cost); the kernel refuses, with an empty
         result, a view whose records the tables do not cover, and the tables are then rebuilt."""
         from . import _distribution_kernels as compiled
 
+        kernel = (compiled.l_diversity_entropy_violating if value_major
+                  else compiled.l_diversity_entropy_violating_by_class)
+        values = dense.shape[0] if value_major else dense.shape[1]
         arguments = getattr(self, "_entropy_arguments", None)
-        if arguments is None or arguments[0] != dense.shape[0]:
-            arguments = self._entropy_decision_arguments(dense.shape[0], int(sizes.sum()))
-        violating = compiled.l_diversity_entropy_violating(dense, sizes, *arguments[1:])
+        if arguments is None or arguments[0] != values:
+            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
+        violating = kernel(dense, sizes, *arguments[1:])
         if violating.size != sizes.size:
-            arguments = self._entropy_decision_arguments(dense.shape[0], int(sizes.sum()))
-            violating = compiled.l_diversity_entropy_violating(dense, sizes, *arguments[1:])
+            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
+            violating = kernel(dense, sizes, *arguments[1:])
         return violating
 
     def _entropy_decision_arguments(self, values: int, records: int) -> tuple:

@@ -57,6 +57,12 @@ def reference_entropy(dense: np.ndarray, estimator: str) -> np.ndarray:
     return compiled.l_diversity_dense(dense, variant, 0, 0.0, 0.0, term_table, log_table, LOG2)[0]
 
 
+def both_layouts(model, dense: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """The decision on the value-major matrix and on its class-major copy (the class cache's layout)."""
+    return [model._entropy_decision(dense, sizes), model._entropy_decision(np.ascontiguousarray(dense.T), sizes,
+                                                                           value_major=False)]
+
+
 def edges(values: np.ndarray, rng, count: int = 12) -> list[float]:
     picked = rng.choice(values, min(count, values.size), replace=False)
     return [float(t) for h in picked for t in (np.nextafter(h, -np.inf), h, np.nextafter(h, np.inf))]
@@ -75,7 +81,8 @@ def test_decision_equals_the_exact_entropy_at_the_edges(estimator, seed):
             for l in (1, 2, 3):
                 model = AtThreshold("s", l, estimator, threshold)
                 expected = (distinct < model.minimal_size) | (entropy < threshold)
-                assert np.array_equal(model._entropy_decision(dense, sizes), expected), (estimator, threshold, l)
+                for got in both_layouts(model, dense, sizes):
+                    assert np.array_equal(got, expected), (estimator, threshold, l)
 
 
 def test_hand_computed_classes_at_one_bit():
@@ -86,7 +93,8 @@ def test_hand_computed_classes_at_one_bit():
     h = -((3 * (math.log(3) / LOG2) * 2) / 6 - math.log(6) / LOG2)
     assert h < 1.0
     model = LDiversityModel("s", 2, "entropy")
-    assert model._entropy_decision(dense, sizes).tolist() == [False, True, True, True]
+    for got in both_layouts(model, dense, sizes):
+        assert got.tolist() == [False, True, True, True]
 
 
 def test_grassberger_terms_exceed_log2_n_so_the_bound_needs_the_excess():
@@ -102,10 +110,14 @@ def test_grassberger_terms_exceed_log2_n_so_the_bound_needs_the_excess():
     entropy = reference_entropy(dense, "grassberger")[0]
     assert entropy < 1.0 - 0.01
     threshold = (entropy + 1.0) / 2
-    assert AtThreshold("s", 2, "grassberger", threshold)._entropy_decision(dense, sizes).tolist() == [True]
+    for got in both_layouts(AtThreshold("s", 2, "grassberger", threshold), dense, sizes):
+        assert got.tolist() == [True]
     no_excess = 2.0 ** (threshold + decision_margin(2, 4, model._bound_figures[1]))
     wrong = compiled.l_diversity_entropy_violating(dense, sizes, 2, 2, threshold, term_table, log_table, LOG2,
                                                    no_excess)
+    assert wrong.tolist() == [False]
+    wrong = compiled.l_diversity_entropy_violating_by_class(np.ascontiguousarray(dense.T), sizes, 2, 2, threshold,
+                                                            term_table, log_table, LOG2, no_excess)
     assert wrong.tolist() == [False]
 
 
@@ -124,7 +136,8 @@ def test_tables_rebuilt_for_a_larger_view():
     for dense in (small, large, small):
         sizes = dense.sum(axis=0).astype(np.int64)
         expected = ((dense > 0).sum(axis=0) < 2) | (reference_entropy(dense, "shannon") < 1.0)
-        assert np.array_equal(model._entropy_decision(dense, sizes), expected)
+        for got in both_layouts(model, dense, sizes):
+            assert np.array_equal(got, expected)
     assert model._entropy_arguments[5].size > int(large.sum())
 
 
@@ -136,15 +149,19 @@ def test_model_decides_as_the_reference_on_random_tables(monkeypatch, seed):
     rng = np.random.default_rng(seed)
     for node in lattice_of(table):
         view, reference_view = dense.view(tuple(node)), reference.view(tuple(node))
-        assert view.dense_counts(name) is not None
-        for estimator in ESTIMATORS:
-            entropy = LDiversityModel(name, 2, "entropy", estimator).entropy(reference_view)
-            for threshold in edges(entropy, rng, 4) + [1.0, math.log2(3)]:
-                model = AtThreshold(name, 2, estimator, threshold)
-                assert np.array_equal(model.violating(view), model.violating(reference_view)), threshold
-            for l in (1.5, 2, 3, 4):
-                model = LDiversityModel(name, l, "entropy", estimator)
-                assert np.array_equal(model.violating(view), model.violating(reference_view)), l
+        # First as rolled up on the search's thread (class-major only), then with the value-major copy made.
+        assert view.dense_layout(name)[1] is False
+        for layout in (False, True):
+            for estimator in ESTIMATORS:
+                entropy = LDiversityModel(name, 2, "entropy", estimator).entropy(reference_view)
+                for threshold in edges(entropy, rng, 4) + [1.0, math.log2(3)]:
+                    model = AtThreshold(name, 2, estimator, threshold)
+                    assert np.array_equal(model.violating(view), model.violating(reference_view)), threshold
+                for l in (1.5, 2, 3, 4):
+                    model = LDiversityModel(name, l, "entropy", estimator)
+                    assert np.array_equal(model.violating(view), model.violating(reference_view)), l
+            assert view.dense_layout(name)[1] is layout
+            assert view.dense_counts(name) is not None and view.dense_layout(name)[1] is True
 
 
 def test_model_decides_as_the_reference_on_adult(monkeypatch):
@@ -154,8 +171,11 @@ def test_model_decides_as_the_reference_on_adult(monkeypatch):
     rng = np.random.default_rng(4)
     for index in rng.choice(len(nodes), 20, replace=False):
         view, reference_view = dense.view(nodes[int(index)]), reference.view(nodes[int(index)])
-        for estimator in ESTIMATORS:
-            entropy = LDiversityModel("occupation", 3, "entropy", estimator).entropy(reference_view)
-            for threshold in edges(entropy, rng, 6) + [math.log2(3)]:
-                model = AtThreshold("occupation", 3, estimator, threshold)
-                assert np.array_equal(model.violating(view), model.violating(reference_view)), threshold
+        for layout in (False, True):
+            assert view.dense_layout("occupation")[1] is layout
+            for estimator in ESTIMATORS:
+                entropy = LDiversityModel("occupation", 3, "entropy", estimator).entropy(reference_view)
+                for threshold in edges(entropy, rng, 6) + [math.log2(3)]:
+                    model = AtThreshold("occupation", 3, estimator, threshold)
+                    assert np.array_equal(model.violating(view), model.violating(reference_view)), threshold
+            view.dense_counts("occupation")
