@@ -61,6 +61,22 @@ def test_class_cache_base_classes_equal_on_both_paths(sensitive: bool) -> None:
     assert len(table.sensitive) == int(sensitive)
     fast = ClassCache(table, compiled=kernels.load())
     reference = ClassCache(table, compiled=None)
+    assert (fast.dense is not None) == sensitive   # four sensitive values: the dense form pays
+    if fast.dense is not None:
+        # The dense form (one small sensitive domain): the base holds the quasi-identifier classes, whose codes and
+        # sizes are the reference's projection of its joint base classes, and their (classes, values) histogram.
+        bottom = tuple(0 for _ in table.attributes)
+        view = reference.view(bottom)
+        for a, b in zip(fast.base[1:3], (view.codes, view.sizes)):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        histogram = view.distribution("s")
+        expected = np.zeros((view.sizes.size, table.sensitive[0].cardinality), dtype=np.int64)
+        expected[histogram.classes, histogram.values] = histogram.counts
+        assert np.array_equal(fast._base_dense, expected)
+        d = len(table.attributes)
+        places = reference.radix[:d] // reference.radix[d - 1]
+        assert np.array_equal(fast.base[3], (view.codes.astype(np.int64) * places[:, None]).sum(axis=0))
+        return
     for a, b in zip(fast.base[1:3], reference.base[1:3]):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     expected_key = (reference.base[1].astype(np.int64) * reference.radix[:, None]).sum(axis=0)
