@@ -13,7 +13,7 @@ import numpy as np
 from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
-from .sums import multiply_reduce, numpy_order
+from .sums import add_reduce, multiply_reduce, numpy_order
 
 
 class Loss(QualityModel):
@@ -51,6 +51,9 @@ class Loss(QualityModel):
         # The same terms plus 1, as Python floats, for the geometric mean of levels alone (`_geometric`)
         self._bound_plus_one: list[list[float]] | None = None
         self._unsuppressed_plus_one: list[list[float]] | None = None
+        # The terms as Python floats for the arithmetic mean or the sum of levels alone (`_additive`)
+        self._bound_lists: list[list[float]] | None = None
+        self._unsuppressed_lists: list[list[float]] | None = None
 
     def _normalize(self, sums: np.ndarray) -> np.ndarray:
         # (sums - floor) / span where the span is positive, else 0: dividing by the span with 1 in place of the
@@ -99,6 +102,25 @@ class Loss(QualityModel):
             return None
         return [(t + 1.0).tolist() for t in terms]
 
+    def _python_terms(self, terms: list[np.ndarray]) -> list[list[float]] | None:
+        """The terms as Python floats for `_additive`; None unless the aggregation is the arithmetic mean or the sum
+        and add_reduce (then the division by the count, as ndarray.mean divides) gives numpy's bits here
+        (engine.quality.sums)."""
+        if self.aggregation == "geometric_mean" or not numpy_order(self._additive_operation, len(terms)):
+            return None
+        return [t.tolist() for t in terms]
+
+    @property
+    def _additive_operation(self) -> str:
+        return "mean" if self.aggregation == "arithmetic_mean" else "add"
+
+    def _additive(self, lists: list[list[float]], levels: Levels) -> float:
+        """`aggregate`'s arithmetic mean or sum of the per-attribute terms at `levels` in Python floats, numpy's bits
+        (numpy's pairwise order replayed, engine.quality.sums): a branch-and-bound search asks for one bound per
+        transformation it queues, and building and reducing an array costs several times the additions."""
+        total = add_reduce(list(map(list.__getitem__, lists, levels)))
+        return total / len(lists) if self.aggregation == "arithmetic_mean" else total
+
     @staticmethod
     def _geometric(plus_one: list[list[float]], levels: Levels) -> float:
         """`aggregate`'s geometric mean of the per-attribute terms at `levels` in Python floats: numpy's
@@ -111,8 +133,11 @@ class Loss(QualityModel):
         if self._unsuppressed_terms is None:
             self._unsuppressed_terms = self._level_terms(self.generalization_weight, 0.0)
             self._unsuppressed_plus_one = self._plus_one(self._unsuppressed_terms)
+            self._unsuppressed_lists = self._python_terms(self._unsuppressed_terms)
         if self._unsuppressed_plus_one is not None:
             return self._geometric(self._unsuppressed_plus_one, levels)
+        if self._unsuppressed_lists is not None:
+            return self._additive(self._unsuppressed_lists, levels)
         return self.aggregate(np.array([t[lv] for t, lv in zip(self._unsuppressed_terms, levels)]))
 
     def level_bound_reader(self, upper: Levels):
@@ -136,8 +161,11 @@ class Loss(QualityModel):
         if self._bound_terms is None:
             self._bound_terms = self._level_terms(self._bound_weight)
             self._bound_plus_one = self._plus_one(self._bound_terms)
+            self._bound_lists = self._python_terms(self._bound_terms)
         if self._bound_plus_one is not None:
             return self._geometric(self._bound_plus_one, levels)
+        if self._bound_lists is not None:
+            return self._additive(self._bound_lists, levels)
         return self.aggregate(np.array([t[lv] for t, lv in zip(self._bound_terms, levels)]))
 
     def _kept_rows(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray

@@ -83,7 +83,8 @@ _checked: dict[tuple[str, int], bool] = {}
 
 
 def numpy_order(operation: str, length: int) -> bool:
-    """Whether the emulation of `operation` ("add": add_reduce; "geometric": multiply_reduce, then the power
+    """Whether the emulation of `operation` ("add": add_reduce; "mean": add_reduce divided by the length, as
+    ndarray.mean; "geometric": multiply_reduce, then the power
     1 / length, then minus 1, as engine.quality.loss aggregates) gives numpy's bits on vectors of `length` values:
     checked once per process and length on random vectors (the order of operations does not depend on the values)."""
     key = (operation, length)
@@ -102,6 +103,8 @@ def _check(operation: str, length: int, samples: int = 32, seed: int = 7) -> boo
         values = row.tolist()
         if operation == "add":
             ok = add_reduce(values) == float(np.add.reduce(row))
+        elif operation == "mean":
+            ok = add_reduce(values) / length == float(row.mean())
         else:
             ok = multiply_reduce(values) ** power - 1.0 == float(np.prod(row) ** power - 1.0)
         if not ok:

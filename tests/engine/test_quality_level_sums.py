@@ -175,3 +175,30 @@ def test_level_bound_reader_is_the_bound(model_class, d: int) -> None:
         assert read(levels) == model.lower_bound(levels) == model.bound(levels)
     for aggregation in ("arithmetic_mean", "sum"):   # no reader: the search asks `bound`
         assert Loss(table, aggregation=aggregation).level_bound_reader(upper) is None
+
+
+@pytest.mark.parametrize("aggregation", ["arithmetic_mean", "sum"])
+def test_additive_aggregations_take_the_python_path_and_fall_back(monkeypatch, aggregation: str) -> None:
+    """The arithmetic mean and the sum of level terms run in Python floats (checked to be numpy's bits above) and
+    fall back to numpy when the emulation is refused, with the same values."""
+    table = random_table(13, 9)
+    fast = Loss(table, aggregation=aggregation)
+    nodes = list(itertools.product(*(range(a.min_level, a.max_level + 1) for a in table.attributes)))
+    fast.lower_bound(nodes[0]), fast.loss_without_suppression(nodes[0])
+    assert fast._bound_lists is not None and fast._unsuppressed_lists is not None
+    monkeypatch.setattr(sums, "_checked", {})
+    monkeypatch.setattr(sums, "_check", lambda operation, length: False)
+    slow = Loss(table, aggregation=aggregation)
+    for levels in nodes[:: max(1, len(nodes) // 500)]:
+        assert fast.lower_bound(levels) == slow.lower_bound(levels)
+        assert fast.loss_without_suppression(levels) == slow.loss_without_suppression(levels)
+    assert slow._bound_lists is None and slow._unsuppressed_lists is None
+
+
+@pytest.mark.parametrize("length", [1, 3, 7, 8, 9, 16, 17, 31, 64, 128])
+def test_mean_is_numpys(length: int) -> None:
+    rng = np.random.default_rng(length)
+    for _ in range(300):
+        row = rng.random(length) * 10.0 ** rng.integers(-6, 6, length)
+        assert sums.add_reduce(row.tolist()) / length == float(row.mean())
+    assert sums.numpy_order("mean", length)
