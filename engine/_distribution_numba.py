@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from ._hash_numba import grow, new_table, probe, table_bits
+from ._keys_numba import base_keys, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -283,12 +284,7 @@ def group_dense(codes, sizes, values, places, cardinality):
     numbers them) and their class-major (classes, values) int32 histogram. The caller checks that the records fit
     in int32."""
     d, m = codes.shape
-    keys = np.zeros(m, np.int64)
-    for i in range(d):
-        row = codes[i]
-        place = places[i]
-        for j in range(m):
-            keys[j] += np.int64(row[j]) * place
+    keys = radix_keys(codes, places)
     inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
     new_codes = np.empty((d, u), np.int32)
     for i in range(d):
@@ -310,16 +306,7 @@ def roll_up_dense(codes, sizes, key, counts, changed, starts, maps, places):
     sizes, keys and histogram; classes in order of first appearance, as engine._kernels_numba.roll_up numbers
     them (so the classes and sizes are its, and the histogram is the transpose of what `project_dense` and
     `dense_histogram` give from the joint classes)."""
-    m = codes.shape[1]
-    keys = key.copy()
-    for c in range(changed.size):
-        i = changed[c]
-        row = codes[i]
-        start = starts[c]
-        place = places[i]
-        for j in range(m):
-            v = np.int64(row[j])
-            keys[j] += (maps[start + v] - v) * place
+    keys = rolled_keys(codes, key, changed, starts, maps, places)
     return _merge_dense(codes, sizes, keys, counts, changed, starts, maps)
 
 
@@ -338,21 +325,7 @@ def roll_up_dense_base(codes, sizes, key, counts, changed, starts, maps, places,
     """`roll_up_dense` from the base classes with the key updates kept, as engine._kernels_numba.roll_up_base
     keeps them: deltas[rows[c]] holds, per base class, what attribute changed[c] adds to the key at its new level,
     filled on first use (ready). The same keys, so the same result as `roll_up_dense`."""
-    m = codes.shape[1]
-    keys = key.copy()
-    for c in range(changed.size):
-        r = rows[c]
-        delta = deltas[r]
-        if not ready[r]:
-            row = codes[changed[c]]
-            start = starts[c]
-            place = places[changed[c]]
-            for j in range(m):
-                v = np.int64(row[j])
-                delta[j] = (maps[start + v] - v) * place
-            ready[r] = True
-        for j in range(m):
-            keys[j] += delta[j]
+    keys = base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows)
     return _merge_dense(codes, sizes, keys, counts, changed, starts, maps)
 
 

@@ -2,7 +2,8 @@
 
 All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side) and numpy's
 error model; none uses fastmath, and all sums are integer, so results do not depend on the order of the loops.
-Classes are merged by key in one place (`_merge`, with the hash table of engine._hash_numba).
+Classes are merged by key in one place (`_merge`, with the hash table of engine._hash_numba); their keys come from
+engine._keys_numba, shared with the dense form's roll-ups.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numba
 import numpy as np
 
 from ._hash_numba import new_table, probe, table_bits
+from ._keys_numba import base_keys, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -20,18 +22,7 @@ def roll_up(codes, sizes, key, changed, starts, maps, places, minimal):
     specialization. Attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns
     the new classes' codes (d, u) int32, sizes, keys (first appearance order, as engine.classes.roll_up_keyed) and
     the records in classes smaller than `minimal`."""
-    m = codes.shape[1]
-    # The new keys first, one changed attribute at a time over its contiguous row (twice as fast as all changed
-    # attributes per class: the inner loop streams one row and one small code map).
-    keys = key.copy()
-    for c in range(changed.size):
-        i = changed[c]
-        row = codes[i]
-        start = starts[c]
-        place = places[i]
-        for j in range(m):
-            v = np.int64(row[j])
-            keys[j] += (maps[start + v] - v) * place
+    keys = rolled_keys(codes, key, changed, starts, maps, places)   # the new keys first (engine._keys_numba)
     return _merge(codes, sizes, keys, changed, starts, maps, minimal)
 
 
@@ -121,13 +112,8 @@ def group_rows(rows, places):
     """Classes of the records: rows (d, n) are the level-0 codes, places the fixed radix. Returns the classes' codes
     (d, u) int32, sizes (records per class) and keys, classes in order of first appearance (as engine.grouping.group
     with unit weights, whose codes, sizes and order these equal)."""
-    d, n = rows.shape
-    keys = np.zeros(n, np.int64)
-    for i in range(d):
-        row = rows[i]
-        place = places[i]
-        for j in range(n):
-            keys[j] += np.int64(row[j]) * place
+    n = rows.shape[1]
+    keys = radix_keys(rows, places)
     nothing = np.empty(0, np.int64)   # no attribute changes level: the merge only groups
     codes, sizes, class_keys, _ = _merge(rows, np.ones(n, np.int64), keys, nothing, nothing, nothing, 0)
     return codes, sizes, class_keys
@@ -140,21 +126,7 @@ def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, delt
     (ready) and kept by the caller. The keys are the same integers, so classes, sizes, keys and their order are
     roll_up's; a search that rolls up from the base many times (a Flash path's first checks, far up the lattice)
     adds contiguous rows instead of gathering through the maps every time."""
-    d, m = codes.shape
-    keys = key.copy()
-    for c in range(changed.size):
-        r = rows[c]
-        delta = deltas[r]
-        if not ready[r]:
-            row = codes[changed[c]]
-            start = starts[c]
-            place = places[changed[c]]
-            for j in range(m):
-                v = np.int64(row[j])
-                delta[j] = (maps[start + v] - v) * place
-            ready[r] = True
-        for j in range(m):
-            keys[j] += delta[j]
+    keys = base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows)
     return _merge(codes, sizes, keys, changed, starts, maps, minimal)
 
 

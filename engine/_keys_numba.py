@@ -1,0 +1,67 @@
+"""The class keys the numba kernels compute before they merge classes, written once (imported only once numba is).
+
+Why one module: a class's key in the class cache's fixed radix is Σ code x place; a roll-up adds, per attribute that
+changes level, (mapped code - code) x place, either through the code map or from the base classes' kept updates.
+The joint roll-ups (engine._kernels_numba) and the dense form's (engine._distribution_numba) do exactly this, and
+`inline="always"` puts these loops in each kernel, so sharing them costs nothing per class.
+
+numba's cache checks only the cached function's own file: after a change here, clear the callers' caches
+(`__pycache__/*.nbi|*.nbc` of engine/) or they keep the old loops.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(inline="always", nogil=True)
+def radix_keys(codes, places):
+    """Every class's key: Σ over attributes of code x place (one attribute's row at a time, streaming)."""
+    d, m = codes.shape
+    keys = np.zeros(m, np.int64)
+    for i in range(d):
+        row = codes[i]
+        place = places[i]
+        for j in range(m):
+            keys[j] += np.int64(row[j]) * place
+    return keys
+
+
+@numba.njit(inline="always", nogil=True)
+def rolled_keys(codes, key, changed, starts, maps, places):
+    """The keys after attribute changed[c] moves through the code map at maps[starts[c]], one changed attribute at
+    a time over its contiguous row (twice as fast as all changed attributes per class)."""
+    m = codes.shape[1]
+    keys = key.copy()
+    for c in range(changed.size):
+        i = changed[c]
+        row = codes[i]
+        start = starts[c]
+        place = places[i]
+        for j in range(m):
+            v = np.int64(row[j])
+            keys[j] += (maps[start + v] - v) * place
+    return keys
+
+
+@numba.njit(inline="always", nogil=True)
+def base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows):
+    """`rolled_keys` from the base classes with the updates kept: deltas[rows[c]] holds, per base class, what
+    attribute changed[c] adds to the key at its new level, filled on first use (ready) and kept by the caller, so a
+    search that rolls up from the base many times adds contiguous rows instead of gathering through the maps."""
+    m = codes.shape[1]
+    keys = key.copy()
+    for c in range(changed.size):
+        r = rows[c]
+        delta = deltas[r]
+        if not ready[r]:
+            row = codes[changed[c]]
+            start = starts[c]
+            place = places[changed[c]]
+            for j in range(m):
+                v = np.int64(row[j])
+                delta[j] = (maps[start + v] - v) * place
+            ready[r] = True
+        for j in range(m):
+            keys[j] += delta[j]
+    return keys
