@@ -19,7 +19,7 @@ import numba
 import numpy as np
 
 from ._hash_numba import grow, new_table, probe, table_bits
-from ._keys_numba import base_keys, radix_keys, rolled_keys
+from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -253,19 +253,9 @@ def _merge_dense(codes, sizes, keys, counts, changed, starts, maps):
     Why class-major histograms ((classes, values) in the cache): a source class adds its row, a few contiguous
     int32, to its new class's row, one streaming pass; value-major, the same adds scatter across V rows (twice the
     time on ADULT's base). The models read the value-major transpose (`value_major`), made per view."""
-    d, m = codes.shape
+    m = codes.shape[1]
     inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
-    new_codes = np.empty((d, u), np.int32)
-    for i in range(d):
-        row = codes[i]
-        out = new_codes[i]
-        for t in range(u):
-            out[t] = row[member[t]]
-    for c in range(changed.size):
-        out = new_codes[changed[c]]
-        start = starts[c]
-        for t in range(u):
-            out[t] = maps[start + out[t]]
+    new_codes = class_codes(codes, member, u, changed, starts, maps)
     card = counts.shape[1]
     new_counts = np.zeros((u, card), np.int32)
     for j in range(m):
@@ -283,15 +273,11 @@ def group_dense(codes, sizes, values, places, cardinality):
     quasi-identifier): the classes' codes (d, u) int32, sizes, keys (first appearance order, as `project_keyed`
     numbers them) and their class-major (classes, values) int32 histogram. The caller checks that the records fit
     in int32."""
-    d, m = codes.shape
+    m = codes.shape[1]
     keys = radix_keys(codes, places)
     inverse, new_sizes, new_keys, member, u = _hash_classes(keys, sizes)
-    new_codes = np.empty((d, u), np.int32)
-    for i in range(d):
-        row = codes[i]
-        out = new_codes[i]
-        for t in range(u):
-            out[t] = row[member[t]]
+    nothing = np.empty(0, np.int64)   # the base classes: no attribute changes level
+    new_codes = class_codes(codes, member, u, nothing, nothing, nothing)
     counts = np.zeros((u, cardinality), np.int32)
     for j in range(m):
         counts[inverse[j], values[j]] += sizes[j]

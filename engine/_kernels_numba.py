@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 from ._hash_numba import new_table, probe, table_bits
-from ._keys_numba import base_keys, radix_keys, rolled_keys
+from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -134,7 +134,7 @@ def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, delt
 def _merge(codes, sizes, keys, changed, starts, maps, minimal):
     """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
     roll_up_base's second half."""
-    d, m = codes.shape
+    m = codes.shape[1]
     bits = table_bits(m)
     table = new_table(bits)
     new_keys = np.empty(m, np.int64)
@@ -153,17 +153,7 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal):
             new_sizes[u] = sizes[j]
             member[u] = j
             u += 1
-    new_codes = np.empty((d, u), np.int32)
-    for i in range(d):
-        row = codes[i]
-        out = new_codes[i]
-        for t in range(u):
-            out[t] = row[member[t]]
-    for c in range(changed.size):
-        out = new_codes[changed[c]]
-        start = starts[c]
-        for t in range(u):
-            out[t] = maps[start + out[t]]
+    new_codes = class_codes(codes, member, u, changed, starts, maps)
     below = np.int64(0)
     for t in range(u):
         if new_sizes[t] < minimal:

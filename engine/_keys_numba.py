@@ -1,9 +1,11 @@
-"""The class keys the numba kernels compute before they merge classes, written once (imported only once numba is).
+"""The class keys the numba kernels compute before they merge classes, and the merged classes' codes, written once
+(imported only once numba is).
 
 Why one module: a class's key in the class cache's fixed radix is Σ code x place; a roll-up adds, per attribute that
 changes level, (mapped code - code) x place, either through the code map or from the base classes' kept updates.
-The joint roll-ups (engine._kernels_numba) and the dense form's (engine._distribution_numba) do exactly this, and
-`inline="always"` puts these loops in each kernel, so sharing them costs nothing per class.
+The joint roll-ups (engine._kernels_numba) and the dense form's (engine._distribution_numba) do exactly this, then
+take each merged class's codes from its first input (`class_codes`); `inline="always"` puts these loops in each
+kernel, so sharing them costs nothing per class.
 
 numba's cache checks only the cached function's own file: after a change here, clear the callers' caches
 (`__pycache__/*.nbi|*.nbc` of engine/) or they keep the old loops.
@@ -65,3 +67,22 @@ def base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows):
         for j in range(m):
             keys[j] += delta[j]
     return keys
+
+
+@numba.njit(inline="always", nogil=True)
+def class_codes(codes, member, u, changed, starts, maps):
+    """The codes (d, u) int32 of the u merged classes, each taken from its first input (member[t]) and mapped through
+    the code map at maps[starts[c]] for every attribute changed[c] that changes level (none: `changed` empty)."""
+    d = codes.shape[0]
+    new_codes = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = codes[i]
+        out = new_codes[i]
+        for t in range(u):
+            out[t] = row[member[t]]
+    for c in range(changed.size):
+        out = new_codes[changed[c]]
+        start = starts[c]
+        for t in range(u):
+            out[t] = maps[start + out[t]]
+    return new_codes

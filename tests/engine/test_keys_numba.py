@@ -19,7 +19,9 @@ def compiled():
                         _keys_numba.rolled_keys(codes, key, changed, starts, maps, places))
     base = numba.njit(lambda codes, key, changed, starts, maps, places, deltas, ready, rows:
                       _keys_numba.base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows))
-    return radix, rolled, base
+    gather = numba.njit(lambda codes, member, u, changed, starts, maps:
+                        _keys_numba.class_codes(codes, member, u, changed, starts, maps))
+    return radix, rolled, base, gather
 
 
 def random_case(seed: int):
@@ -36,7 +38,7 @@ def random_case(seed: int):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_keys_equal_the_radix_formula(compiled, seed: int) -> None:
-    radix, rolled, base = compiled
+    radix, rolled, base, _ = compiled
     codes, places, maps_per_attribute, maps, changed, starts = random_case(seed)
     key = (codes.astype(np.int64) * places[:, None]).sum(axis=0)
     assert np.array_equal(radix(codes, places), key)
@@ -56,3 +58,19 @@ def test_keys_equal_the_radix_formula(compiled, seed: int) -> None:
     assert np.array_equal(base(codes, key, changed, starts, maps, places, deltas, ready, rows), expected)
     assert np.array_equal(deltas, kept)
     assert np.array_equal(key, (codes.astype(np.int64) * places[:, None]).sum(axis=0))   # the input is not written
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_class_codes_are_the_first_inputs_codes_mapped(compiled, seed: int) -> None:
+    *_, gather = compiled
+    codes, places, maps_per_attribute, maps, changed, starts = random_case(seed)
+    rng = np.random.default_rng(100 + seed)
+    m = codes.shape[1]
+    u = int(rng.integers(0, m + 1))
+    member = rng.choice(m, u, replace=False).astype(np.int64) if u else np.zeros(0, np.int64)
+    expected = codes[:, member].astype(np.int32)
+    assert np.array_equal(gather(codes, member, u, changed[:0], starts[:0], maps), expected)   # nothing changes
+    for i in changed:
+        expected[i] = maps_per_attribute[i][expected[i]]
+    got = gather(codes, member, u, changed, starts, maps)
+    assert got.dtype == np.int32 and np.array_equal(got, expected)
