@@ -29,6 +29,15 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 _inline = numba.njit(inline="always", nogil=True)
 
 
+@_inline
+def _float_sizes(sizes):
+    """The classes' sizes as float64 (exact below 2^53), the divisor every dense decision shares."""
+    size = np.empty(sizes.size, np.float64)
+    for k in range(sizes.size):
+        size[k] = np.float64(sizes[k])
+    return size
+
+
 # --- l-diversity ----------------------------------------------------------------------------------------------------
 @_inline
 def _entropy_term(n, table):
@@ -258,9 +267,7 @@ def t_closeness_equal(classes, values, counts, sizes, q, t):
 def t_closeness_equal_dense(dense, sizes, q, t):
     """`t_closeness_equal` on a dense histogram (values, classes)."""
     card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
+    size = _float_sizes(sizes)
     acc = np.zeros(class_count, np.float64)
     for v in range(card):
         qv = q[v]
@@ -286,10 +293,9 @@ def t_closeness_equal_violating(dense, sizes, q, t):
     the exact one does; a class nearer to t is summed again exactly (`_equal_term`, in value order, as
     `t_closeness_equal_dense` sums it)."""
     card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
+    size = _float_sizes(sizes)
     reciprocal = np.empty(class_count, np.float64)
     for k in range(class_count):
-        size[k] = np.float64(sizes[k])
         reciprocal[k] = 1.0 / size[k]
     acc = np.zeros(class_count, np.float64)
     for v in range(card):
@@ -355,9 +361,7 @@ def t_closeness_ordered(classes, values, counts, sizes, q, order, limit):
 def t_closeness_ordered_dense(dense, sizes, q, order, limit):
     """`t_closeness_ordered` on a dense histogram (values, classes)."""
     card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
+    size = _float_sizes(sizes)
     cumulative = np.zeros(class_count, np.float64)
     distance = np.zeros(class_count, np.float64)
     for j in range(card):
@@ -459,9 +463,7 @@ def t_closeness_hierarchical_dense(dense, sizes, table_counts, parents, starts, 
     widest = 0
     for w in widths:
         widest = max(widest, w)
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
+    size = _float_sizes(sizes)
     extra = np.empty((widest, class_count), np.float64)
     positive = np.empty((widest, class_count), np.float64)
     negative = np.empty((widest, class_count), np.float64)
@@ -521,9 +523,7 @@ def beta_likeness_dense(dense, sizes, q, bound):
     (p = count / size, one IEEE division, as numpy divides). A value the class lacks never fails: its p is 0, and
     (0 - q) / q = -1 (or NaN for q = 0) is not above a bound >= 0; so the loop needs no branch."""
     card, class_count = dense.shape
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
+    size = _float_sizes(sizes)
     violating = np.zeros(class_count, np.bool_)
     for v in range(card):
         qv = q[v]
@@ -548,9 +548,7 @@ def delta_disclosure_dense(dense, sizes, q, bounds):
     rare cells in between."""
     card, class_count = dense.shape
     violate_high, safe_high, safe_low, violate_low = bounds[0], bounds[1], bounds[2], bounds[3]
-    size = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        size[k] = np.float64(sizes[k])
+    size = _float_sizes(sizes)
     violating = np.zeros(class_count, np.bool_)
     near = 0
     for v in range(card):
