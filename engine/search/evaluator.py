@@ -97,8 +97,6 @@ class Evaluator:
     def prefetch(self, node: Node, hint: Node | None = None) -> None:
         """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
         counts as a check."""
-        if self.kernels is not None and self.cache.holds(node):
-            return   # cached or already rolling up: nothing to start, no source to look for
         self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
 
     def close(self) -> None:
