@@ -8,7 +8,11 @@ import numpy as np
 import pandas as pd
 from hypothesis import strategies as st
 
+from engine.encoding import EncodedTable, encode_table
 from engine.hierarchy import Hierarchy
+from engine.lattice import Lattice
+from engine.privacy.configuration import PrivacyConfiguration
+from engine.quality import make_quality_model
 
 
 def make_hierarchy(name: str, size: int, levels: int, factor: int) -> Hierarchy:
@@ -29,6 +33,18 @@ def wide_table(seed: int = 0, n: int = 300, d: int = 8) -> tuple[pd.DataFrame, d
         hierarchies[name] = make_hierarchy(name, 8, 4, 2)
         columns[name] = [f"{name}{v}" for v in rng.integers(0, 8, n)]
     return pd.DataFrame(columns), hierarchies
+
+
+def wide_search_setup(models, limit: float = 1.0, seed: int = 0, n: int = 300, d: int = 6
+                      ) -> tuple[EncodedTable, object, PrivacyConfiguration, Lattice]:
+    """A `wide_table` encoded, with Loss, the privacy configuration of `models` under a suppression limit and the
+    whole lattice: what the heuristics' tests hand to a search."""
+    frame, hierarchies = wide_table(seed, n, d)
+    encoded = encode_table(frame, hierarchies)
+    quality = make_quality_model("loss", encoded)
+    configuration = PrivacyConfiguration(models, limit)
+    lattice = Lattice(tuple(a.min_level for a in encoded.attributes), tuple(a.max_level for a in encoded.attributes))
+    return encoded, quality, configuration, lattice
 
 
 @st.composite

@@ -11,26 +11,13 @@ from itertools import permutations
 import numpy as np
 import pytest
 
-from engine.encoding import encode_table
-from engine.lattice import Lattice
 from engine.policy import GeneticSpec
 from engine.privacy import KAnonymity, PopulationUniquenessModel
-from engine.privacy.configuration import PrivacyConfiguration
-from engine.quality import make_quality_model
 from engine.search import search
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
 from engine.search.genetic import GeneticParameters, GeneticSearch
-from tests.engine.lattice_tables import wide_table
-
-
-def _setup(models, limit=1.0, seed=0, n=300, d=6):
-    frame, hierarchies = wide_table(seed, n, d)
-    encoded = encode_table(frame, hierarchies)
-    quality = make_quality_model("loss", encoded)
-    configuration = PrivacyConfiguration(models, limit)
-    lattice = Lattice(tuple(a.min_level for a in encoded.attributes), tuple(a.max_level for a in encoded.attributes))
-    return encoded, quality, configuration, lattice
+from tests.engine.lattice_tables import wide_search_setup
 
 
 def _search(encoded, quality, configuration, lattice, parameters=None):
@@ -46,7 +33,7 @@ def _full(encoded, configuration, quality, node):
 
 
 def test_the_middle_is_halfway_up_every_attribute_rounded_up():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(2)])
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(2)])
     search_, _ = _search(encoded, quality, configuration, lattice)
     lower, upper = np.array(lattice.lower), np.array(lattice.upper)
     middle = np.array(search_.middle())
@@ -56,7 +43,7 @@ def test_the_middle_is_halfway_up_every_attribute_rounded_up():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_climb_from_the_middle_ends_no_worse_on_a_local_optimum(seed):
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1, seed=seed, n=400)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1, seed=seed, n=400)
     search_, incumbent = _search(encoded, quality, configuration, lattice,
                                  GeneticParameters(iterations=1, seed=seed, climb_triples=False))
     start = search_.middle()
@@ -72,7 +59,7 @@ def test_a_climb_from_the_middle_ends_no_worse_on_a_local_optimum(seed):
 
 
 def test_a_climb_from_a_node_that_is_no_solution_does_not_start():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(5)], 0.0, seed=4, n=200)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(5)], 0.0, seed=4, n=200)
     search_, _ = _search(encoded, quality, configuration, lattice)
     bottom = tuple(lattice.lower)
     assert not _full(encoded, configuration, quality, bottom)[0]
@@ -87,7 +74,7 @@ def _pair(node, i, j):
 
 
 def test_triples_are_two_up_one_down_where_both_pairs_failed():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.05, seed=1, n=300, d=6)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.05, seed=1, n=300, d=6)
     search_, _ = _search(encoded, quality, configuration, lattice)
     node = (1, 1, 1, 1, 1, 1)
     rng = np.random.default_rng(4)
@@ -118,8 +105,8 @@ def test_triples_are_two_up_one_down_where_both_pairs_failed():
 
 
 def test_with_triples_the_run_is_still_reproducible():
-    encoded, quality, configuration, lattice = _setup([PopulationUniquenessModel(0.01, 20_000, "pitman")], 0.05,
-                                                      seed=2, n=400, d=5)
+    pu = PopulationUniquenessModel(0.01, 20_000, "pitman")
+    encoded, quality, configuration, lattice = wide_search_setup([pu], 0.05, seed=2, n=400, d=5)
     runs = []
     for triples in (True, True, False):
         search_, incumbent = _search(encoded, quality, configuration, lattice,
@@ -136,8 +123,8 @@ def test_the_runs_with_the_climbs_are_valid_and_mostly_reach_the_optimum():
     of six small tables (all six but the third with these seeds; without the climbs the algorithm reaches fewer)."""
     reached = 0
     for seed in range(6):
-        encoded, quality, configuration, lattice = _setup([PopulationUniquenessModel(0.01, 20_000, "pitman")], 0.05,
-                                                          seed=seed, n=400, d=5)
+        pu = PopulationUniquenessModel(0.01, 20_000, "pitman")
+        encoded, quality, configuration, lattice = wide_search_setup([pu], 0.05, seed=seed, n=400, d=5)
         optimum = search(encoded, configuration, quality, algorithm="bnb")
         search_, incumbent = _search(encoded, quality, configuration, lattice,
                                      GeneticParameters(iterations=20, seed=seed))

@@ -8,27 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.encoding import encode_table
-from engine.lattice import Lattice
 from engine.privacy import KAnonymity, PopulationUniquenessModel
-from engine.privacy.configuration import PrivacyConfiguration
-from engine.quality import make_quality_model
 from engine.search import search
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
 from engine.search.genetic import GeneticParameters, GeneticSearch
 from engine.search.islands import _merged, genetic_algorithm, genetic_islands, island_seed
 from engine.search.topdown import TopDownSearch
-from tests.engine.lattice_tables import wide_table
-
-
-def _setup(models, limit=1.0, seed=0, n=300, d=6):
-    frame, hierarchies = wide_table(seed, n, d)
-    encoded = encode_table(frame, hierarchies)
-    quality = make_quality_model("loss", encoded)
-    configuration = PrivacyConfiguration(models, limit)
-    lattice = Lattice(tuple(a.min_level for a in encoded.attributes), tuple(a.max_level for a in encoded.attributes))
-    return encoded, quality, configuration, lattice
+from tests.engine.lattice_tables import wide_search_setup
 
 
 def _genetic(encoded, quality, configuration, lattice, parameters):
@@ -47,7 +34,7 @@ def _real_loss(evaluator, quality, node):
 
 # --- rows ranked by a bound ---------------------------------------------------------------------------------------
 def test_rows_ranked_by_their_bound_are_not_checked_and_the_optimum_is_still_found():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.05, seed=3)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.05, seed=3)
     bounded: list[tuple] = []
 
     class Recording(GeneticSearch):
@@ -78,7 +65,7 @@ def test_a_row_that_could_beat_the_best_solution_is_always_checked():
     a row is only left unchecked when it cannot beat the best solution either. With a suppression limit of 0 most
     rows are non-solutions; the search must still find the optimum."""
     for seed in range(4):
-        encoded, quality, configuration, lattice = _setup([KAnonymity(4)], 0.0, seed=seed, n=200, d=4)
+        encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(4)], 0.0, seed=seed, n=200, d=4)
         optimum = search(encoded, configuration, quality, algorithm="flash")
         _, _, incumbent, _ = _genetic(encoded, quality, configuration, lattice,
                                       GeneticParameters(iterations=100, subpopulation_size=10, seed=seed))
@@ -87,7 +74,7 @@ def test_a_row_that_could_beat_the_best_solution_is_always_checked():
 
 # --- hill climb -----------------------------------------------------------------------------------------------------
 def test_neighbours_are_single_steps_and_one_up_one_down_within_the_levels():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(2)], 1.0, d=4)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(2)], 1.0, d=4)
     search_ = GeneticSearch(Evaluator(encoded, configuration, quality), lattice, Incumbent(quality),
                             Deadline(None), Progress(1, False, ""), GeneticParameters(iterations=1))
     lower, upper = np.array(lattice.lower), np.array(lattice.upper)
@@ -104,7 +91,7 @@ def test_neighbours_are_single_steps_and_one_up_one_down_within_the_levels():
 
 
 def test_the_climb_ends_on_a_local_optimum():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1, seed=5, n=400, d=6)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1, seed=5, n=400, d=6)
     search_, counters, incumbent, _ = _genetic(encoded, quality, configuration, lattice,
                                                GeneticParameters(iterations=5, subpopulation_size=10))
     assert counters["climbs"] >= 1
@@ -116,7 +103,7 @@ def test_the_climb_ends_on_a_local_optimum():
 
 
 def test_same_seed_same_run_with_the_climb():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.2, seed=1)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.2, seed=1)
     parameters = GeneticParameters(iterations=10, subpopulation_size=12, seed=9)
     first = _genetic(encoded, quality, configuration, lattice, parameters)
     again = _genetic(encoded, quality, configuration, lattice, parameters)
@@ -125,8 +112,8 @@ def test_same_seed_same_run_with_the_climb():
 
 
 def test_climb_under_population_uniqueness_reaches_the_optimum():
-    encoded, quality, configuration, lattice = _setup([PopulationUniquenessModel(0.01, 20_000, "pitman")], 0.05,
-                                                      seed=2, n=400, d=5)
+    pu = PopulationUniquenessModel(0.01, 20_000, "pitman")
+    encoded, quality, configuration, lattice = wide_search_setup([pu], 0.05, seed=2, n=400, d=5)
     optimum = search(encoded, configuration, quality, algorithm="bnb")
     _, counters, incumbent, _ = _genetic(encoded, quality, configuration, lattice, GeneticParameters(iterations=20))
     assert counters["climbs"] >= 1
@@ -150,7 +137,7 @@ def _islands(encoded, quality, configuration, lattice, parameters, workers):
 
 
 def test_islands_are_the_sequential_runs_of_their_seeds_and_keep_the_best():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1, seed=4, n=300, d=6)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1, seed=4, n=300, d=6)
     parameters = GeneticParameters(iterations=4, subpopulation_size=8, seed=11, climb=False)
     counters, incumbent, evaluator = _islands(encoded, quality, configuration, lattice, parameters, 2)
     assert counters["islands"] == 2
@@ -169,7 +156,7 @@ def test_islands_are_the_sequential_runs_of_their_seeds_and_keep_the_best():
 
 
 def test_the_result_of_islands_is_checked_in_this_process():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1, seed=6)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1, seed=6)
     counters, incumbent, _ = _islands(encoded, quality, configuration, lattice,
                                       GeneticParameters(iterations=3, subpopulation_size=8, seed=1), 2)
     best = incumbent.best
@@ -179,7 +166,7 @@ def test_the_result_of_islands_is_checked_in_this_process():
 
 
 def test_a_check_limit_runs_one_island():
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1)
     evaluator = Evaluator(encoded, configuration, quality)
     counters = genetic_algorithm(evaluator, lattice, Incumbent(quality), Deadline(None), Progress(1, False, ""),
                                  GeneticParameters(iterations=50, islands=2), check_limit=30)
@@ -200,8 +187,8 @@ def test_merged_trace_is_increasing_and_ends_on_the_best():
 
 # --- top-down early stop ------------------------------------------------------------------------------------------
 def test_top_down_early_stop_keeps_the_proven_optimum_and_saves_risk_estimates():
-    encoded, quality, configuration, lattice = _setup([PopulationUniquenessModel(0.01, 20_000, "pitman")], 1.0,
-                                                      seed=2, n=400, d=4)
+    pu = PopulationUniquenessModel(0.01, 20_000, "pitman")
+    encoded, quality, configuration, lattice = wide_search_setup([pu], 1.0, seed=2, n=400, d=4)
     optimum = search(encoded, configuration, quality, algorithm="bnb")
 
     def run(early: bool):
@@ -228,7 +215,7 @@ def test_a_daemonic_process_runs_one_island(monkeypatch):
     import multiprocessing
 
     monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)
-    encoded, quality, configuration, lattice = _setup([KAnonymity(3)], 0.1)
+    encoded, quality, configuration, lattice = wide_search_setup([KAnonymity(3)], 0.1)
     counters, incumbent, _ = _islands(encoded, quality, configuration, lattice,
                                       GeneticParameters(iterations=2, subpopulation_size=6), 2)
     assert counters["islands"] == 1 and incumbent.best is not None
