@@ -35,6 +35,22 @@ def wide_table(seed: int = 0, n: int = 300, d: int = 8) -> tuple[pd.DataFrame, d
     return pd.DataFrame(columns), hierarchies
 
 
+def random_encoded_table(seed: int, d: int, records: tuple[int, int] = (20, 200), values: tuple[int, int] = (1, 9)
+                         ) -> EncodedTable:
+    """`d` attributes of a random number of values (drawn from `values`, upper bound exclusive) with hierarchies of
+    2-3 levels, a random number of records (from `records`), encoded: the quality models' bit-for-bit tests walk
+    every transformation of such tables."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(*records))
+    hierarchies, columns = {}, {}
+    for i in range(d):
+        name = f"a{i}"
+        size = int(rng.integers(*values))
+        hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), 2)
+        columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
+    return encode_table(pd.DataFrame(columns), hierarchies)
+
+
 def wide_search_setup(models, limit: float = 1.0, seed: int = 0, n: int = 300, d: int = 6
                       ) -> tuple[EncodedTable, object, PrivacyConfiguration, Lattice]:
     """A `wide_table` encoded, with Loss, the privacy configuration of `models` under a suppression limit and the

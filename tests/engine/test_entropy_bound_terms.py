@@ -7,12 +7,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from engine.encoding import encode_table
 from engine.quality.entropy import NonUniformEntropy
-from tests.engine.lattice_tables import make_hierarchy
+from tests.engine.lattice_tables import random_encoded_table
 
 
 def old_bound(model: NonUniformEntropy, levels) -> float:
@@ -22,22 +20,10 @@ def old_bound(model: NonUniformEntropy, levels) -> float:
     return float(normalized.mean())
 
 
-def random_table(seed: int, d: int):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(20, 200))
-    hierarchies, columns = {}, {}
-    for i in range(d):
-        name = f"a{i}"
-        size = int(rng.integers(1, 9))
-        hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), 2)
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
-    return encode_table(pd.DataFrame(columns), hierarchies)
-
-
 @pytest.mark.parametrize("d", [1, 3, 7, 8, 9])
 @pytest.mark.parametrize("seed", range(3))
 def test_bound_equals_the_normalized_mean_bit_for_bit(d: int, seed: int) -> None:
-    table = random_table(seed * 10 + d, d)
+    table = random_encoded_table(seed * 10 + d, d)
     model = NonUniformEntropy(table)
     for levels in itertools.product(*(range(a.min_level, a.max_level + 1) for a in table.attributes)):
         assert model.lower_bound(levels) == old_bound(model, levels)

@@ -5,12 +5,10 @@ compiled and the reference counts."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from engine.encoding import encode_table
 from engine.quality.entropy import NonUniformEntropy
-from tests.engine.lattice_tables import make_hierarchy
+from tests.engine.lattice_tables import random_encoded_table
 
 
 def old_suppression_raw(model: NonUniformEntropy, levels, codes, sizes, suppressed) -> np.ndarray:
@@ -36,18 +34,6 @@ def old_loss(model: NonUniformEntropy, levels, codes, sizes, suppressed) -> floa
     return float(normalized.mean())
 
 
-def random_table(seed: int, d: int):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(50, 400))
-    hierarchies, columns = {}, {}
-    for i in range(d):
-        name = f"a{i}"
-        size = int(rng.integers(1, 12))
-        hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), 2)
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
-    return encode_table(pd.DataFrame(columns), hierarchies)
-
-
 def classes_of(table, levels):
     columns = np.array([a.to_level[lv][a.records] for a, lv in zip(table.attributes, levels)])
     unique, first, sizes = np.unique(columns, axis=1, return_index=True, return_counts=True)
@@ -66,7 +52,7 @@ def test_loss_and_suppression_terms_bit_for_bit(seed: int, reference: bool, monk
 
         kernels.load()
     d = 1 + seed % 9
-    table = random_table(seed, d)
+    table = random_encoded_table(seed, d, records=(50, 400), values=(1, 12))
     model = NonUniformEntropy(table)
     rng = np.random.default_rng(100 + seed)
     for _ in range(40):

@@ -8,14 +8,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from engine.encoding import encode_table
 from engine.quality import sums
 from engine.quality.entropy import NonUniformEntropy
 from engine.quality.loss import Loss
-from tests.engine.lattice_tables import make_hierarchy
+from tests.engine.lattice_tables import random_encoded_table
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 7, 8, 9, 15, 16, 17, 23, 64, 127, 128])
@@ -46,18 +44,6 @@ def test_numpy_order_is_checked_once_per_length_and_refuses_long_vectors() -> No
     assert not sums.numpy_order("add", 0)
 
 
-def random_table(seed: int, d: int):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(20, 200))
-    hierarchies, columns = {}, {}
-    for i in range(d):
-        name = f"a{i}"
-        size = int(rng.integers(1, 9))
-        hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), 2)
-        columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
-    return encode_table(pd.DataFrame(columns), hierarchies)
-
-
 def numpy_aggregate(model: Loss, per_attribute: np.ndarray) -> float:
     """Loss.aggregate as numpy computes it (the formula the Python floats replaced)."""
     if model.aggregation == "geometric_mean":
@@ -83,7 +69,7 @@ def numpy_loss_values(model: Loss, levels) -> tuple[float, float]:
 
 @pytest.mark.parametrize("aggregation", ["geometric_mean", "arithmetic_mean", "sum"])
 def test_aggregate_and_normalize_are_numpys(aggregation: str) -> None:
-    table = random_table(5, 9)
+    table = random_encoded_table(5, 9)
     model = Loss(table, aggregation=aggregation)
     rng = np.random.default_rng(9)
     for size in (1, 2, 8, 9, 17):
@@ -98,7 +84,7 @@ def test_aggregate_and_normalize_are_numpys(aggregation: str) -> None:
 @pytest.mark.parametrize("aggregation", ["geometric_mean", "arithmetic_mean", "sum"])
 @pytest.mark.parametrize("d", [1, 4, 8, 10])
 def test_loss_level_values_bit_for_bit(aggregation: str, d: int) -> None:
-    table = random_table(7 * d + len(aggregation), d)
+    table = random_encoded_table(7 * d + len(aggregation), d)
     for gs in (0.5, 0.2):
         model = Loss(table, aggregation=aggregation, gs_factor=gs)
         for levels in itertools.product(*(range(a.min_level, a.max_level + 1) for a in table.attributes)):
@@ -109,7 +95,7 @@ def test_loss_level_values_bit_for_bit(aggregation: str, d: int) -> None:
 
 def test_loss_without_suppression_equals_the_loss_of_the_classes() -> None:
     """The level-only loss must equal loss() with nothing suppressed, to the last bit (the search uses either)."""
-    table = random_table(3, 6)
+    table = random_encoded_table(3, 6)
     model = Loss(table)
     for levels in itertools.product(*(range(a.min_level, a.max_level + 1) for a in table.attributes)):
         keys = np.zeros(table.n, dtype=np.int64)
@@ -124,7 +110,7 @@ def test_loss_without_suppression_equals_the_loss_of_the_classes() -> None:
 
 
 def test_fallback_to_numpy_gives_the_same_values(monkeypatch) -> None:
-    table = random_table(11, 9)
+    table = random_encoded_table(11, 9)
     fast_loss, fast_entropy = Loss(table), NonUniformEntropy(table)
     bottom = tuple(a.min_level for a in table.attributes)
     fast_loss.lower_bound(bottom), fast_loss.loss_without_suppression(bottom), fast_entropy.lower_bound(bottom)
@@ -154,7 +140,7 @@ def test_add_reduce_columns_is_add_reduce_per_vector(d: int) -> None:
 
 @pytest.mark.parametrize("d", [1, 5, 8, 9])
 def test_entropy_level_bounds_are_every_lower_bound(d: int) -> None:
-    table = random_table(40 + d, d)
+    table = random_encoded_table(40 + d, d)
     model = NonUniformEntropy(table)
     upper = tuple(a.max_level for a in table.attributes)
     bounds = model.level_bounds(upper)
@@ -166,7 +152,7 @@ def test_entropy_level_bounds_are_every_lower_bound(d: int) -> None:
 @pytest.mark.parametrize("model_class", [Loss, NonUniformEntropy])
 @pytest.mark.parametrize("d", [1, 6, 9])
 def test_level_bound_reader_is_the_bound(model_class, d: int) -> None:
-    table = random_table(60 + d, d)
+    table = random_encoded_table(60 + d, d)
     model = model_class(table)
     upper = tuple(a.max_level for a in table.attributes)
     read = model.level_bound_reader(upper)
@@ -181,7 +167,7 @@ def test_level_bound_reader_is_the_bound(model_class, d: int) -> None:
 def test_additive_aggregations_take_the_python_path_and_fall_back(monkeypatch, aggregation: str) -> None:
     """The arithmetic mean and the sum of level terms run in Python floats (checked to be numpy's bits above) and
     fall back to numpy when the emulation is refused, with the same values."""
-    table = random_table(13, 9)
+    table = random_encoded_table(13, 9)
     fast = Loss(table, aggregation=aggregation)
     nodes = list(itertools.product(*(range(a.min_level, a.max_level + 1) for a in table.attributes)))
     fast.lower_bound(nodes[0]), fast.loss_without_suppression(nodes[0])
