@@ -82,10 +82,9 @@ class Strategy:
         self.relative = [[level / top for level in range(a.levels)] for a, top in zip(attributes, self.tops)]
         self.d = len(attributes)
         self._keys: dict[Node, tuple] = {}
-        self.ranks = self._ranks(lattice) if ranks_apply(lattice) else None
+        self.ranks = self._ranks(lattice) if not any(lattice.lower) and lattice.size <= RANK_LIMIT else None
         if self.ranks is not None:
-            self._rank_item = self.ranks.item   # a Python int from the level vector, without a numpy scalar
-            self.key = self._rank_item
+            self.key = self.ranks.item   # a Python int from the level vector, without a numpy scalar
 
     def _ranks(self, lattice: Lattice) -> np.ndarray:
         """Every transformation's position in the order of `tuple_key` (int64, indexed by the level vector)."""
@@ -122,9 +121,6 @@ class Strategy:
         ranks[order] = np.arange(size, dtype=np.int64)
         return ranks.reshape(shape)
 
-    def _rank_key(self, node: Node) -> int:
-        return self._rank_item(node)
-
     def key(self, node: Node) -> tuple:
         return self.tuple_key(node)
 
@@ -138,11 +134,6 @@ class Strategy:
             lost = 1.0 - _float_sum(map(getitem, self.distinct, node)) / d
             key = self._keys[node] = (rank, precision, lost, tuple(map(neg, node)))
         return key
-
-
-def ranks_apply(lattice: Lattice) -> bool:
-    """Whether Flash's keys are precomputed as ranks on this lattice (`Strategy`)."""
-    return not any(lattice.lower) and lattice.size <= RANK_LIMIT
 
 
 class FlashSearch:
@@ -177,11 +168,10 @@ class FlashSearch:
         self.insufficient = make_tags(lattice, upward=True, explicit=explicit)
         self.strategy = Strategy(evaluator, lattice)
         # Explicit tags whose array index is the level vector itself (every lower level 0): `classified` reads the
-        # two arrays directly instead of through two `in` calls (it runs tens of thousands of times per search).
-        self._flags = (self.anonymous.flags, self.not_anonymous.flags, self.insufficient.flags) \
+        # arrays directly instead of through `in` calls (it runs tens of thousands of times per search), through
+        # their `item` methods: a flag as a Python bool, without a numpy scalar (the same reads, a third cheaper).
+        self._items = tuple(tags.flags.item for tags in (self.anonymous, self.not_anonymous, self.insufficient)) \
             if isinstance(self.anonymous, ExplicitTags) and not any(lattice.lower) else None
-        # their `item` methods: a flag as a Python bool, without a numpy scalar (the same reads, a third cheaper)
-        self._items = tuple(flags.item for flags in self._flags) if self._flags is not None else None
         # Every transformation's level bound as one array (a quality model that can compute them all at once, to
         # the bit): `skip` reads it instead of the bound memo, whose misses cost a bound each.
         self._bound_item = None
