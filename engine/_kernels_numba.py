@@ -67,6 +67,24 @@ def kept_weighted_sums(codes, sizes, suppressed, weights, offsets):
 
 
 @_jit
+def loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalization, suppression, floor, span,
+               positive):
+    """Loss's normalized per-attribute terms (engine.quality.loss.Loss._attribute_array) in one call:
+    `kept_weighted_sums`, then per attribute kept / domain, x the generalization weight, + the suppression weight x
+    the suppressed records, (sum - floor) / span where the span is positive (else 0), clipped to [0, 1]. The same
+    IEEE operations in the same order as the numpy reference (no fastmath, so no fused multiply-add): its bits."""
+    kept, removed = kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
+    d = kept.size
+    out = np.empty(d, np.float64)
+    penalty = suppression * np.float64(removed)
+    for i in range(d):
+        total = generalization * (np.float64(kept[i]) / domain[i]) + penalty
+        value = (total - floor[i]) / span[i] if positive[i] else 0.0
+        out[i] = min(max(value, 0.0), 1.0)
+    return out
+
+
+@_jit
 def suppressed_value_counts(codes, sizes, suppressed, offsets, total):
     """Suppressed records per attribute value: entry offsets[i] + code counts attribute i's value `code` (Non-Uniform
     Entropy's suppression term)."""

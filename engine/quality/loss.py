@@ -45,6 +45,7 @@ class Loss(QualityModel):
         self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
         # Compiled sums when a search loaded engine.kernels (same integers), unless the reference is forced now.
         self._reference = kernels.reference_forced()
+        self._loaded = None   # engine.kernels' module once loaded (`_compiled`): no environment lookup per check
         self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
         self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
@@ -173,7 +174,7 @@ class Loss(QualityModel):
         """Per attribute, Σ over the kept records of the hierarchy rows under their label (an integer), and the
         suppressed records. The reference sums over whichever side has fewer classes (the kept ones directly, or
         all records minus the suppressed ones); the compiled path over the kept classes; integers agree."""
-        compiled = None if self._reference else kernels.loaded()
+        compiled = self._compiled()
         if compiled is not None:
             weights, offsets = self._weights(levels)
             kept, removed = compiled.kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
@@ -200,7 +201,21 @@ class Loss(QualityModel):
         flat, starts, first = self._flat_rows
         return flat, starts[first + np.asarray(levels, dtype=int)]
 
+    def _compiled(self):
+        """engine.kernels' functions when this model computes compiled (decided when built; numba loaded), else
+        None; remembered once loaded, so a check reads no environment variable."""
+        if self._loaded is None and not self._reference:
+            self._loaded = kernels.loaded()
+        return self._loaded
+
     def _attribute_array(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
+        compiled = self._compiled()
+        if compiled is not None:
+            # The sums and the normalization below in one compiled call, to the bit (engine._kernels_numba.loss_terms)
+            weights, offsets = self._weights(levels)
+            return compiled.loss_terms(codes, sizes, suppressed, weights, offsets, self._domain,
+                                       self.generalization_weight, self.suppression_weight, self._floor,
+                                       self._safe_span, self._positive_span)
         kept_rows, n_suppressed = self._kept_rows(levels, codes, sizes, suppressed)
         kept = kept_rows.astype(np.float64) / self._domain
         sums = self.generalization_weight * kept + self.suppression_weight * float(n_suppressed)
