@@ -37,6 +37,16 @@ def records_below(sizes, minimal):
 
 
 @_jit
+def records_in(sizes, chosen):
+    """Records in the chosen classes (an integer sum: the reference's sizes[chosen].sum())."""
+    total = np.int64(0)
+    for t in range(sizes.size):
+        if chosen[t]:
+            total += sizes[t]
+    return total
+
+
+@_jit
 def suppress_below(sizes, minimal):
     """The classes smaller than `minimal` (to suppress) and the records they hold."""
     suppressed = np.empty(sizes.size, np.bool_)

@@ -47,6 +47,7 @@ class TClosenessModel(ClassModel):
         self._source, self._field = source, field
         self._prepared: dict | None = None
         self._kernels: tuple | None = None   # (sensitive, dense kernel, sparse kernel, arguments), `compiled`
+        self._equal: tuple | None = None     # (sensitive, the equal distance's dense decision, q), `violating`
 
     def _prepare(self, sensitive) -> dict:
         if self._prepared is None or self._prepared["of"] is not sensitive:
@@ -150,10 +151,15 @@ class TClosenessModel(ClassModel):
                 # (engine.privacy._distribution_kernels.t_closeness_equal_violating): the same bits.
                 dense = classes.dense_counts(self.attribute)
                 if dense is not None:
-                    from . import _distribution_kernels as compiled
+                    # a dense histogram is the view's first sensitive attribute's, this model's
+                    sensitive = classes.sensitive[0]
+                    equal = self._equal
+                    if equal is None or equal[0] is not sensitive:   # once per attribute, not per check
+                        from . import _distribution_kernels as compiled
 
-                    q = self._prepare(classes.sensitive_attribute(self.attribute))["q"]
-                    return compiled.t_closeness_equal_violating(dense, classes.sizes, q, self.t)
+                        equal = self._equal = (sensitive, compiled.t_closeness_equal_violating,
+                                               self._prepare(sensitive)["q"])
+                    return equal[1](dense, classes.sizes, equal[2], self.t)
             return self.compiled(classes)[1]
         sensitive = classes.sensitive_attribute(self.attribute)
         distance = self.distances(classes, sensitive)

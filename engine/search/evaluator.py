@@ -19,6 +19,7 @@ from ..classes import ClassCache, Evaluation
 from ..encoding import EncodedTable
 from ..privacy.configuration import PrivacyConfiguration
 from ..quality.base import QualityModel
+from .ahead_policy import AheadPolicy
 
 Node = tuple[int, ...]
 SUPPRESSED_LABEL = "*"
@@ -45,6 +46,7 @@ class Evaluator:
         # decision is then compiled too when every one of them only asks for a class size (`size_only`).
         self.kernels = self.cache.kernels
         self._risk_models = configuration.risk_models   # a property that filters the models on every call
+        self._class_models = configuration.class_models  # likewise
         self._size_only = all(getattr(m, "size_only", False) for m in configuration.class_models)
         # On the compiled path the size-only decision needs no class view (sensitive-value distributions).
         self._plain = self.kernels is not None and self._size_only and not getattr(table, "sensitive", ())
@@ -59,6 +61,8 @@ class Evaluator:
         self._source_rows: dict[Node, int] = {}
         self._source_nodes: list[Node | None] = [None] * self.SOURCES   # the level vector of each row, as a tuple
         self._roots: list[np.ndarray] | None = None   # `_root_codes`, made when a risk model first needs them
+        # Whether to roll up ahead, measured on the search (only where the class cache has a worker thread).
+        self.ahead = AheadPolicy(getattr(self.cache, "_worker", None) is not None)
 
     @property
     def checked(self) -> int:
@@ -96,8 +100,10 @@ class Evaluator:
 
     def prefetch(self, node: Node, hint: Node | None = None) -> None:
         """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
-        counts as a check."""
-        self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
+        counts as a check. Called once per check: `ahead` (engine.search.ahead_policy) times the checks and decides
+        whether rolling up ahead pays on this machine now."""
+        if self.ahead.tick():
+            self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
 
     def close(self) -> None:
         self.cache.close()
@@ -129,10 +135,11 @@ class Evaluator:
             count = int(count)
         else:
             suppressed = sizes < self.minimal_class_size   # ARX checks the implied class size first
-            for model in self.configuration.class_models:
+            for model in self._class_models:
                 suppressed |= model.violating(view)
                 blocked = blocked or model.blocks_release(view)
-            count = int(sizes[suppressed].sum())
+            count = int(sizes[suppressed].sum()) if self.kernels is None else int(
+                self.kernels.records_in(sizes, suppressed))
         evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
         for model in self._risk_models:
             if not evaluation.solution:
