@@ -39,6 +39,7 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     counters = {"pruned_by_bound": 0, "pruned_by_privacy": 0, "complete": True}
     seeds = [lattice.bottom] if start is None else list(start)
     upper = lattice.upper
+    ahead = evaluator.ahead   # engine.search.ahead_policy
     bounds: dict = quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
     queue: list[tuple[float, int, Node, Node | None]] = []
     seen: set[Node] = set()
@@ -60,7 +61,8 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
         elif privacy is not Monotonicity.NONE and node in failing:
             counters["pruned_by_privacy"] += 1
         else:
-            if queue:   # the likely next check rolls up on the worker thread meanwhile
+            # the likely next check rolls up on the worker thread meanwhile, while that pays (measured per check)
+            if ahead.tick() and queue:
                 evaluator.prefetch(queue[0][2], queue[0][3])
             before = evaluator.checked
             evaluation = evaluator.evaluate(node, parent, incumbent.rules_out)

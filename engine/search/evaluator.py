@@ -100,10 +100,9 @@ class Evaluator:
 
     def prefetch(self, node: Node, hint: Node | None = None) -> None:
         """A hint that `node` will likely be checked soon: its classes may be rolled up on the worker thread. Never
-        counts as a check. Called once per check: `ahead` (engine.search.ahead_policy) times the checks and decides
-        whether rolling up ahead pays on this machine now."""
-        if self.ahead.tick():
-            self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
+        counts as a check. A search that prefetches at every check may ask `ahead` (engine.search.ahead_policy)
+        first whether rolling up ahead pays on this machine now (the branch and bound does)."""
+        self.cache.prefetch(node, hint if self.kernels is None else self._best_source(node, hint))
 
     def close(self) -> None:
         self.cache.close()
