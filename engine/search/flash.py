@@ -365,7 +365,11 @@ class FlashSearch:
             self.evaluator.classes(node, hint)
             self.progress.update(self.evaluator.checked - before)
             guess = self._next_if_fails(*following)
-            if guess is not None:
+            if guess is not None and following[1] < following[2]:
+                # higher on the same path: rolled up from `node`, just computed and below it, without the
+                # evaluator's search of its remembered sources (the classes are the same from any source)
+                self.evaluator.cache.prefetch(guess, node)
+            elif guess is not None:
                 self.evaluator.prefetch(guess)
         if self.full_check:
             has_property = self.evaluate(node, hint, may_abandon=False).solution   # the tag needs the full answer

@@ -51,8 +51,8 @@ def run(seed: int, k: int, limit: float, quality: str, ahead: bool, n: int = 400
     incumbent = Incumbent(model, started=deadline.started)
     search = Recording(evaluator, lattice, incumbent, deadline, Progress(lattice.size, False, "t"), ahead=ahead)
     prefetched = []   # (checks recorded before, the guess)
-    plain_prefetch = evaluator.prefetch
-    evaluator.prefetch = lambda node, hint=None: (
+    plain_prefetch = evaluator.cache.prefetch   # what the evaluator's prefetch calls too
+    evaluator.cache.prefetch = lambda node, hint=None: (
         prefetched.append((sum(entry[0] == "check" for entry in search.log), node)), plain_prefetch(node, hint))
     try:
         counters = search.run()
