@@ -35,6 +35,7 @@ __all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "grou
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
 DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (base classes x values x 4 bytes), at most
+HUB_BYTES = 64 << 20   # the warmed tables (`warm`), at most (and at most a quarter of the cache's budget)
 
 
 @dataclass
@@ -134,6 +135,15 @@ class ClassCache:
             self._stop = weakref.finalize(self, self._worker.close, False)
         self._flat: tuple[np.ndarray, dict[tuple[int, int, int], int]] | None = None
         self._deltas: tuple[np.ndarray, np.ndarray] | bool | None = None   # `_base_deltas`
+        # Tables a search asked to keep as roll-up sources (`warm`), outside the LRU and its bound, least recently
+        # used released first beyond HUB_BYTES; with their levels and class counts as arrays for the compiled
+        # source choice (rebuilt when the set changes).
+        self._hubs: OrderedDict[tuple[int, ...], tuple] = OrderedDict()
+        # per warmed table on the compiled path, its key updates kept as the base's are (`_base_deltas`): rows per
+        # attribute and level above the hub's, filled by the compiled roll-up on first use
+        self._hub_deltas: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list[list[int]]]] = {}
+        self.hub_nbytes = 0
+        self._hub_arrays: tuple[np.ndarray, np.ndarray, list] | None = None
 
     def _dense_form(self, records: int) -> None:
         """Switch to the dense form when it pays: the base joint classes grouped into quasi-identifier classes with
@@ -167,11 +177,16 @@ class ClassCache:
             self._maps[key] = self.table.attributes[attribute].roll_up(source, target)
         return self._maps[key]
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether `prefetch` rolls up on a worker thread (else it does nothing, and a search need not guess)."""
+        return self._worker is not None
+
     def holds(self, node: tuple[int, ...]) -> bool:
         """Whether `node`'s classes need no roll-up source: cached, or being rolled up ahead (the evaluator then skips
         its search for the best source)."""
         node = node + self._tail
-        return node in self._cache or node in self._pending
+        return node in self._cache or node in self._pending or node in self._hubs
 
     def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The quasi-identifier classes of `node`: codes (attributes, classes) and sizes, in order of first
@@ -217,6 +232,9 @@ class ClassCache:
         if cached is not None:
             self._cache.move_to_end(node)
             return cached
+        cached = self._hubs.get(node)
+        if cached is not None:
+            return cached
         pending = self._pending.pop(node, None)
         # Rolled up ahead by the worker thread: the same table, stored as if computed now. One the worker has not
         # started yet is cancelled and computed here: the search never waits for a thread the OS has not scheduled.
@@ -225,28 +243,123 @@ class ClassCache:
             self._store(node, entry)
             self._fresh = (node, by_value)
             return entry
+        new = self._compute(node, hint)
+        self._store(node, new)
+        return new
+
+    def _compute(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple:
+        """`node`'s table (node and hint with the sensitive tail) rolled up from the best source: `_entry` and
+        `warm` share it."""
         source, entry = self._source(node, hint)
         if self.kernels is not None:
             if entry is self._base_entry and node == self.base[0]:
-                new = entry   # the base classes themselves (never written)
-            else:
-                changed, where = self._changes(source, node)
-                deltas = self._base_deltas() if entry is self._base_entry else None
-                rows = None
+                return entry   # the base classes themselves (never written)
+            changed, where = self._changes(source, node)
+            delta_rows = None
+            if entry is self._base_entry:
+                deltas = self._base_deltas()
+                delta_rows = self._delta_rows
+            elif source in self._hubs:
+                deltas = self._hub_deltas.get(source) or self._new_hub_deltas(source)
                 if deltas is not None:
-                    delta_rows = self._delta_rows
-                    rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
-                new = self._roll_up(entry, changed, where, deltas, rows)
-            self._store(node, new)
-            return new
+                    deltas, delta_rows = deltas[:2], deltas[2]
+            else:
+                deltas = None
+            rows = None
+            if deltas is not None:
+                rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
+            return self._roll_up(entry, changed, where, deltas, rows)
         codes, sizes, key = entry
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
         if key is not None:
-            new = roll_up_keyed(codes, sizes, key, maps, self.radix)
+            return roll_up_keyed(codes, sizes, key, maps, self.radix)
+        return roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)]) + (None,)
+
+    def warm(self, node: tuple[int, ...]) -> int:
+        """Roll up `node`'s classes now and keep them as a roll-up source (a hub) for its generalizations: a search
+        that knows which transformations it will check can have many of them rolled up from one common
+        specialization with far fewer classes than the base. Not a check, and nothing a search sees changes: the
+        classes are the same from any source (numbered by first appearance in the input). Kept outside the LRU
+        and its bound, up to HUB_BYTES (and a quarter of the budget), least recently used released first. Returns
+        the number of classes."""
+        key = node + self._tail
+        entry = self._hubs.get(key)
+        if entry is None:
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._compute(key, None)
+            size = self._size(entry)
+            if self._make_room(size, None):
+                self._hubs[key] = entry
+                self.hub_nbytes += size
+                self._hub_arrays = None
+        return int(entry[1].size)
+
+    def _make_room(self, size: int, keep: tuple[int, ...] | None) -> bool:
+        """Release the least recently used warmed tables (never `keep`) until `size` more bytes fit the cap."""
+        cap = min(HUB_BYTES, self.budget // 4)
+        if size > cap:
+            return False
+        while self.hub_nbytes + size > cap:
+            old = next((hub for hub in self._hubs if hub != keep), None)
+            if old is None:
+                return False
+            self.hub_nbytes -= self._hub_size(old)
+            del self._hubs[old]
+            self._hub_deltas.pop(old, None)
+            self._hub_arrays = None
+        return True
+
+    def _new_hub_deltas(self, hub: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, list[list[int]]] | None:
+        """A warmed table's key updates, when it is first rolled up from (compiled path, within the cap): rows per
+        attribute and level above the hub's, as the base's (`_base_deltas`), filled by the compiled roll-up on
+        first use; roll-ups from a hub that many transformations share then add rows instead of gathering."""
+        if self.kernels is None:
+            return None
+        delta_rows, count = [], 0
+        for level, cards in zip(hub, self.cards):
+            delta_rows.append([-1] * (level + 1) + list(range(count, count + len(cards) - level - 1)))
+            count += len(cards) - level - 1
+        size = count * (self._hubs[hub][1].size * 8 + 1)
+        if not self._make_room(size, hub):
+            return None
+        deltas = (np.empty((count, self._hubs[hub][1].size), dtype=np.int64), np.zeros(count, dtype=np.bool_),
+                  delta_rows)
+        self._hub_deltas[hub] = deltas
+        self.hub_nbytes += deltas[0].nbytes + deltas[1].nbytes
+        return deltas
+
+    def _hub_size(self, hub: tuple[int, ...]) -> int:
+        """Bytes a warmed table holds, with its key updates (before it is released)."""
+        size = self._size(self._hubs[hub]) if hub in self._hubs else 0
+        deltas = self._hub_deltas.get(hub)
+        return size + (0 if deltas is None else deltas[0].nbytes + deltas[1].nbytes)
+
+    def release_hubs(self) -> None:
+        """Drop the warmed tables (`warm`)."""
+        self._hubs.clear()
+        self._hub_deltas.clear()
+        self.hub_nbytes = 0
+        self._hub_arrays = None
+
+    def _best_hub(self, node: tuple[int, ...]) -> tuple[tuple[int, ...] | None, tuple | None]:
+        """The warmed specialization of `node` (node itself excluded) with the fewest classes, if any."""
+        if self._hub_arrays is None:
+            nodes = list(self._hubs)
+            levels = np.array(nodes, dtype=np.int64).reshape(len(nodes), len(node))
+            counts = np.array([self._hubs[h][1].size for h in nodes], dtype=np.int64)
+            self._hub_arrays = (levels, counts, nodes)
+        levels, counts, nodes = self._hub_arrays
+        if self.kernels is not None:
+            row = int(self.kernels.best_source(levels, counts, len(nodes), np.asarray(node, dtype=np.int64)))
         else:
-            new = roll_up(codes, sizes, maps, [self.cards[i][lv] for i, lv in enumerate(node)]) + (None,)
-        self._store(node, new)
-        return new
+            below = np.all(levels <= np.asarray(node), axis=1) & np.any(levels != np.asarray(node), axis=1)
+            row = int(np.flatnonzero(below)[np.argmin(counts[below])]) if below.any() else -1
+        if row < 0:
+            return None, None
+        hub = nodes[row]
+        self._hubs.move_to_end(hub)
+        return hub, self._hubs[hub]
 
     def _roll_up(self, entry: tuple, changed: np.ndarray, where: np.ndarray, deltas=None, rows=None) -> tuple:
         """The compiled roll-up of a cached table (either form); with `deltas` (the base's kept key updates and
@@ -271,6 +384,10 @@ class ClassCache:
         """The cached specialization to roll `node` up from, with the fewest classes: the hint (what the search came
         from), then the direct specializations, else the base classes. Returns (levels, cached table)."""
         source, best = self.base[0], self._base_entry
+        if self._hubs:   # a warmed specialization (`warm`) with fewer classes than the base
+            hub, entry = self._best_hub(node)
+            if entry is not None and entry[1].size < best[1].size:
+                source, best = hub, entry
         if hint is not None and self.kernels is not None:
             # The compiled path's hint is already the remembered specialization with the fewest classes
             # (engine.search.evaluator): taken as it is when cached; the classes are the same from any source.
@@ -313,8 +430,9 @@ class ClassCache:
         return tuple(new), by_value
 
     def close(self) -> None:
-        """Stop the worker thread (pending roll-ups are dropped)."""
+        """Stop the worker thread (pending roll-ups are dropped) and drop the warmed tables."""
         self._pending.clear()
+        self.release_hubs()
         if self._worker is not None:
             self._stop.detach()
             self._worker.close()

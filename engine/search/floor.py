@@ -27,6 +27,11 @@ from .evaluator import Evaluator
 Node = tuple[int, ...]
 MAX_FLOOR_ENTRIES = 1 << 22     # transformations x attributes of the floor array (32 MiB of float64)
 MARGIN = 1e-12                  # the bound is lowered by this (relative) so that rounding never prunes a tie
+HUBS = True                     # roll up common specializations of the rank's candidates first (`_Hubs`)
+HUB_MIN_CANDIDATES = 256        # admissible transformations below which hubs are not tried (their probes cost more)
+HUB_USEFUL = 0.9                # an attribute orders hubs when its top level alone leaves at most this share of classes
+HUB_MIN_SHARE = 4               # candidates of a rank that must lie above a hub before it is rolled up
+PREFETCH_MIN_CLASSES = 16384    # base classes below which a roll-up is too short to hand to the worker thread
 
 
 def applies(evaluator: Evaluator, flags: np.ndarray | None) -> bool:
@@ -53,9 +58,14 @@ def _generalization_table(quality, lattice: Lattice) -> list[np.ndarray]:
 def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                 progress: Progress, admissible: np.ndarray) -> dict:
     """Evaluate the admissible transformations (a boolean array over the lattice, indexed from its lower levels)
-    top-down, skipping those the level bound or the suppression floor rules out; returns counters."""
+    top-down, skipping those the level bound or the suppression floor rules out; returns counters.
+
+    Within a rank the floor of the rank's transformations is fixed (an evaluation raises the floor of its
+    specializations only, and no other transformation of its rank is one), so the floor bounds of a rank are
+    computed at once when the sweep reaches it, and the transformations the sweep will likely check next are known:
+    their classes are rolled up ahead on the cache's worker thread (`_Ahead`), which never changes what is checked."""
     quality = evaluator.quality
-    lower = np.asarray(lattice.lower)
+    lower = np.asarray(lattice.lower, dtype=np.int64)
     shape = admissible.shape
     floor = np.zeros(shape + (len(shape),))
     points = np.argwhere(admissible)
@@ -65,43 +75,177 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
     # The level bound of every admissible transformation at once: the mean of the per-attribute generalization
     # terms, lowered by the margin (the sum may round differently from `lower_bound`'s mean).
     per_attribute = _generalization_table(quality, lattice)
-    level_bounds = sum(per_attribute[axis][points[:, axis]] for axis in range(len(shape))) / len(shape)
+    d = len(shape)
+    level_bounds = sum(per_attribute[axis][points[:, axis]] for axis in range(d)) / d
     level_bounds = level_bounds - MARGIN * (1.0 + np.abs(level_bounds))
     # rank by rank from the top; within a rank, the smallest level bound first (good solutions early)
     ranks = points.sum(axis=1)
     order = np.lexsort((level_bounds, -ranks))
     starts = np.flatnonzero(np.diff(ranks[order])) + 1
-    d = len(shape)
+    nodes = points + lower
+    cache = evaluator.cache
+    hubs = None
+    if HUBS and cache.kernels is not None and len(points) >= HUB_MIN_CANDIDATES:
+        hubs = _Hubs(cache, lattice)
+        if not hubs.order:   # no attribute merges enough classes alone (CUP): the probes are not worth keeping
+            cache.release_hubs()
+            hubs = None
+    ahead = _Ahead(evaluator, hubs) if cache.prefetches and cache.base[2].size >= PREFETCH_MIN_CLASSES else None
     for chunk in np.split(order, starts):
         if incumbent.best is not None:   # a level bound above the incumbent's loss rules out at once (no tie)
             above = level_bounds[chunk] > incumbent.loss
             counters["pruned_by_bound"] += int(np.count_nonzero(above))
             chunk = chunk[~above]
-        for position in chunk:
-            point = tuple(int(v) for v in points[position])
-            node = tuple(v + int(lo) for v, lo in zip(point, lower))
-            level_bound = float(level_bounds[position])
+        if not chunk.size:
+            continue
+        bounds = level_bounds[chunk]
+        floors = _floor_bounds(per_attribute, floor, points[chunk])
+        chunk_nodes = nodes[chunk].tolist()
+        if ahead is not None:
+            ahead.rank(chunk_nodes, bounds, floors)
+        if hubs is not None:
+            hubs.rank(nodes[chunk][_candidates(bounds, floors, incumbent.loss)])
+        for j, (position, level_bound, floor_bound) in enumerate(zip(chunk.tolist(), bounds.tolist(),
+                                                                     floors.tolist())):
+            node = tuple(chunk_nodes[j])
             if incumbent.rules_out(node, level_bound):
                 counters["pruned_by_bound"] += 1
                 continue
-            row = floor[point]
-            floor_bound = sum(float(per_attribute[axis][v] + row[axis]) for axis, v in enumerate(point)) / d
-            floor_bound -= MARGIN * (1.0 + abs(floor_bound))
             if floor_bound > level_bound and incumbent.rules_out(node, floor_bound):
                 counters["pruned_by_floor"] += 1
                 continue
             if deadline.passed():
                 counters["complete"] = False
                 return _total(counters)
+            if ahead is not None and evaluator.ahead.tick():   # rolling up ahead pays now (measured)
+                ahead.following(j, incumbent.loss)
+            if hubs is not None:
+                hubs.prepare(node)
             before = evaluator.checked
             evaluation = evaluator.evaluate(node, None, incumbent.rules_out)
             progress.update(evaluator.checked - before)
             incumbent.offer(evaluation)
             if evaluation.suppressed_records:
                 terms = quality.suppression_terms(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
-                below = tuple(slice(0, v + 1) for v in point)
+                below = tuple(slice(0, v + 1) for v in points[position].tolist())
                 np.maximum(floor[below], terms, out=floor[below])
+    if hubs is not None:
+        cache.release_hubs()
     return _total(counters)
+
+
+def _candidates(bounds: np.ndarray, floors: np.ndarray, loss: float) -> np.ndarray:
+    """Which transformations of a rank the incumbent of this loss leaves to check, ties kept (a superset of those
+    the sweep checks: the incumbent only improves, and the floors of a rank do not change within it)."""
+    return (bounds <= loss) & ((floors <= bounds) | (floors <= loss))
+
+
+def _floor_bounds(per_attribute: list[np.ndarray], floor: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The floor bound of each of `points` (one rank): mean over attributes of (generalization term + floor), summed
+    attribute by attribute in order as the per-transformation Python sum did (the same additions, so the same
+    bits), lowered by the margin."""
+    rows = floor[tuple(points.T)]
+    total = per_attribute[0][points[:, 0]] + rows[:, 0]
+    for axis in range(1, points.shape[1]):
+        total = total + (per_attribute[axis][points[:, axis]] + rows[:, axis])
+    total = total / points.shape[1]
+    return total - MARGIN * (1.0 + np.abs(total))
+
+
+class _Ahead:
+    """Rolls up on the cache's worker thread the classes of the next transformations of the rank that the current
+    incumbent does not rule out (`LOOKAHEAD` of them), while the search's thread evaluates the current one. A guess
+    only: one later ruled out is never asked for (the cache drops it); the checks are the sweep's either way. Only
+    at checks where the evaluator's policy (engine.search.ahead_policy) finds that rolling up ahead pays on this
+    machine now: on a loaded one the two threads' GIL hand-offs cost more than the roll-ups."""
+
+    LOOKAHEAD = 3
+
+    def __init__(self, evaluator: Evaluator, hubs: "_Hubs | None") -> None:
+        self.evaluator = evaluator
+        self.hubs = hubs
+        self.nodes: list[list[int]] = []
+        self.maybe = np.zeros(0, dtype=np.int64)
+        self.loss = None
+        self.sent = -1   # index (in the rank) of the last transformation handed to the worker
+
+    def rank(self, nodes: list[list[int]], bounds: np.ndarray, floors: np.ndarray) -> None:
+        self.nodes, self.bounds, self.floors = nodes, bounds, floors
+        self.loss = None
+        self.sent = -1
+
+    def following(self, current: int, loss: float) -> None:
+        """Before `current` (an index in the rank) is evaluated: hand the worker the next candidates after it."""
+        if loss != self.loss:   # the incumbent improved: fewer candidates (ties kept: the test is strict)
+            self.loss = loss
+            self.maybe = np.flatnonzero(_candidates(self.bounds, self.floors, loss))
+        maybe = self.maybe
+        first = int(np.searchsorted(maybe, max(current, self.sent) + 1))
+        last = int(np.searchsorted(maybe, current + 1)) + self.LOOKAHEAD
+        for index in maybe[first:last].tolist():
+            node = tuple(self.nodes[index])
+            if self.hubs is not None:
+                self.hubs.prepare(node)
+            self.evaluator.prefetch(node)
+            self.sent = index
+
+
+class _Hubs:
+    """Common specializations (hubs) of the transformations a rank will check, rolled up once from the base and kept
+    by the class cache (`ClassCache.warm`), so that each of those transformations rolls up from a hub's far fewer
+    classes instead of the base's (the top-down sweep has no specialization of what it checks cached otherwise).
+
+    The hubs form a prefix tree over the attributes whose generalization merges the most classes (`order`: each
+    attribute's top level alone, rolled up once per search, must leave at most HUB_USEFUL of the base classes): a
+    transformation x's hub of depth k keeps x's levels of the first k attributes of the order and the lattice's
+    lower levels elsewhere, so it lies below x and below every transformation that shares those k levels. A hub
+    is rolled up (from the deepest hub above it, so cheaply) only when HUB_MIN_SHARE candidates of the rank share
+    it, at the first of them checked. Classes are the same from any source, so checks and results never change."""
+
+    def __init__(self, cache, lattice: Lattice) -> None:
+        self.cache = cache
+        self.lower = tuple(int(v) for v in lattice.lower)
+        upper = tuple(int(v) for v in lattice.upper)
+        base = int(cache.base[2].size)
+        if any(self.lower):   # every transformation lies above the lattice's bottom: the best hub of all
+            base = cache.warm(self.lower)
+        shares = []
+        for axis, (lo, hi) in enumerate(zip(self.lower, upper)):
+            if hi > lo:
+                probe = self.lower[:axis] + (hi,) + self.lower[axis + 1:]
+                shares.append((cache.warm(probe) / max(base, 1), axis))
+        self.order = [axis for share, axis in sorted(shares) if share <= HUB_USEFUL]
+        self.strides = []
+        stride = 1
+        for axis in self.order:
+            self.strides.append(stride)
+            stride *= upper[axis] - self.lower[axis] + 1
+        self.shares: list[dict[int, int]] = []
+
+    def rank(self, candidates: np.ndarray) -> None:
+        """The candidates of the rank about to be swept (level vectors): how many share each prefix."""
+        self.shares = []
+        keys = np.zeros(len(candidates), dtype=np.int64)
+        for axis, stride in zip(self.order, self.strides):
+            keys = keys + (candidates[:, axis] - self.lower[axis]) * stride
+            values, counts = np.unique(keys, return_counts=True)
+            self.shares.append(dict(zip(values.tolist(), counts.tolist())))
+
+    def prepare(self, node: Node) -> None:
+        """Before `node`'s classes are rolled up: make sure its hubs shared by enough candidates are warm."""
+        hub = list(self.lower)
+        key = 0
+        for depth, (axis, stride) in enumerate(zip(self.order, self.strides)):
+            level = node[axis]
+            key += (level - self.lower[axis]) * stride
+            if level == self.lower[axis]:
+                continue   # the same hub as the depth before
+            if depth >= len(self.shares) or self.shares[depth].get(key, 0) < HUB_MIN_SHARE:
+                return
+            hub[axis] = level
+            if tuple(hub) == node:
+                return
+            self.cache.warm(tuple(hub))
 
 
 def _total(counters: dict) -> dict:

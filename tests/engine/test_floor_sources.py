@@ -1,0 +1,178 @@
+"""Where the top-down floor sweep's roll-ups come from (engine.search.floor: hubs and roll-ups ahead) and the class
+cache's warmed tables (engine.classes.ClassCache.warm).
+
+What must hold: a table rolled up from a warmed hub equals the one rolled up from the base bit for bit (codes,
+sizes, order, and the dense form's histogram), on the compiled and on the reference path; the cache really takes
+the hub as the source; warmed tables stay within their byte cap; the floor bounds computed a rank at a time are the
+per-transformation Python sum's bits; and the sweep checks exactly the same transformations, in the same order,
+with the same optimum, with or without hubs and roll-ups ahead.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from engine import classes, kernels
+from engine.classes import ClassCache
+from engine.privacy import KAnonymity
+from engine.quality import make_quality_model
+from engine.search import evaluator as evaluator_module
+from engine.search import floor as floor_module
+from engine.search import search
+from tests.engine.lattice_tables import random_encoded_table
+from tests.engine.test_distribution_kernels import random_table
+
+compiled_only = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing or the reference path is forced")
+
+
+def every_node(table) -> list[tuple[int, ...]]:
+    return list(itertools.product(*[range(a.min_level, a.max_level + 1) for a in table.attributes]))
+
+
+def make_cache(monkeypatch, table, reference: bool, prefetch: bool = False) -> ClassCache:
+    if reference:
+        monkeypatch.setenv(kernels.REFERENCE_ENV, "1")
+    else:
+        monkeypatch.delenv(kernels.REFERENCE_ENV, raising=False)
+        monkeypatch.setenv(kernels.COMPILED_ENV, "1")
+    cache = ClassCache(table, budget_bytes=64 << 20, prefetch=prefetch)
+    monkeypatch.delenv(kernels.REFERENCE_ENV, raising=False)
+    return cache
+
+
+def assert_same_entry(got: tuple, expected: tuple) -> None:
+    assert len(got) == len(expected)
+    for part, other in zip(got, expected):
+        if other is None:
+            assert part is None
+            continue
+        assert part.dtype == other.dtype and part.shape == other.shape
+        assert np.array_equal(part, other)
+
+
+@pytest.mark.parametrize("reference", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_tables_rolled_up_from_a_hub_equal_those_from_the_base(monkeypatch, seed, reference):
+    if not reference and not kernels.enabled():
+        pytest.skip("numba is missing or the reference path is forced")
+    table = random_encoded_table(500 + seed, d=4, records=(200, 600))
+    nodes = every_node(table)
+    rng = np.random.default_rng(seed)
+    plain = make_cache(monkeypatch, table, reference)
+    expected = {node: plain._compute(node, None) for node in nodes}   # every table straight from the base
+    for hub in [nodes[i] for i in rng.choice(len(nodes), size=min(6, len(nodes)), replace=False)]:
+        cache = make_cache(monkeypatch, table, reference)
+        count = cache.warm(hub)
+        assert count == expected[hub][1].size and cache.holds(hub)
+        assert_same_entry(cache._entry(hub), expected[hub])
+        for node in nodes:
+            if node == hub or not all(h <= v for h, v in zip(hub, node)):
+                continue
+            _, entry = cache._source(node, None)
+            # the hub, or a cached specialization with even fewer classes: never the base when the hub has fewer
+            assert entry[1].size <= min(expected[hub][1].size, cache.base[2].size)
+            assert_same_entry(cache._entry(node), expected[node])
+        cache.close()
+        assert not cache.holds(hub) or hub in cache._cache
+
+
+@compiled_only
+@pytest.mark.parametrize("seed", range(4))
+def test_the_dense_form_rolls_up_the_same_classes_and_histogram_from_a_hub(monkeypatch, seed):
+    table = random_table(seed, sensitive_count=1)
+    plain = make_cache(monkeypatch, table, reference=False)
+    assert plain.dense is not None
+    nodes = every_node(table)
+    expected = {node: plain._compute(node, None) for node in nodes}
+    hub = nodes[len(nodes) // 3]
+    cache = make_cache(monkeypatch, table, reference=False)
+    cache.warm(hub)
+    for node in nodes:
+        if all(h <= v for h, v in zip(hub, node)):
+            entry = cache._entry(node)
+            assert len(entry) == 4   # codes, sizes, key and the (classes, values) histogram
+            assert_same_entry(entry, expected[node])
+            assert_same_entry(tuple(cache.view(node).dense_counts(table.sensitive[0].name)[None]),
+                              tuple(plain.view(node).dense_counts(table.sensitive[0].name)[None]))
+
+
+@compiled_only
+def test_warmed_tables_stay_within_their_cap_least_recently_used_first(monkeypatch):
+    table = random_encoded_table(77, d=4, records=(400, 600))
+    cache = make_cache(monkeypatch, table, reference=False)
+    nodes = [n for n in every_node(table) if any(n)][:12]
+    sizes = {}
+    for node in nodes:   # what each warmed table holds (its classes and key updates), alone
+        alone = make_cache(monkeypatch, table, reference=False)
+        alone.warm(node)
+        sizes[node] = alone.hub_nbytes
+    cap = max(sizes.values()) * 3
+    monkeypatch.setattr(classes, "HUB_BYTES", cap)
+    for node in nodes:
+        cache.warm(node)
+        assert cache.hub_nbytes <= cap
+        assert cache.hub_nbytes == sum(cache._hub_size(h) for h in cache._hubs)
+        assert node in cache._hubs   # the newest is kept
+    assert nodes[0] not in cache._hubs and len(cache._hubs) < len(nodes)
+    cache.release_hubs()
+    assert cache.hub_nbytes == 0 and not cache._hubs
+
+
+def test_the_floor_bounds_of_a_rank_are_the_per_transformation_sums_bits():
+    rng = np.random.default_rng(5)
+    shape = (3, 4, 2, 5, 3)
+    per_attribute = [rng.random(h) * rng.choice([1e-3, 1.0, 7.0]) for h in shape]
+    floor = rng.random(shape + (len(shape),)) * 0.3
+    floor[rng.random(shape) < 0.3] = 0.0
+    points = np.argwhere(np.ones(shape, dtype=bool))
+    got = floor_module._floor_bounds(per_attribute, floor, points)
+    for point, value in zip(points.tolist(), got.tolist()):
+        row = floor[tuple(point)]
+        expected = sum(float(per_attribute[axis][v] + row[axis]) for axis, v in enumerate(point)) / len(shape)
+        expected -= floor_module.MARGIN * (1.0 + abs(expected))
+        assert value == expected
+
+
+def sweep(monkeypatch, table, k: int, limit: float, hubs: bool, ahead: bool) -> tuple:
+    """The transformations the sweep evaluates, in order, with the result, under the given sources."""
+    evaluated = []
+    original = evaluator_module.Evaluator.evaluate
+
+    def recording(self, node, hint=None, cannot_win=None):
+        evaluation = original(self, node, hint, cannot_win)
+        evaluated.append((tuple(node), evaluation.sizes.size, evaluation.suppressed_records, evaluation.loss))
+        return evaluation
+
+    warmed = []
+    warm = ClassCache.warm
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluator_module.Evaluator, "evaluate", recording)
+        patch.setattr(ClassCache, "warm", lambda self, node: warmed.append(node) or warm(self, node))
+        patch.setattr(floor_module, "HUBS", hubs)
+        patch.setattr(floor_module, "HUB_MIN_CANDIDATES", 0)
+        patch.setattr(floor_module, "HUB_USEFUL", 1.0)   # every attribute may order hubs
+        patch.setattr(floor_module, "HUB_MIN_SHARE", 2)
+        patch.setattr(floor_module, "PREFETCH_MIN_CLASSES", 0 if ahead else 1 << 62)
+        patch.setenv(kernels.THREADS_ENV, "2" if ahead else "1")
+        quality = make_quality_model("non_uniform_entropy", table)
+        result = search(table, [KAnonymity(k)], quality, limit, algorithm="flash2p")
+    best = result.best
+    return (evaluated, result.checked, best.levels, best.loss, best.suppressed_records,
+            best.suppressed.tolist()), warmed
+
+
+@compiled_only
+@pytest.mark.parametrize("seed", range(8))
+def test_the_sweep_checks_the_same_with_and_without_hubs_and_roll_ups_ahead(monkeypatch, seed):
+    # lattices of 216-486 transformations, all admissible (limit 100 %) on even seeds: sweeps of 40-70 checks
+    table = random_encoded_table(900 + seed, d=6, records=(1500, 3000), values=(4, 20))
+    k, limit = 2 + seed % 5, (1.0, 0.5)[seed % 2]
+    plain, warmed = sweep(monkeypatch, table, k, limit, hubs=False, ahead=False)
+    assert not warmed
+    for hubs, ahead in [(True, False), (False, True), (True, True)]:
+        got, warmed = sweep(monkeypatch, table, k, limit, hubs, ahead)
+        assert got == plain
+        if hubs and seed % 2 == 0:
+            assert len(warmed) > len(table.attributes)   # the probes, and hubs of the ranks
