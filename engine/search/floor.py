@@ -105,9 +105,28 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
             ahead.rank(chunk_nodes, bounds, floors)
         if hubs is not None:
             hubs.rank(nodes[chunk][_candidates(bounds, floors, incumbent.loss)])
-        for j, (position, level_bound, floor_bound) in enumerate(zip(chunk.tolist(), bounds.tolist(),
-                                                                     floors.tolist())):
+        positions, level_list, floor_list = chunk.tolist(), bounds.tolist(), floors.tolist()
+        j, size, tested_loss, tested = 0, len(positions), None, np.zeros(0, dtype=np.int64)
+        while j < size:
+            # The transformations the incumbent rules out by a strict inequality are counted in bulk, exactly as
+            # the tests below would count them; only the others (and ties, whose tie-break is rules_out's) are
+            # looked at one by one.
+            loss = incumbent.loss
+            if loss != tested_loss:
+                tested_loss = loss
+                tested = np.flatnonzero((bounds == loss) | _candidates(bounds, floors, loss))
+            at = int(np.searchsorted(tested, j))
+            following = int(tested[at]) if at < tested.size else size
+            if following > j:
+                by_bound = int(np.count_nonzero(bounds[j:following] > loss))
+                counters["pruned_by_bound"] += by_bound
+                counters["pruned_by_floor"] += following - j - by_bound
+                j = following
+                if j >= size:
+                    break
+            position, level_bound, floor_bound = positions[j], level_list[j], floor_list[j]
             node = tuple(chunk_nodes[j])
+            j += 1
             if incumbent.rules_out(node, level_bound):
                 counters["pruned_by_bound"] += 1
                 continue
@@ -118,7 +137,7 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
                 counters["complete"] = False
                 return _total(counters)
             if ahead is not None and evaluator.ahead.tick():   # rolling up ahead pays now (measured)
-                ahead.following(j, incumbent.loss)
+                ahead.following(j - 1, incumbent.loss)
             if hubs is not None:
                 hubs.prepare(node)
             before = evaluator.checked

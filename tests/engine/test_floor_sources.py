@@ -159,7 +159,7 @@ def sweep(monkeypatch, table, k: int, limit: float, hubs: bool, ahead: bool) -> 
         quality = make_quality_model("non_uniform_entropy", table)
         result = search(table, [KAnonymity(k)], quality, limit, algorithm="flash2p")
     best = result.best
-    return (evaluated, result.checked, best.levels, best.loss, best.suppressed_records,
+    return (evaluated, result.checked, result.pruned_by_bound, best.levels, best.loss, best.suppressed_records,
             best.suppressed.tolist()), warmed
 
 
@@ -176,3 +176,71 @@ def test_the_sweep_checks_the_same_with_and_without_hubs_and_roll_ups_ahead(monk
         assert got == plain
         if hubs and seed % 2 == 0:
             assert len(warmed) > len(table.attributes)   # the probes, and hubs of the ranks
+
+
+def one_by_one_sweep(evaluator, lattice, incumbent, deadline, progress, admissible) -> dict:
+    """The sweep as it was before its ranks were vectorized: every transformation of a rank looked at one by one,
+    its floor bound summed in Python. The reference the rank-at-a-time sweep must equal, counters included."""
+    quality = evaluator.quality
+    lower = np.asarray(lattice.lower)
+    shape = admissible.shape
+    floor = np.zeros(shape + (len(shape),))
+    points = np.argwhere(admissible)
+    counters = {"pruned_by_bound": 0, "pruned_by_floor": 0, "complete": True}
+    if not points.size:
+        return counters
+    per_attribute = floor_module._generalization_table(quality, lattice)
+    d = len(shape)
+    level_bounds = sum(per_attribute[axis][points[:, axis]] for axis in range(d)) / d
+    level_bounds = level_bounds - floor_module.MARGIN * (1.0 + np.abs(level_bounds))
+    ranks = points.sum(axis=1)
+    order = np.lexsort((level_bounds, -ranks))
+    for chunk in np.split(order, np.flatnonzero(np.diff(ranks[order])) + 1):
+        if incumbent.best is not None:
+            above = level_bounds[chunk] > incumbent.loss
+            counters["pruned_by_bound"] += int(np.count_nonzero(above))
+            chunk = chunk[~above]
+        for position in chunk:
+            point = tuple(int(v) for v in points[position])
+            node = tuple(v + int(lo) for v, lo in zip(point, lower))
+            level_bound = float(level_bounds[position])
+            if incumbent.rules_out(node, level_bound):
+                counters["pruned_by_bound"] += 1
+                continue
+            row = floor[point]
+            floor_bound = sum(float(per_attribute[axis][v] + row[axis]) for axis, v in enumerate(point)) / d
+            floor_bound -= floor_module.MARGIN * (1.0 + abs(floor_bound))
+            if floor_bound > level_bound and incumbent.rules_out(node, floor_bound):
+                counters["pruned_by_floor"] += 1
+                continue
+            before = evaluator.checked
+            evaluation = evaluator.evaluate(node, None, incumbent.rules_out)
+            progress.update(evaluator.checked - before)
+            incumbent.offer(evaluation)
+            if evaluation.suppressed_records:
+                terms = quality.suppression_terms(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+                below = tuple(slice(0, v + 1) for v in point)
+                np.maximum(floor[below], terms, out=floor[below])
+    counters["pruned_by_bound"] += counters["pruned_by_floor"]
+    return counters
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_rank_at_a_time_sweep_equals_the_one_by_one_sweep(monkeypatch, seed):
+    import engine.search.flash as flash_module
+
+    table = random_encoded_table(900 + seed, d=6, records=(1500, 3000), values=(4, 20))
+    k, limit = 2 + seed % 5, (1.0, 0.5)[seed % 2]
+    counters = []
+    sweep_function = flash_module.floor_sweep
+
+    def counted(function):
+        return lambda *args: counters.append(function(*args)) or counters[-1]
+
+    monkeypatch.setattr(flash_module, "floor_sweep", counted(sweep_function))
+    got, _ = sweep(monkeypatch, table, k, limit, hubs=True, ahead=False)
+    monkeypatch.setattr(flash_module, "floor_sweep", counted(one_by_one_sweep))
+    expected, _ = sweep(monkeypatch, table, k, limit, hubs=False, ahead=False)
+    assert got == expected
+    if counters:
+        assert len(counters) == 2 and counters[0] == counters[1]
