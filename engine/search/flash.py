@@ -197,7 +197,7 @@ class FlashSearch:
         self.complete = True
         # Rolling up ahead (engine.classes.ClassCache.prefetch): while a check is decided, the worker thread rolls
         # up the transformation the search checks next if that check fails (most do: 92 % on FARS), so the two
-        # cores work side by side. Only with explicit tags indexed by the levels (`_peek`) and a cache that has
+        # cores work side by side. Only with explicit tags indexed by the levels (`_items`) and a cache that has
         # the worker; by default only with an idle core, since guessing costs the search's thread some work that
         # pays only when the worker runs at once.
         worker = getattr(evaluator.cache, "_worker", None) is not None
@@ -250,73 +250,71 @@ class FlashSearch:
             return True
         return False
 
-    def _peek(self, node: Node) -> int:
-        """What `skip(node)` would answer, without its effects (no tag, no count): 0 not skipped, 1 skipped by a
-        tag, 2 ruled out by its bound (which `skip` would tag). For the guess of `_next_if_fails`, which must not
-        change the search. Explicit tags indexed by the levels only (`ahead`)."""
-        items = self._items
-        if items[0](node) or items[1](node):
-            return 1
-        if not self.prune_by_bound or self.incumbent.best is None:
-            return 0
-        if items[2](node):
-            return 1
-        if self._bound_item is not None:
-            bound = self._bound_item(node)
-        else:
-            bound = self._bounds.get(node)   # QualityModel.bound's memo, read directly
-            if bound is None:
-                bound = self.quality.bound(node)
-        return 2 if self.incumbent.rules_out(node, bound) else 0
-
     def _next_if_fails(self, path: list[Node], mid: int, high: int, queue: list) -> Node | None:
         """The transformation the search checks next if `path[mid]`'s check fails: the middle of the path's upper
         part, else the middle of the next path. The next path is found as the search will find it after the failure
         (`check_path` pushing the successors, `binary_search` popping the queue, the level sweep of `run`, then
-        `find_path`), with `skip` replaced by `_peek` and the tags those steps add simulated: the check's own
-        (`path[mid]` and its specializations) and the bound's on the way (`ruled_out`). The path is kept (`_plan`)
-        for `find_path`, which takes it if the check fails without tagging by the bound."""
+        `find_path`), with `skip` replaced by what it would answer without its effects and the tags those steps add
+        simulated: the check's own (`path[mid]` and its specializations) and the bound's on the way (`ruled_out`).
+        The path and the pushes are kept (`_plan`, `_pushes`) for `find_path` and `check_path`, which take them if
+        the check fails without tagging by the bound."""
         self._plan = self._pushes = None
         if mid < high:
             return path[(mid + 1 + high) // 2]
         failing = path[mid]
-        peek = self._peek
+        classified_up, classified_down, tagged_up = self._items
+        prune = self.prune_by_bound and self.incumbent.best is not None
+        bound_item, bounds, rules_out = self._bound_item, self._bounds, self.incumbent.rules_out
         ruled_out: list[Node] = []   # tagged by `skip` on the way (the bound), upwards
 
         def skipped(node: Node) -> bool:
-            why = peek(node)
-            if why == 1 or all(map(le, node, failing)) or (
-                    ruled_out and any(all(map(le, tagged, node)) for tagged in ruled_out)):
+            """`skip(node)` after the failure, without its effects, noting the tag its bound adds; for a
+            transformation that is no specialization of `failing` (its successors, a path's steps)."""
+            if classified_up(node) or classified_down(node):
                 return True
-            if why == 2:
+            if not prune:
+                return False
+            if tagged_up(node) or (ruled_out and any(all(map(le, tagged, node)) for tagged in ruled_out)):
+                return True
+            if bound_item is not None:
+                bound = bound_item(node)
+            else:
+                bound = bounds.get(node)
+                if bound is None:
+                    bound = self.quality.bound(node)
+            if rules_out(node, bound):
                 ruled_out.append(node)
-            return why != 0
+                return True
+            return False
+
+        def popped(node: Node) -> bool:   # any transformation: also the failure's own tag, downwards
+            return all(map(le, node, failing)) or skipped(node)
 
         pushed = [item for item in self.successors(failing) if not skipped(item[1])]
         # check_path's pushes after the failure: the successors not skipped, and those `skip` tags on the way
         self._pushes = (failing, pushed, ruled_out[:])
-        items = self._items
-        while queue and (items[0](queue[0][1]) or items[1](queue[0][1]) or items[2](queue[0][1])):
+        while queue and (classified_up(queue[0][1]) or classified_down(queue[0][1]) or tagged_up(queue[0][1])):
             # tagged for good: the search would pop it unchecked, with no effect, so the guess may
             heapq.heappop(queue)
         head = None
         first = min(pushed[:1] + queue[:1], default=None)
-        if first is not None and not skipped(first[1]):
+        if first is not None and not popped(first[1]):
             head = first[1]   # the common case, without sorting the queue
         elif first is not None:
             for item in sorted(queue + pushed):   # the order in which the search pops them
-                if not skipped(item[1]):
+                if not popped(item[1]):
                     head = item[1]
                     break
         if head is None:   # the queue runs dry: the level sweep's next transformation (`run`)
             nodes, at = self._sweep
             for node in nodes[at + 1:]:
-                if not skipped(node):
+                if not popped(node):
                     head = node
                     break
             else:
                 return None
-        # find_path, noting what `skip` will tag on the way
+        # find_path, noting what `skip` will tag on the way (a step generalizes the head, which is no
+        # specialization of `failing`, so neither is the step)
         known = len(ruled_out)
         current = head
         nodes = [head]
