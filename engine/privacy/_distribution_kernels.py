@@ -320,6 +320,21 @@ def t_closeness_equal_violating(dense, sizes, q, t):
     return violating
 
 
+@_jit
+def t_closeness_equal_suppression(dense, sizes, q, t, minimal):
+    """The classes to suppress under the equal distance alone (`t_closeness_equal_violating`, or smaller than
+    `minimal`) and the records they hold: what the evaluator computes as (sizes < minimal) | violating and the
+    sum of their sizes, in one call."""
+    suppressed = t_closeness_equal_violating(dense, sizes, q, t)
+    total = np.int64(0)
+    for k in range(sizes.size):
+        chosen = suppressed[k] or sizes[k] < minimal
+        suppressed[k] = chosen
+        if chosen:
+            total += sizes[k]
+    return suppressed, total
+
+
 @_inline
 def _ordered_step(count, size, qv):
     """A value's step of the ordered distance's running sum: p_i - q_i, with p_i = count / size."""

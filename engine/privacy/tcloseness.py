@@ -47,7 +47,7 @@ class TClosenessModel(ClassModel):
         self._source, self._field = source, field
         self._prepared: dict | None = None
         self._kernels: tuple | None = None   # (sensitive, dense kernel, sparse kernel, arguments), `compiled`
-        self._equal: tuple | None = None     # (sensitive, the equal distance's dense decision, q), `violating`
+        self._equal: tuple | None = None     # (sensitive, equal distance's dense decision, suppression, q)
 
     def _prepare(self, sensitive) -> dict:
         if self._prepared is None or self._prepared["of"] is not sensitive:
@@ -144,22 +144,39 @@ class TClosenessModel(ClassModel):
         kernel = _SPARSE_KERNELS[self.distance]
         return getattr(compiled, kernel + "_dense"), getattr(compiled, kernel), arguments
 
+    def _equal_kernels(self, classes) -> tuple | None:
+        """(the view's dense histogram, the equal distance's compiled decision, its suppression, q) on the compiled
+        path with a dense histogram and the equal distance, else None."""
+        if self.distance != "equal" or getattr(classes, "kernels", None) is None:
+            return None
+        dense = classes.dense_counts(self.attribute)
+        if dense is None:
+            return None
+        sensitive = classes.sensitive[0]   # a dense histogram is the view's first sensitive attribute's, this model's
+        equal = self._equal
+        if equal is None or equal[0] is not sensitive:   # once per attribute, not per check
+            from . import _distribution_kernels as compiled
+
+            equal = self._equal = (sensitive, compiled.t_closeness_equal_violating,
+                                   compiled.t_closeness_equal_suppression, self._prepare(sensitive)["q"])
+        return dense, equal[1], equal[2], equal[3]
+
+    def suppression(self, classes, minimal: int) -> tuple[np.ndarray, int] | None:
+        equal = self._equal_kernels(classes)
+        if equal is None:
+            return None
+        dense, _, suppression, q = equal
+        suppressed, count = suppression(dense, classes.sizes, q, self.t, minimal)
+        return suppressed, int(count)
+
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
-            if self.distance == "equal":
-                # The decision alone, without a division per value and class where the class is far from t
-                # (engine.privacy._distribution_kernels.t_closeness_equal_violating): the same bits.
-                dense = classes.dense_counts(self.attribute)
-                if dense is not None:
-                    # a dense histogram is the view's first sensitive attribute's, this model's
-                    sensitive = classes.sensitive[0]
-                    equal = self._equal
-                    if equal is None or equal[0] is not sensitive:   # once per attribute, not per check
-                        from . import _distribution_kernels as compiled
-
-                        equal = self._equal = (sensitive, compiled.t_closeness_equal_violating,
-                                               self._prepare(sensitive)["q"])
-                    return equal[1](dense, classes.sizes, equal[2], self.t)
+            # The equal distance's decision alone, without a division per value and class where the class is far
+            # from t (engine.privacy._distribution_kernels.t_closeness_equal_violating): the same bits.
+            equal = self._equal_kernels(classes)
+            if equal is not None:
+                dense, violating, _, q = equal
+                return violating(dense, classes.sizes, q, self.t)
             return self.compiled(classes)[1]
         sensitive = classes.sensitive_attribute(self.attribute)
         distance = self.distances(classes, sensitive)

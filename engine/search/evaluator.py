@@ -47,6 +47,7 @@ class Evaluator:
         self.kernels = self.cache.kernels
         self._risk_models = configuration.risk_models   # a property that filters the models on every call
         self._class_models = configuration.class_models  # likewise
+        self._single = self._class_models[0] if len(self._class_models) == 1 else None
         self._size_only = all(getattr(m, "size_only", False) for m in configuration.class_models)
         # On the compiled path the size-only decision needs no class view (sensitive-value distributions).
         self._plain = self.kernels is not None and self._size_only and not getattr(table, "sensitive", ())
@@ -132,6 +133,10 @@ class Evaluator:
         if self.kernels is not None and self._size_only:
             suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
             count = int(count)
+        elif self._single is not None and self.kernels is not None and (
+                fused := self._single.suppression(view, self.minimal_class_size)) is not None:
+            suppressed, count = fused   # the one class model's compiled decision and count (ClassModel.suppression)
+            blocked = self._single.blocks_release(view)
         else:
             suppressed = sizes < self.minimal_class_size   # ARX checks the implied class size first
             for model in self._class_models:
