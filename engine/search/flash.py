@@ -25,7 +25,6 @@ bound cannot beat it is tagged "insufficient quality" with all its generalizatio
 from __future__ import annotations
 
 import heapq
-import os
 import sys
 from functools import reduce
 from itertools import product
@@ -62,16 +61,6 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     ranks = np.empty(values.size, dtype=np.int64)
     ranks[order] = np.cumsum(step)
     return ranks, (int(ranks.max()) + 1 if values.size else 0)
-
-
-def idle_core() -> bool:
-    """Whether another core is likely idle: the load average of the last minute leaves at least half a core free
-    (a search's worker thread that must share its core with other processes only slows the search down)."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:   # pragma: no cover - platforms without a load average
-        return False
-    return load <= (os.cpu_count() or 1) - 0.5
 
 
 class Strategy:
@@ -153,7 +142,8 @@ class FlashSearch:
                  two_phase: bool | None = None, ahead: bool | None = None) -> None:
         """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
         `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`);
-        None: when the cache has the worker and a core is idle (`idle_core`); the checks are the same either way."""
+        None: when the cache has the worker, check by check as the evaluator's policy finds it pays
+        (engine.search.ahead_policy); the checks are the same either way."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -198,12 +188,11 @@ class FlashSearch:
         # Rolling up ahead (engine.classes.ClassCache.prefetch): while a check is decided, the worker thread rolls
         # up the transformation the search checks next if that check fails (most do: 92 % on FARS), so the two
         # cores work side by side. Only with explicit tags indexed by the levels (`_items`) and a cache that has
-        # the worker; by default only with an idle core, since guessing costs the search's thread some work that
-        # pays only when the worker runs at once.
+        # the worker; by default only while the evaluator's policy measures that it pays (a guess costs the
+        # search's thread some work, and a worker that shares its core with other processes only slows it down).
         worker = getattr(evaluator.cache, "_worker", None) is not None
-        if ahead is None:
-            ahead = worker and idle_core()
-        self.ahead = bool(ahead) and worker and self._items is not None
+        self.ahead = ahead is not False and worker and self._items is not None
+        self._policy = getattr(evaluator, "ahead", None) if ahead is None else None   # None: always
         self._sweep: tuple[list[Node], int] = ([], 0)
         self._plan: tuple[Node, list[Node], list[Node]] | None = None   # `_next_if_fails`
         self._pushes: tuple[Node, list, list[Node]] | None = None   # `_next_if_fails`
@@ -421,7 +410,8 @@ class FlashSearch:
                 high = mid - 1
                 continue
             hint = path[low - 1] if low > 0 else None
-            if self.check(node, hint, (path, mid, high, queue) if self.ahead else None):
+            guess = self.ahead and (self._policy is None or self._policy.tick())
+            if self.check(node, hint, (path, mid, high, queue) if guess else None):
                 lowest = node
                 high = mid - 1
             else:

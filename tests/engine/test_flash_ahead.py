@@ -1,7 +1,8 @@
 """Flash rolling up ahead (FlashSearch(ahead=True)): the guess of the next check and the path it keeps for
 find_path and check_path change nothing but where the classes are rolled up. Every check, in the same order with
 the same answer, every path, every tag, the bound's prunings, the phases and the optimum equal those of the plain
-search, on random tables, with and without suppression, with Loss and Non-Uniform Entropy."""
+search, on random tables, with and without suppression, with Loss and Non-Uniform Entropy; forced on, and as the
+evaluator's policy (engine.search.ahead_policy) switches it."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
-from engine.search.flash import FlashSearch, idle_core
+from engine.search.flash import FlashSearch
 
 from .lattice_tables import wide_table
 
@@ -84,6 +85,13 @@ def test_rolling_up_ahead_changes_no_check(seed, k, limit, quality):
     for mine, theirs in zip(ahead["tags"], plain["tags"]):
         assert np.array_equal(mine, theirs)
     assert ahead["best"] == plain["best"]
+    # by default the evaluator's policy switches rolling up ahead on and off as it measures: the same again
+    measured = run(seed, k, limit, quality, ahead=None)
+    assert measured["ahead"]
+    for key in ("log", "counters", "checked", "seen", "best"):
+        assert measured[key] == plain[key]
+    for mine, theirs in zip(measured["tags"], plain["tags"]):
+        assert np.array_equal(mine, theirs)
 
 
 def test_guesses_mostly_right():
@@ -96,11 +104,3 @@ def test_guesses_mostly_right():
     assert len(after_failure) > 20
     right = sum(1 for i in after_failure if guesses.get(i) == checks[i + 1][1])
     assert right >= 0.75 * len(after_failure)
-
-
-def test_idle_core_reads_the_load(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    monkeypatch.setattr("os.getloadavg", lambda: (1.0, 0.0, 0.0))
-    assert idle_core()
-    monkeypatch.setattr("os.getloadavg", lambda: (2.5, 0.0, 0.0))
-    assert not idle_core()
