@@ -95,6 +95,19 @@ def loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalizatio
 
 
 @_jit
+def suppress_and_loss_terms(codes, sizes, minimal, limit, weights, offsets, domain, generalization, suppression,
+                            floor, span, positive):
+    """`suppress_below`, then, when some records are suppressed and no more than `limit`, Loss's terms of that
+    suppression (`loss_terms`; an empty array otherwise): a size-only check with Loss in one call."""
+    suppressed, total = suppress_below(sizes, minimal)
+    if total == 0 or total > limit:
+        return suppressed, total, np.empty(0, np.float64)
+    terms = loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalization, suppression, floor, span,
+                       positive)
+    return suppressed, total, terms
+
+
+@_jit
 def suppressed_value_counts(codes, sizes, suppressed, offsets, total):
     """Suppressed records per attribute value: entry offsets[i] + code counts attribute i's value `code` (Non-Uniform
     Entropy's suppression term)."""

@@ -77,6 +77,16 @@ class QualityModel(ABC):
         """A bound valid for every generalization of the transformation whose class sizes are `sizes`."""
         return 0.0
 
+    def compiled_loss_arguments(self, levels: Levels) -> tuple | None:
+        """The arguments after (codes, sizes, minimal, limit) of engine._kernels_numba.suppress_and_loss_terms for
+        this model at `levels`, when it computes its loss from those terms (`loss_from_terms`) on the compiled path;
+        None otherwise (the evaluator then calls `loss`)."""
+        return None
+
+    def loss_from_terms(self, terms: np.ndarray) -> float:
+        """The loss from the per-attribute terms `compiled_loss_arguments` asks for: `loss`'s value to the bit."""
+        raise NotImplementedError
+
     @abstractmethod
     def loss(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> float:
         """Normalized loss of a transformation given its classes and which of them are suppressed."""

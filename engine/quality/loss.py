@@ -208,14 +208,21 @@ class Loss(QualityModel):
             self._loaded = kernels.loaded()
         return self._loaded
 
+    def compiled_loss_arguments(self, levels: Levels) -> tuple | None:
+        if self._compiled() is None:
+            return None
+        weights, offsets = self._weights(levels)
+        return (weights, offsets, self._domain, self.generalization_weight, self.suppression_weight, self._floor,
+                self._safe_span, self._positive_span)
+
+    def loss_from_terms(self, terms: np.ndarray) -> float:
+        return self.aggregate(terms)
+
     def _attribute_array(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
         compiled = self._compiled()
         if compiled is not None:
             # The sums and the normalization below in one compiled call, to the bit (engine._kernels_numba.loss_terms)
-            weights, offsets = self._weights(levels)
-            return compiled.loss_terms(codes, sizes, suppressed, weights, offsets, self._domain,
-                                       self.generalization_weight, self.suppression_weight, self._floor,
-                                       self._safe_span, self._positive_span)
+            return compiled.loss_terms(codes, sizes, suppressed, *self.compiled_loss_arguments(levels))
         kept_rows, n_suppressed = self._kept_rows(levels, codes, sizes, suppressed)
         kept = kept_rows.astype(np.float64) / self._domain
         sums = self.generalization_weight * kept + self.suppression_weight * float(n_suppressed)

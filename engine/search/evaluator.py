@@ -130,8 +130,14 @@ class Evaluator:
             if self.kernels is not None:
                 self._remember(node, sizes.size)
         blocked = False
+        terms = None
         if self.kernels is not None and self._size_only:
-            suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
+            arguments = None if self._risk_models else self.quality.compiled_loss_arguments(node)
+            if arguments is not None:   # the decision and the loss's terms in one call
+                suppressed, count, terms = self.kernels.suppress_and_loss_terms(
+                    codes, sizes, self.minimal_class_size, self.max_suppressed, *arguments)
+            else:
+                suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
             count = int(count)
         elif self._single is not None and self.kernels is not None and (
                 fused := self._single.suppression(view, self.minimal_class_size)) is not None:
@@ -154,6 +160,8 @@ class Evaluator:
                                        self._hopeless(node, codes, sizes, cannot_win))
         if evaluation.solution:
             loss = self.quality.loss_without_suppression(node) if evaluation.suppressed_records == 0 else None
+            if loss is None and terms is not None and terms.size:   # no risk model: the suppression decided above
+                loss = self.quality.loss_from_terms(terms)
             if loss is None:
                 loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
             evaluation.loss = loss

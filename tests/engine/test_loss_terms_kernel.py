@@ -78,3 +78,30 @@ def test_terms_at_the_edges(monkeypatch) -> None:
     expected = reference._attribute_array(levels, codes, sizes, np.zeros(sizes.size, bool))
     assert nothing.tobytes() == expected.tobytes()
     assert np.all(nothing == 0.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_suppression_and_terms_in_one_call(seed: int, monkeypatch) -> None:
+    """engine._kernels_numba.suppress_and_loss_terms: the classes below the size and their records as
+    suppress_below gives them, and the terms exactly when some and at most `limit` records are suppressed."""
+    compiled = kernels.load()
+    table = random_encoded_table(50 + seed, 1 + seed * 2, records=(80, 300), values=(1, 10))
+    fast, reference = both(table, "geometric_mean", 0.5, monkeypatch)
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        levels = tuple(int(rng.integers(a.min_level, a.max_level + 1)) for a in table.attributes)
+        codes, sizes = classes_of(table, levels)
+        for minimal in (1, 2, 4):
+            below = sizes < minimal
+            count = int(sizes[below].sum())
+            for limit in sorted({0, max(count - 1, 0), count, count + 5, table.n}):
+                suppressed, total, terms = compiled.suppress_and_loss_terms(
+                    codes, sizes, minimal, limit, *fast.compiled_loss_arguments(levels))
+                assert np.array_equal(suppressed, below) and int(total) == count
+                if 0 < count <= limit:
+                    expected = reference._attribute_array(levels, codes, sizes, below)
+                    assert terms.tobytes() == expected.tobytes()
+                    assert fast.loss_from_terms(terms) == reference.loss(levels, codes, sizes, below)
+                else:
+                    assert terms.size == 0
+    assert reference.compiled_loss_arguments(levels) is None
