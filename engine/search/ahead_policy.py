@@ -10,10 +10,11 @@ A probe runs PROBE checks alternating the modes every SLICE checks (interleaved,
 along the search, as classes shrink, falls on both modes alike) and times each check: the wall seconds from one
 tick to the next hold the check served by the tick before's prefetch (or its absence) while the worker runs the
 latest tick's, so an interval counts for a mode only when both ticks chose it (a switch's first interval would
-charge one mode with the other's roll-up). The cheaper mode
-then runs for a stretch of checks, doubled while the same mode keeps winning (FIRST_STRETCH up to LONGEST_STRETCH),
-before the next probe sees whether the load changed. Prefetching never changes a result, only where roll-ups run,
-so the checks, the optimum and everything else are the same in either mode; only the time differs.
+charge one mode with the other's roll-up). The cheaper mode (the current one unless the other costs at most
+SWITCH_GAIN of it, so that noise does not flip the choice) then runs for a stretch of checks, doubled while the same
+mode keeps winning (FIRST_STRETCH up to LONGEST_STRETCH), before the next probe sees whether the load changed.
+Prefetching never changes a result, only where roll-ups run, so the checks, the optimum and everything else are the
+same in either mode; only the time differs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PROBE = 64              # checks per probe
 SLICE = 8               # consecutive checks in one mode within a probe
 FIRST_STRETCH = 256     # checks in the chosen mode after a probe that changed the mode
 LONGEST_STRETCH = 4096  # at most this many
+SWITCH_GAIN = 0.9       # a probe changes the mode (initially: ahead) only for checks at most 90 % as costly
 
 
 class AheadPolicy:
@@ -72,7 +74,9 @@ class AheadPolicy:
         self._probe_at = -1
         mean = {mode: self._sums[mode] / self._counts[mode] if self._counts[mode] else float("inf")
                 for mode in (True, False)}
-        best = mean[True] <= mean[False]
+        current = self.chosen[-1] if self.chosen else True
+        # the other mode must be clearly cheaper (by SWITCH_GAIN) to be taken: a noisy probe does not flip a choice
+        best = current if mean[not current] > SWITCH_GAIN * mean[current] else not current
         if self.chosen and self.chosen[-1] == best:
             self._stretch = min(self._stretch * 2, LONGEST_STRETCH)
         else:

@@ -99,3 +99,10 @@ def test_switching_modes_check_by_check_changes_nothing(monkeypatch, example):
         assert result.checked == reference.checked and result.phases == reference.phases
         assert result.pruned_by_bound == reference.pruned_by_bound
     assert not [t for t in threading.enumerate() if t.name.startswith("safeshare-rollup")]
+
+
+@pytest.mark.parametrize("off,expected", [(0.95, True), (0.85, False)])
+def test_a_small_difference_does_not_flip_the_mode(off, expected):
+    """The other mode is taken only when it is at least 10 % cheaper (SWITCH_GAIN): probes' noise does not flip."""
+    policy, _ = run({True: 1.0, False: off}, 3000)
+    assert policy.chosen and all(choice == expected for choice in policy.chosen)
