@@ -35,7 +35,7 @@ __all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "grou
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
 DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (base classes x values x 4 bytes), at most
-HUB_BYTES = 64 << 20   # the warmed tables (`warm`), at most (and at most a quarter of the cache's budget)
+HUB_BYTES = 32 << 20   # the warmed tables (`warm`) with their filled key updates, at most (and a quarter of the budget)
 
 
 @dataclass
@@ -260,7 +260,7 @@ class ClassCache:
                 deltas = self._base_deltas()
                 delta_rows = self._delta_rows
             elif source in self._hubs:
-                deltas = self._hub_deltas.get(source) or self._new_hub_deltas(source)
+                deltas = self._hub_deltas[source] if source in self._hub_deltas else self._new_hub_deltas(source)
                 if deltas is not None:
                     deltas, delta_rows = deltas[:2], deltas[2]
             else:
@@ -268,7 +268,17 @@ class ClassCache:
             rows = None
             if deltas is not None:
                 rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
-            return self._roll_up(entry, changed, where, deltas, rows)
+            if deltas is None or entry is self._base_entry:
+                return self._roll_up(entry, changed, where, deltas, rows)
+            # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
+            filled = int(np.count_nonzero(~deltas[1][rows]))
+            new = self._roll_up(entry, changed, where, deltas, rows)
+            if filled:
+                self.hub_nbytes += filled * deltas[0].shape[1] * 8
+                if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
+                    self.hub_nbytes -= self._hub_size(source) - self._size(self._hubs[source])
+                    self._hub_deltas[source] = None
+            return new
         codes, sizes, key = entry
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
         if key is not None:
@@ -316,24 +326,27 @@ class ClassCache:
         first use; roll-ups from a hub that many transformations share then add rows instead of gathering."""
         if self.kernels is None:
             return None
+        self._hub_deltas[hub] = None   # unless made below
         delta_rows, count = [], 0
         for level, cards in zip(hub, self.cards):
             delta_rows.append([-1] * (level + 1) + list(range(count, count + len(cards) - level - 1)))
             count += len(cards) - level - 1
-        size = count * (self._hubs[hub][1].size * 8 + 1)
-        if not self._make_room(size, hub):
+        # Allocated, not touched: a row takes memory when the compiled roll-up first fills it (counted then).
+        if not self._make_room(count, hub):
             return None
         deltas = (np.empty((count, self._hubs[hub][1].size), dtype=np.int64), np.zeros(count, dtype=np.bool_),
                   delta_rows)
         self._hub_deltas[hub] = deltas
-        self.hub_nbytes += deltas[0].nbytes + deltas[1].nbytes
+        self.hub_nbytes += count
         return deltas
 
     def _hub_size(self, hub: tuple[int, ...]) -> int:
-        """Bytes a warmed table holds, with its key updates (before it is released)."""
+        """Bytes a warmed table holds, with the rows of key updates filled so far (before it is released)."""
         size = self._size(self._hubs[hub]) if hub in self._hubs else 0
-        deltas = self._hub_deltas.get(hub)
-        return size + (0 if deltas is None else deltas[0].nbytes + deltas[1].nbytes)
+        deltas = self._hub_deltas.get(hub)   # None: none yet, or none kept (over the cap)
+        if deltas is None:
+            return size
+        return size + deltas[1].nbytes + int(np.count_nonzero(deltas[1])) * deltas[0].shape[1] * 8
 
     def release_hubs(self) -> None:
         """Drop the warmed tables (`warm`)."""

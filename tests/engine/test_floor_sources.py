@@ -116,6 +116,13 @@ def test_warmed_tables_stay_within_their_cap_least_recently_used_first(monkeypat
         assert cache.hub_nbytes == sum(cache._hub_size(h) for h in cache._hubs)
         assert node in cache._hubs   # the newest is kept
     assert nodes[0] not in cache._hubs and len(cache._hubs) < len(nodes)
+    # roll-ups from the hubs fill their rows of key updates: counted within the same cap, tables unchanged
+    plain = make_cache(monkeypatch, table, reference=False)
+    for node in every_node(table):
+        assert_same_entry(cache._entry(node), plain._compute(node, None))
+        assert cache.hub_nbytes <= cap
+        assert cache.hub_nbytes == sum(cache._hub_size(h) for h in cache._hubs)
+    assert any(deltas is not None and deltas[1].any() for deltas in cache._hub_deltas.values())
     cache.release_hubs()
     assert cache.hub_nbytes == 0 and not cache._hubs
 
