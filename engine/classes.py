@@ -348,6 +348,19 @@ class ClassCache:
             return size
         return size + deltas[1].nbytes + int(np.count_nonzero(deltas[1])) * deltas[0].shape[1] * 8
 
+    def merged_share(self, axis: int, level: int, sample: int = 4096) -> float | None:
+        """An estimate, from every k-th base class (about `sample` of them), of the share of the base classes that
+        generalizing attribute `axis` alone to `level` merges away: merges seen among the sampled classes, scaled
+        by the sampling fraction as merged pairs scale (larger merged groups are overestimated). A screen before a
+        real roll-up (engine.search.floor's hubs); None without the fixed radix (no keys)."""
+        key = self.base[3]
+        if key is None or self.kernels is None or not key.size:
+            return None
+        stride = max(1, key.size // sample)
+        codes = self.base[1][axis, ::stride].astype(np.int64)
+        keys = key[::stride] + (self._map(axis, 0, level)[codes] - codes) * int(self._places[axis])
+        return (1.0 - np.unique(keys).size / keys.size) * key.size / keys.size
+
     def release_hubs(self) -> None:
         """Drop the warmed tables (`warm`)."""
         self._hubs.clear()

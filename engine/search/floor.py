@@ -87,8 +87,7 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
     hubs = None
     if HUBS and cache.kernels is not None and len(points) >= HUB_MIN_CANDIDATES:
         hubs = _Hubs(cache, lattice)
-        if not hubs.order:   # no attribute merges enough classes alone (CUP): the probes are not worth keeping
-            cache.release_hubs()
+        if not hubs.order and not any(hubs.lower):   # no attribute merges enough classes alone (CUP): no hubs
             hubs = None
     ahead = _Ahead(evaluator, hubs) if cache.prefetches and cache.base[2].size >= PREFETCH_MIN_CLASSES else None
     for chunk in np.split(order, starts):
@@ -215,7 +214,7 @@ class _Hubs:
     classes instead of the base's (the top-down sweep has no specialization of what it checks cached otherwise).
 
     The hubs form a prefix tree over the attributes whose generalization merges the most classes (`order`: each
-    attribute's top level alone, rolled up once per search, must leave at most HUB_USEFUL of the base classes): a
+    attribute's top level alone must leave at most HUB_USEFUL of the base classes, by a sampled estimate): a
     transformation x's hub of depth k keeps x's levels of the first k attributes of the order and the lattice's
     lower levels elsewhere, so it lies below x and below every transformation that shares those k levels. A hub
     is rolled up (from the deepest hub above it, so cheaply) only when HUB_MIN_SHARE candidates of the rank share
@@ -225,15 +224,17 @@ class _Hubs:
         self.cache = cache
         self.lower = tuple(int(v) for v in lattice.lower)
         upper = tuple(int(v) for v in lattice.upper)
-        base = int(cache.base[2].size)
         if any(self.lower):   # every transformation lies above the lattice's bottom: the best hub of all
-            base = cache.warm(self.lower)
-        shares = []
+            cache.warm(self.lower)
+        # How many base classes each attribute merges away alone at its top level, estimated from a sample of the
+        # base classes (ClassCache.merged_share: far cheaper than a roll-up, close for small shares and larger
+        # than the truth for large ones, so the order and the cut at HUB_USEFUL are kept)
+        merged = []
         for axis, (lo, hi) in enumerate(zip(self.lower, upper)):
-            if hi > lo:
-                probe = self.lower[:axis] + (hi,) + self.lower[axis + 1:]
-                shares.append((cache.warm(probe) / max(base, 1), axis))
-        self.order = [axis for share, axis in sorted(shares) if share <= HUB_USEFUL]
+            share = cache.merged_share(axis, hi) if hi > lo else None
+            if share is not None and share >= 1.0 - HUB_USEFUL:
+                merged.append((-share, axis))
+        self.order = [axis for _, axis in sorted(merged)]
         self.strides = []
         stride = 1
         for axis in self.order:

@@ -182,7 +182,7 @@ def test_the_sweep_checks_the_same_with_and_without_hubs_and_roll_ups_ahead(monk
         got, warmed = sweep(monkeypatch, table, k, limit, hubs, ahead)
         assert got == plain
         if hubs and seed % 2 == 0:
-            assert len(warmed) > len(table.attributes)   # the probes, and hubs of the ranks
+            assert warmed   # hubs of the ranks
 
 
 def one_by_one_sweep(evaluator, lattice, incumbent, deadline, progress, admissible) -> dict:
@@ -251,3 +251,19 @@ def test_the_rank_at_a_time_sweep_equals_the_one_by_one_sweep(monkeypatch, seed)
     assert got == expected
     if counters:
         assert len(counters) == 2 and counters[0] == counters[1]
+
+
+@compiled_only
+@pytest.mark.parametrize("seed", range(4))
+def test_the_merged_share_estimate_is_exact_when_every_base_class_is_sampled(monkeypatch, seed):
+    table = random_encoded_table(300 + seed, d=4, records=(300, 900))
+    cache = make_cache(monkeypatch, table, reference=False)
+    m = cache.base[2].size
+    bottom = tuple(0 for _ in table.attributes)
+    for axis, attribute in enumerate(table.attributes):
+        for level in range(1, attribute.max_level + 1):
+            node = bottom[:axis] + (level,) + bottom[axis + 1:]
+            exact = 1.0 - cache._compute(node, None)[1].size / m
+            assert cache.merged_share(axis, level, sample=m) == pytest.approx(exact, abs=1e-12)
+            estimate = cache.merged_share(axis, level, sample=max(1, m // 3))   # a third: pairs scale as a third
+            assert 0.0 <= estimate
