@@ -47,6 +47,7 @@ Node = tuple[int, ...]
 # sum adds floats with compensation, so an explicit left fold.
 _float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, values, 0))
 RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
+AHEAD_CLASSES = 2048   # classes a check must have for the search to guess the next one and roll it up ahead
 
 
 def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -142,8 +143,8 @@ class FlashSearch:
                  two_phase: bool | None = None, ahead: bool | None = None) -> None:
         """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
         `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`);
-        None: when the cache has the worker, check by check as the evaluator's policy finds it pays
-        (engine.search.ahead_policy); the checks are the same either way."""
+        None: when the cache has the worker, after checks with at least AHEAD_CLASSES classes, and check by check
+        as the evaluator's policy finds it pays (engine.search.ahead_policy); the checks are the same either way."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -193,6 +194,7 @@ class FlashSearch:
         worker = getattr(evaluator.cache, "_worker", None) is not None
         self.ahead = ahead is not False and worker and self._items is not None
         self._policy = getattr(evaluator, "ahead", None) if ahead is None else None   # None: always
+        self.ahead_classes = AHEAD_CLASSES if ahead is None else 0   # guess after checks with this many classes
         self._sweep: tuple[list[Node], int] = ([], 0)
         self._plan: tuple[Node, list[Node], list[Node]] | None = None   # `_next_if_fails`
         self._pushes: tuple[Node, list, list[Node]] | None = None   # `_next_if_fails`
@@ -349,9 +351,16 @@ class FlashSearch:
             # the classes first (the check's roll-up, counted as the check would count it), so that the guess can
             # roll up from them
             before = self.evaluator.checked
-            self.evaluator.classes(node, hint)
+            classes = self.evaluator.classes(node, hint)[1].size
             self.progress.update(self.evaluator.checked - before)
-            guess = self._next_if_fails(*following)
+            # A roll-up costs about its source's classes (~20 ns each), a guess some 20-40 us of the search's
+            # thread: with few classes the guess costs more than the roll-up it moves (ADULT k=3's 196 checks have
+            # ~50 classes each), unless forced (`ahead` True)
+            guess = None
+            if classes >= self.ahead_classes:
+                guess = self._next_if_fails(*following)
+            else:
+                self._plan = self._pushes = None
             if guess is not None and following[1] < following[2]:
                 # higher on the same path: rolled up from `node`, just computed and below it, without the
                 # evaluator's search of its remembered sources (the classes are the same from any source)

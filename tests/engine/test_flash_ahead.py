@@ -15,7 +15,7 @@ from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
-from engine.search.flash import FlashSearch
+from engine.search.flash import AHEAD_CLASSES, FlashSearch
 
 from .lattice_tables import wide_table
 
@@ -104,3 +104,11 @@ def test_guesses_mostly_right():
     assert len(after_failure) > 20
     right = sum(1 for i in after_failure if guesses.get(i) == checks[i + 1][1])
     assert right >= 0.75 * len(after_failure)
+
+
+def test_no_guess_after_checks_with_few_classes():
+    """By default a check with fewer than AHEAD_CLASSES classes (every check of these 400-record tables) guesses
+    nothing: its roll-up would cost less than the guess."""
+    assert AHEAD_CLASSES > 400
+    measured = run(0, 2, 0.1, "non_uniform_entropy", ahead=None)
+    assert measured["ahead"] and not measured["prefetched"]
