@@ -25,6 +25,7 @@ bound cannot beat it is tagged "insufficient quality" with all its generalizatio
 from __future__ import annotations
 
 import heapq
+import os
 import sys
 from functools import reduce
 from itertools import product
@@ -62,6 +63,18 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     ranks = np.empty(values.size, dtype=np.int64)
     ranks[order] = np.cumsum(step)
     return ranks, (int(ranks.max()) + 1 if values.size else 0)
+
+
+def idle_core() -> bool:
+    """Whether another core is likely idle for the worker thread: the load average of the last minute leaves at
+    least half a core free. On a loaded machine (FARS and ADULT k=10 with three other busy processes on two cores)
+    the guesses cost up to 40 % of the search's wall time: the worker gets no core while the search needs it, and
+    the threads' GIL hand-overs stall."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:   # pragma: no cover - platforms without a load average
+        return False
+    return load <= (os.cpu_count() or 1) - 0.5
 
 
 class Strategy:
@@ -143,8 +156,9 @@ class FlashSearch:
                  two_phase: bool | None = None, ahead: bool | None = None) -> None:
         """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
         `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`);
-        None: when the cache has the worker, after checks with at least AHEAD_CLASSES classes, and check by check
-        as the evaluator's policy finds it pays (engine.search.ahead_policy); the checks are the same either way."""
+        None: when the cache has the worker and a core is idle (`idle_core`), after checks with at least
+        AHEAD_CLASSES classes, and check by check as the evaluator's policy finds it pays
+        (engine.search.ahead_policy); the checks are the same either way."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -192,7 +206,7 @@ class FlashSearch:
         # the worker; by default only while the evaluator's policy measures that it pays (a guess costs the
         # search's thread some work, and a worker that shares its core with other processes only slows it down).
         worker = getattr(evaluator.cache, "_worker", None) is not None
-        self.ahead = ahead is not False and worker and self._items is not None
+        self.ahead = worker and self._items is not None and (ahead or (ahead is None and idle_core()))
         self._policy = getattr(evaluator, "ahead", None) if ahead is None else None   # None: always
         self.ahead_classes = AHEAD_CLASSES if ahead is None else 0   # guess after checks with this many classes
         self._sweep: tuple[list[Node], int] = ([], 0)

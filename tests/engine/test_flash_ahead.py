@@ -15,7 +15,7 @@ from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search.common import Deadline, Incumbent, Progress
 from engine.search.evaluator import Evaluator
-from engine.search.flash import AHEAD_CLASSES, FlashSearch
+from engine.search.flash import AHEAD_CLASSES, FlashSearch, idle_core
 
 from .lattice_tables import wide_table
 
@@ -74,7 +74,7 @@ def run(seed: int, k: int, limit: float, quality: str, ahead: bool, n: int = 400
     (2, 0.1, "non_uniform_entropy"),   # Flash2P, pruning by the bound in the first phase
     (5, 0.05, "loss"),                 # Flash2P
 ])
-def test_rolling_up_ahead_changes_no_check(seed, k, limit, quality):
+def test_rolling_up_ahead_changes_no_check(seed, k, limit, quality, monkeypatch):
     ahead = run(seed, k, limit, quality, ahead=True)
     plain = run(seed, k, limit, quality, ahead=False)
     assert ahead["ahead"] and not plain["ahead"]
@@ -86,6 +86,7 @@ def test_rolling_up_ahead_changes_no_check(seed, k, limit, quality):
         assert np.array_equal(mine, theirs)
     assert ahead["best"] == plain["best"]
     # by default the evaluator's policy switches rolling up ahead on and off as it measures: the same again
+    monkeypatch.setattr("engine.search.flash.idle_core", lambda: True)
     measured = run(seed, k, limit, quality, ahead=None)
     assert measured["ahead"]
     for key in ("log", "counters", "checked", "seen", "best"):
@@ -106,9 +107,20 @@ def test_guesses_mostly_right():
     assert right >= 0.75 * len(after_failure)
 
 
-def test_no_guess_after_checks_with_few_classes():
+def test_no_guess_after_checks_with_few_classes(monkeypatch):
     """By default a check with fewer than AHEAD_CLASSES classes (every check of these 400-record tables) guesses
     nothing: its roll-up would cost less than the guess."""
     assert AHEAD_CLASSES > 400
+    monkeypatch.setattr("engine.search.flash.idle_core", lambda: True)
     measured = run(0, 2, 0.1, "non_uniform_entropy", ahead=None)
     assert measured["ahead"] and not measured["prefetched"]
+
+
+def test_no_guess_without_an_idle_core(monkeypatch):
+    """By default nothing is guessed while the load average leaves no core idle."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (1.2, 0.0, 0.0))
+    assert idle_core()
+    monkeypatch.setattr("os.getloadavg", lambda: (1.8, 0.0, 0.0))
+    assert not idle_core()
+    assert not run(0, 2, 0.1, "non_uniform_entropy", ahead=None)["ahead"]
