@@ -25,7 +25,6 @@ bound cannot beat it is tagged "insufficient quality" with all its generalizatio
 from __future__ import annotations
 
 import heapq
-import os
 import sys
 from functools import reduce
 from itertools import product
@@ -48,7 +47,6 @@ Node = tuple[int, ...]
 # sum adds floats with compensation, so an explicit left fold.
 _float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, values, 0))
 RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
-AHEAD_CLASSES = 2048   # classes a check must have for the search to guess the next one and roll it up ahead
 
 
 def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -63,18 +61,6 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     ranks = np.empty(values.size, dtype=np.int64)
     ranks[order] = np.cumsum(step)
     return ranks, (int(ranks.max()) + 1 if values.size else 0)
-
-
-def idle_core() -> bool:
-    """Whether another core is likely idle for the worker thread: the load average of the last minute leaves at
-    least half a core free. On a loaded machine (FARS and ADULT k=10 with three other busy processes on two cores)
-    the guesses cost up to 40 % of the search's wall time: the worker gets no core while the search needs it, and
-    the threads' GIL hand-overs stall."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:   # pragma: no cover - platforms without a load average
-        return False
-    return load <= (os.cpu_count() or 1) - 0.5
 
 
 class Strategy:
@@ -153,12 +139,12 @@ class Strategy:
 class FlashSearch:
     def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                  progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None,
-                 two_phase: bool | None = None, ahead: bool | None = None) -> None:
+                 two_phase: bool | None = None, ahead: bool = False) -> None:
         """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
-        `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`);
-        None: when the cache has the worker and a core is idle (`idle_core`), after checks with at least
-        AHEAD_CLASSES classes, and check by check as the evaluator's policy finds it pays
-        (engine.search.ahead_policy); the checks are the same either way."""
+        `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`); off
+        by default: measured on a quiet 2-core machine it cost more than it moved (FARS k=2 0.156 -> 0.259 s, CUP
+        k=2 0.20 -> 0.27 s: the guess and the GIL hand-overs take the search's thread longer than the roll-ups it
+        moves, ~70 us each). The checks are the same either way."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -203,12 +189,9 @@ class FlashSearch:
         # Rolling up ahead (engine.classes.ClassCache.prefetch): while a check is decided, the worker thread rolls
         # up the transformation the search checks next if that check fails (most do: 92 % on FARS), so the two
         # cores work side by side. Only with explicit tags indexed by the levels (`_items`) and a cache that has
-        # the worker; by default only while the evaluator's policy measures that it pays (a guess costs the
-        # search's thread some work, and a worker that shares its core with other processes only slows it down).
+        # the worker; only when asked (`ahead`).
         worker = getattr(evaluator.cache, "_worker", None) is not None
-        self.ahead = worker and self._items is not None and (ahead or (ahead is None and idle_core()))
-        self._policy = getattr(evaluator, "ahead", None) if ahead is None else None   # None: always
-        self.ahead_classes = AHEAD_CLASSES if ahead is None else 0   # guess after checks with this many classes
+        self.ahead = worker and self._items is not None and bool(ahead)
         self._sweep: tuple[list[Node], int] = ([], 0)
         self._plan: tuple[Node, list[Node], list[Node]] | None = None   # `_next_if_fails`
         self._pushes: tuple[Node, list, list[Node]] | None = None   # `_next_if_fails`
@@ -365,16 +348,9 @@ class FlashSearch:
             # the classes first (the check's roll-up, counted as the check would count it), so that the guess can
             # roll up from them
             before = self.evaluator.checked
-            classes = self.evaluator.classes(node, hint)[1].size
+            self.evaluator.classes(node, hint)
             self.progress.update(self.evaluator.checked - before)
-            # A roll-up costs about its source's classes (~20 ns each), a guess some 20-40 us of the search's
-            # thread: with few classes the guess costs more than the roll-up it moves (ADULT k=3's 196 checks have
-            # ~50 classes each), unless forced (`ahead` True)
-            guess = None
-            if classes >= self.ahead_classes:
-                guess = self._next_if_fails(*following)
-            else:
-                self._plan = self._pushes = None
+            guess = self._next_if_fails(*following)
             if guess is not None and following[1] < following[2]:
                 # higher on the same path: rolled up from `node`, just computed and below it, without the
                 # evaluator's search of its remembered sources (the classes are the same from any source)
@@ -433,7 +409,7 @@ class FlashSearch:
                 high = mid - 1
                 continue
             hint = path[low - 1] if low > 0 else None
-            guess = self.ahead and (self._policy is None or self._policy.tick())
+            guess = self.ahead
             if self.check(node, hint, (path, mid, high, queue) if guess else None):
                 lowest = node
                 high = mid - 1

@@ -35,7 +35,7 @@ class FakeClock:
 
 def run(cost: dict[bool, float], checks: int) -> tuple[AheadPolicy, list[bool]]:
     clock = FakeClock(cost)
-    policy = AheadPolicy(True, clock)
+    policy = AheadPolicy(True, clock, measure=True)
     clock.policy = policy
     return policy, [policy.tick() for _ in range(checks)]
 
@@ -62,7 +62,7 @@ def test_the_cheaper_mode_is_chosen_and_kept_longer_while_it_wins(cheaper):
 def test_a_change_of_load_is_followed():
     """Cheaper ahead at first, then (the machine got loaded) cheaper without: a later probe switches."""
     clock = FakeClock({True: 1.0, False: 2.0})
-    policy = AheadPolicy(True, clock)
+    policy = AheadPolicy(True, clock, measure=True)
     clock.policy = policy
     for _ in range(600):
         policy.tick()
@@ -99,6 +99,24 @@ def test_switching_modes_check_by_check_changes_nothing(monkeypatch, example):
         assert result.checked == reference.checked and result.phases == reference.phases
         assert result.pruned_by_bound == reference.pruned_by_bound
     assert not [t for t in threading.enumerate() if t.name.startswith("safeshare-rollup")]
+
+
+@pytest.mark.parametrize("load,measures", [(0.9, False), (1.6, True)])
+def test_probes_only_on_a_loaded_machine(monkeypatch, load, measures):
+    """With a core idle when the search starts the policy rolls up ahead at every check, with no probe (measured
+    cheaper on a quiet machine); with none idle it probes the two modes."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (load, 0.0, 0.0))
+    assert ahead_policy.idle_core() is not measures
+    clock = FakeClock({True: 3.0, False: 1.0})   # without the worker cheaper: a probe would turn it off
+    policy = AheadPolicy(True, clock)
+    clock.policy = policy
+    modes = [policy.tick() for _ in range(1000)]
+    assert policy.measure is measures
+    if measures:
+        assert policy.chosen and not all(modes)
+    else:
+        assert all(modes) and policy.chosen == []
 
 
 @pytest.mark.parametrize("off,expected", [(0.95, True), (0.85, False)])
