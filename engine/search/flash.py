@@ -28,7 +28,7 @@ import heapq
 import sys
 from functools import reduce
 from itertools import product
-from operator import add, getitem, le, neg
+from operator import add, getitem, neg
 
 import numpy as np
 
@@ -139,12 +139,8 @@ class Strategy:
 class FlashSearch:
     def __init__(self, evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                  progress: Progress, explicit: bool | None = None, prune_by_bound: bool | None = None,
-                 two_phase: bool | None = None, ahead: bool = False) -> None:
-        """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it.
-        `ahead`: roll up the likely next check on the class cache's worker thread during each check (`check`); off
-        by default: measured on a quiet 2-core machine it cost more than it moved (FARS k=2 0.156 -> 0.259 s, CUP
-        k=2 0.20 -> 0.27 s: the guess and the GIL hand-overs take the search's thread longer than the roll-ups it
-        moves, ~70 us each). The checks are the same either way."""
+                 two_phase: bool | None = None) -> None:
+        """`two_phase` None: Flash2P exactly when privacy and quality are not both monotone; True forces it."""
         self.evaluator = evaluator
         self.quality = evaluator.quality
         self.lattice = lattice
@@ -186,15 +182,6 @@ class FlashSearch:
         self._successors: dict[Node, list[Node]] = {}
         self.pruned_by_bound = 0
         self.complete = True
-        # Rolling up ahead (engine.classes.ClassCache.prefetch): while a check is decided, the worker thread rolls
-        # up the transformation the search checks next if that check fails (most do: 92 % on FARS), so the two
-        # cores work side by side. Only with explicit tags indexed by the levels (`_items`) and a cache that has
-        # the worker; only when asked (`ahead`).
-        worker = getattr(evaluator.cache, "_worker", None) is not None
-        self.ahead = worker and self._items is not None and bool(ahead)
-        self._sweep: tuple[list[Node], int] = ([], 0)
-        self._plan: tuple[Node, list[Node], list[Node]] | None = None   # `_next_if_fails`
-        self._pushes: tuple[Node, list, list[Node]] | None = None   # `_next_if_fails`
 
     # --- predictive properties ------------------------------------------------------------------------------------
     def classified(self, node: Node) -> bool:
@@ -238,85 +225,6 @@ class FlashSearch:
             return True
         return False
 
-    def _next_if_fails(self, path: list[Node], mid: int, high: int, queue: list) -> Node | None:
-        """The transformation the search checks next if `path[mid]`'s check fails: the middle of the path's upper
-        part, else the middle of the next path. The next path is found as the search will find it after the failure
-        (`check_path` pushing the successors, `binary_search` popping the queue, the level sweep of `run`, then
-        `find_path`), with `skip` replaced by what it would answer without its effects and the tags those steps add
-        simulated: the check's own (`path[mid]` and its specializations) and the bound's on the way (`ruled_out`).
-        The path and the pushes are kept (`_plan`, `_pushes`) for `find_path` and `check_path`, which take them if
-        the check fails without tagging by the bound."""
-        self._plan = self._pushes = None
-        if mid < high:
-            return path[(mid + 1 + high) // 2]
-        failing = path[mid]
-        classified_up, classified_down, tagged_up = self._items
-        prune = self.prune_by_bound and self.incumbent.best is not None
-        bound_item, bounds, rules_out = self._bound_item, self._bounds, self.incumbent.rules_out
-        ruled_out: list[Node] = []   # tagged by `skip` on the way (the bound), upwards
-
-        def skipped(node: Node) -> bool:
-            """`skip(node)` after the failure, without its effects, noting the tag its bound adds; for a
-            transformation that is no specialization of `failing` (its successors, a path's steps)."""
-            if classified_up(node) or classified_down(node):
-                return True
-            if not prune:
-                return False
-            if tagged_up(node) or (ruled_out and any(all(map(le, tagged, node)) for tagged in ruled_out)):
-                return True
-            if bound_item is not None:
-                bound = bound_item(node)
-            else:
-                bound = bounds.get(node)
-                if bound is None:
-                    bound = self.quality.bound(node)
-            if rules_out(node, bound):
-                ruled_out.append(node)
-                return True
-            return False
-
-        def popped(node: Node) -> bool:   # any transformation: also the failure's own tag, downwards
-            return all(map(le, node, failing)) or skipped(node)
-
-        pushed = [item for item in self.successors(failing) if not skipped(item[1])]
-        # check_path's pushes after the failure: the successors not skipped, and those `skip` tags on the way
-        self._pushes = (failing, pushed, ruled_out[:])
-        while queue and (classified_up(queue[0][1]) or classified_down(queue[0][1]) or tagged_up(queue[0][1])):
-            # tagged for good: the search would pop it unchecked, with no effect, so the guess may
-            heapq.heappop(queue)
-        head = None
-        first = min(pushed[:1] + queue[:1], default=None)
-        if first is not None and not popped(first[1]):
-            head = first[1]   # the common case, without sorting the queue
-        elif first is not None:
-            for item in sorted(queue + pushed):   # the order in which the search pops them
-                if not popped(item[1]):
-                    head = item[1]
-                    break
-        if head is None:   # the queue runs dry: the level sweep's next transformation (`run`)
-            nodes, at = self._sweep
-            for node in nodes[at + 1:]:
-                if not popped(node):
-                    head = node
-                    break
-            else:
-                return None
-        # find_path, noting what `skip` will tag on the way (a step generalizes the head, which is no
-        # specialization of `failing`, so neither is the step)
-        known = len(ruled_out)
-        current = head
-        nodes = [head]
-        while True:
-            for _, step in self.successors(current):
-                if not skipped(step):
-                    break
-            else:
-                break
-            nodes.append(step)
-            current = step
-        self._plan = (head, nodes, ruled_out[known:])
-        return nodes[(len(nodes) - 1) // 2]
-
     def successors(self, node: Node) -> list[tuple[tuple, Node]]:
         """The direct generalizations of `node` in the strategy's order, each with its key (as the queue holds
         them; keys are unique, so sorting the pairs is sorting by key)."""
@@ -340,23 +248,8 @@ class FlashSearch:
         self.class_bounds[node] = self.quality.lower_bound_from_classes(evaluation.sizes)
         return evaluation
 
-    def check(self, node: Node, hint: Node | None, following: tuple | None = None) -> bool:
-        """Classify `node` for the binary property, tag, and prune by the bound; True when it has the property.
-        `following` ((path, mid, high, queue) of check_path): once `node`'s classes are there, the transformation
-        the search checks next if this check fails rolls up on the worker thread while this one is decided."""
-        if following is not None and (self.full_check or self.evaluator.minimal_class_size > 1):
-            # the classes first (the check's roll-up, counted as the check would count it), so that the guess can
-            # roll up from them
-            before = self.evaluator.checked
-            self.evaluator.classes(node, hint)
-            self.progress.update(self.evaluator.checked - before)
-            guess = self._next_if_fails(*following)
-            if guess is not None and following[1] < following[2]:
-                # higher on the same path: rolled up from `node`, just computed and below it, without the
-                # evaluator's search of its remembered sources (the classes are the same from any source)
-                self.evaluator.cache.prefetch(guess, node)
-            elif guess is not None:
-                self.evaluator.prefetch(guess)
+    def check(self, node: Node, hint: Node | None) -> bool:
+        """Classify `node` for the binary property, tag, and prune by the bound; True when it has the property."""
         if self.full_check:
             has_property = self.evaluate(node, hint, may_abandon=False).solution   # the tag needs the full answer
         else:
@@ -364,8 +257,6 @@ class FlashSearch:
             has_property = self.evaluator.m_anonymous(node, hint)
             self.progress.update(self.evaluator.checked - before)
         (self.anonymous if has_property else self.not_anonymous).tag(node)
-        if has_property:
-            self._plan = self._pushes = None   # the guess assumed a failure
         if self.prune_by_bound and self.incumbent.best is not None:
             class_bound = self.class_bounds.get(node)   # set when the check evaluated the node fully
             if class_bound is None:
@@ -374,19 +265,10 @@ class FlashSearch:
             bound = max(level_bound, class_bound)
             if self.incumbent.rules_out(node, bound):
                 self.insufficient.tag(node)
-                self._plan = self._pushes = None   # a tag the guess did not foresee
         return has_property
 
     # --- Flash ------------------------------------------------------------------------------------------------------
     def find_path(self, head: Node) -> list[Node]:
-        plan = self._plan
-        if plan is not None:
-            self._plan = None
-            if plan[0] == head:
-                # the path `_next_if_fails` found from the same tags: only the tags `skip` would add on the way
-                for node in plan[2]:
-                    self.skip(node)
-                return plan[1]
         path = [head]
         current = head
         skip = self.skip
@@ -409,23 +291,13 @@ class FlashSearch:
                 high = mid - 1
                 continue
             hint = path[low - 1] if low > 0 else None
-            guess = self.ahead
-            if self.check(node, hint, (path, mid, high, queue) if guess else None):
+            if self.check(node, hint):
                 lowest = node
                 high = mid - 1
             else:
-                pushes = self._pushes
-                if pushes is not None and pushes[0] == node:
-                    # as `_next_if_fails` found them from the same tags: the tags `skip` adds, then the pushes
-                    self._pushes = None
-                    for ruled_out in pushes[2]:
-                        self.skip(ruled_out)
-                    for item in pushes[1]:
+                for item in self.successors(node):
+                    if not self.skip(item[1]):
                         heapq.heappush(queue, item)
-                else:
-                    for item in self.successors(node):
-                        if not self.skip(item[1]):
-                            heapq.heappush(queue, item)
                 low = mid + 1
         return lowest
 
@@ -439,8 +311,6 @@ class FlashSearch:
             if self.skip(head):
                 continue
             lowest = self.check_path(self.find_path(head), queue)
-            if lowest is not None and self.two_phase:
-                self._plan = None   # what follows may tag and change the incumbent, so the bounds
             if lowest is not None and self.two_phase and lowest not in self.class_bounds \
                     and not self.insufficient_quality(lowest):
                 # An early solution makes the bound prune the rest of the first phase (ARX checks the utility of
@@ -501,9 +371,7 @@ class FlashSearch:
         for rank in range(sum(lattice.upper) - sum(lattice.lower) + 1):
             if not self.complete:
                 break
-            sweep = self.unclassified_at_rank(rank, ranks, explicit)
-            for at, node in enumerate(sweep):
-                self._sweep = (sweep, at)   # where the sweep is, for `_next_if_fails`
+            for node in self.unclassified_at_rank(rank, ranks, explicit):
                 if not self.skip(node):
                     self.binary_search(node)
                 if not self.complete:
