@@ -327,10 +327,7 @@ class ClassCache:
         if self.kernels is None:
             return None
         self._hub_deltas[hub] = None   # unless made below
-        delta_rows, count = [], 0
-        for level, cards in zip(hub, self.cards):
-            delta_rows.append([-1] * (level + 1) + list(range(count, count + len(cards) - level - 1)))
-            count += len(cards) - level - 1
+        delta_rows, count = self._delta_layout(hub)
         # Allocated, not touched: a row takes memory when the compiled roll-up first fills it (counted then).
         if not self._make_room(count, hub):
             return None
@@ -339,6 +336,15 @@ class ClassCache:
         self._hub_deltas[hub] = deltas
         self.hub_nbytes += count
         return deltas
+
+    def _delta_layout(self, levels: tuple[int, ...]) -> tuple[list[list[int]], int]:
+        """Where the key updates of a source at `levels` (the base or a hub) keep each attribute's levels above
+        its own: per attribute and level, a row number (-1 at and below the source's level), and how many rows."""
+        rows, count = [], 0
+        for level, cards in zip(levels, self.cards):
+            rows.append([-1] * (level + 1) + list(range(count, count + len(cards) - level - 1)))
+            count += len(cards) - level - 1
+        return rows, count
 
     def _hub_size(self, hub: tuple[int, ...]) -> int:
         """Bytes a warmed table holds, with the rows of key updates filled so far (before it is released)."""
@@ -469,12 +475,7 @@ class ClassCache:
         compiled roll-up on first use, `roll_up_base`), and which rows are filled; None when they would take more
         than BASE_DELTA_BYTES or a quarter of the cache's budget. Outside the cache's bound, like the base."""
         if self._deltas is None:
-            self._delta_rows = [[-1] * len(cards) for cards in self.cards]
-            count = 0
-            for i, cards in enumerate(self.cards):
-                for level in range(1, len(cards)):
-                    self._delta_rows[i][level] = count
-                    count += 1
+            self._delta_rows, count = self._delta_layout(self.base[0])
             m = self.base[2].size   # base classes of the cache's form
             if count * m * 8 > min(BASE_DELTA_BYTES, self.budget // 4):
                 self._deltas = False

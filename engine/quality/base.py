@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import kernels
 from ..encoding import EncodedTable
 
 Levels = Sequence[int]
@@ -44,6 +45,17 @@ class QualityModel(ABC):
         self.table = table
         self.n = table.n
         self.d = len(table.attributes)
+        # Compiled sums once a search has loaded engine.kernels (the same integers), unless the reference is forced
+        # when the model is built (`_compiled`).
+        self._reference = kernels.reference_forced()
+        self._loaded = None
+
+    def _compiled(self):
+        """engine.kernels' functions when this model computes compiled (numba loaded, the reference not forced when
+        it was built), else None; remembered once loaded, so a check reads no environment variable."""
+        if self._loaded is None and not self._reference:
+            self._loaded = kernels.loaded()
+        return self._loaded
 
     def loss_without_suppression(self, levels: Levels) -> float | None:
         """The loss when no record is suppressed, where it depends on the levels alone (None: it needs the classes).

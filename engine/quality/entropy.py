@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 from .sums import add_reduce, add_reduce_columns, numpy_order
@@ -33,7 +32,6 @@ class NonUniformEntropy(QualityModel):
                 terms.append(float(np.dot(original, np.log2(generalized / original))))
             self._generalization.append(np.array(terms))
             self._maximum[i] = float(np.dot(original, np.log2(self.n / original)))
-        self._reference = kernels.reference_forced()   # else compiled counts once a search loaded engine.kernels
         self._layouts: dict[tuple[int, ...], tuple] = {}   # `_layout`
         self._normalized_terms: list[list[float]] | None = None   # `lower_bound`
         self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
@@ -104,7 +102,7 @@ class NonUniformEntropy(QualityModel):
             # s_w for all attributes in one bincount (codes offset per attribute), taken from whichever side has
             # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
             cards, offsets, offsets64, total_values = self._layout(levels)
-            compiled = None if self._reference else kernels.loaded()
+            compiled = self._compiled()
             if compiled is not None:   # the same integer counts, compiled (engine.kernels)
                 counted = compiled.suppressed_value_counts(codes, sizes, suppressed, offsets64,
                                                                 total_values).astype(np.float64)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 from .sums import add_reduce, multiply_reduce, numpy_order
@@ -43,9 +42,6 @@ class Loss(QualityModel):
             for a, rows in zip(table.attributes, self._rows)
         ]
         self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
-        # Compiled sums when a search loaded engine.kernels (same integers), unless the reference is forced now.
-        self._reference = kernels.reference_forced()
-        self._loaded = None   # engine.kernels' module once loaded (`_compiled`): no environment lookup per check
         self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
         self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
@@ -173,12 +169,8 @@ class Loss(QualityModel):
                    ) -> tuple[np.ndarray, int]:
         """Per attribute, Σ over the kept records of the hierarchy rows under their label (an integer), and the
         suppressed records. The reference sums over whichever side has fewer classes (the kept ones directly, or
-        all records minus the suppressed ones); the compiled path over the kept classes; integers agree."""
-        compiled = self._compiled()
-        if compiled is not None:
-            weights, offsets = self._weights(levels)
-            kept, removed = compiled.kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
-            return kept, int(removed)
+        all records minus the suppressed ones); the compiled path (`loss_terms`, over the kept classes) gives the
+        same integers."""
         n_suppressed = int(sizes[suppressed].sum())
         count_suppressed = int(np.count_nonzero(suppressed))
         from_kept = count_suppressed * 2 > suppressed.size
@@ -200,13 +192,6 @@ class Loss(QualityModel):
             self._flat_rows = (np.concatenate(parts).astype(np.int64), starts, first)
         flat, starts, first = self._flat_rows
         return flat, starts[first + np.asarray(levels, dtype=int)]
-
-    def _compiled(self):
-        """engine.kernels' functions when this model computes compiled (decided when built; numba loaded), else
-        None; remembered once loaded, so a check reads no environment variable."""
-        if self._loaded is None and not self._reference:
-            self._loaded = kernels.loaded()
-        return self._loaded
 
     def compiled_loss_arguments(self, levels: Levels) -> tuple | None:
         if self._compiled() is None:
