@@ -14,6 +14,7 @@ from .base import Levels, QualityModel
 from .sums import add_reduce, add_reduce_columns, numpy_order
 
 LAYOUT_MEMO_LIMIT = 1 << 16   # transformations whose value layout `_layout` remembers
+_FAST_AGREES: bool | None = None   # engine._entropy_numba.agrees_with_numpy(), asked once per process
 
 
 class NonUniformEntropy(QualityModel):
@@ -35,6 +36,7 @@ class NonUniformEntropy(QualityModel):
         self._layouts: dict[tuple[int, ...], tuple] = {}   # `_layout`
         self._normalized_terms: list[list[float]] | None = None   # `lower_bound`
         self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
+        self._fast = None   # `_fast_terms`: engine._entropy_numba and its tables, or False where it does not apply
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         # raw / maximum where the maximum is positive, else 0: the division by a divisor with 1 in place of the
@@ -127,11 +129,51 @@ class NonUniformEntropy(QualityModel):
                 raw[i] = float(np.dot(values[start:end], logs[start:end]))
         return raw
 
+    def _fast_terms(self, levels, codes, sizes, suppressed) -> np.ndarray | None:
+        """engine._entropy_numba's terms (row 0: the normalized attribute terms, row 1: the normalized suppression
+        terms, the reference's bits) on the compiled path, else None (the reference then computes them): only
+        once numba is loaded for this model (`_compiled`), where the module's sums agree with numpy's in this
+        process, and where no attribute's suppressed records hold more values than it replays."""
+        fast = self._fast
+        if fast is None:
+            if self._compiled() is None:
+                return None
+            fast = self._fast = self._load_fast()
+        if fast is False:
+            return None
+        module, cardinalities, generalization = fast
+        terms, _, replayed = module.entropy_terms(codes, sizes, suppressed, np.array(levels, dtype=np.int64),
+                                                  cardinalities, generalization, self._maximum)
+        return terms if replayed else None
+
+    def _load_fast(self):
+        """(engine._entropy_numba, cardinality per attribute and level, generalization term per attribute and
+        level) as the kernel reads them, or False where its order does not replay numpy's here."""
+        from .. import _entropy_numba
+
+        global _FAST_AGREES
+        if _FAST_AGREES is None:
+            _FAST_AGREES = bool(_entropy_numba.agrees_with_numpy())
+        if not _FAST_AGREES:
+            return False
+        height = max(a.levels for a in self.table.attributes)
+        cardinalities = np.zeros((self.d, height), dtype=np.int64)
+        generalization = np.zeros((self.d, height), dtype=np.float64)
+        for i, (a, terms) in enumerate(zip(self.table.attributes, self._generalization)):
+            cardinalities[i, :a.levels] = [a.cardinality(level) for level in range(a.levels)]
+            generalization[i, :a.levels] = terms
+        self._mean_in_python = numpy_order("mean", self.d)
+        return _entropy_numba, cardinalities, generalization
+
     def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
+        fast = self._fast_terms(levels, codes, sizes, suppressed)
+        if fast is not None:
+            # kept for suppression_terms, which the search asks for right after the loss of the same classes
+            self._last_suppression = (tuple(levels), codes, sizes, suppressed, None, fast[1])
+            return fast[0]
         raw = np.array([g[lv] for g, lv in zip(self._generalization, levels)])
         suppression = self._suppression_raw(levels, codes, sizes, suppressed)
-        # kept for suppression_terms, which the search asks for right after the loss of the same classes
-        self._last_suppression = (tuple(levels), codes, sizes, suppressed, suppression)
+        self._last_suppression = (tuple(levels), codes, sizes, suppressed, suppression, None)
         return self._normalize(raw + suppression)
 
     def generalization_terms(self, levels: Levels) -> np.ndarray:
@@ -160,11 +202,17 @@ class NonUniformEntropy(QualityModel):
         last = getattr(self, "_last_suppression", None)
         if last is not None and last[0] == tuple(levels) and last[1] is codes and last[2] is sizes \
                 and last[3] is suppressed:
-            return self._normalize(last[4])
+            return self._normalize(last[4]) if last[5] is None else last[5].copy()
+        fast = self._fast_terms(levels, codes, sizes, suppressed)
+        if fast is not None:
+            return fast[1].copy()
         return self._normalize(self._suppression_raw(levels, codes, sizes, suppressed))
 
     def loss(self, levels, codes, sizes, suppressed) -> float:
-        return float(self._attribute_array(levels, codes, sizes, suppressed).mean())
+        terms = self._attribute_array(levels, codes, sizes, suppressed)
+        if self._fast and self._mean_in_python:   # numpy's mean replayed in Python floats (engine.quality.sums)
+            return add_reduce(terms.tolist()) / self.d
+        return float(terms.mean())
 
     def attribute_losses(self, levels, codes, sizes, suppressed) -> dict[str, float]:
         values = self._attribute_array(levels, codes, sizes, suppressed)
