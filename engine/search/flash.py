@@ -47,6 +47,7 @@ Node = tuple[int, ...]
 # sum adds floats with compensation, so an explicit left fold.
 _float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, values, 0))
 RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
+FAST_SWEEP = True      # explicit tags and ranks: the first phase on flat indices (`FlashSearch._sweep`)
 
 
 def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -119,6 +120,10 @@ class Strategy:
             order = np.lexsort((np.arange(size - 1, -1, -1, dtype=np.int64), lost, precision, levels))
         ranks = np.empty(size, dtype=np.int64)
         ranks[order] = np.arange(size, dtype=np.int64)
+        # For the sweep on flat indices (`FlashSearch._sweep`): the transformations in the keys' order, and where
+        # each sum of levels starts in it (the sum is the keys' first component, so a rank is one run of `order`).
+        self.order = order
+        self.rank_starts = np.concatenate(([0], np.cumsum(np.bincount(levels, minlength=top + 1)))).tolist()
         return ranks.reshape(shape)
 
     def key(self, node: Node) -> tuple:
@@ -354,9 +359,151 @@ class FlashSearch:
             self._groups = (order, starts)
         return self._groups
 
+    # --- Flash on flat indices ---------------------------------------------------------------------------------
+    def _sweep(self) -> None:
+        """The first phase of `run` where the tags are explicit and the strategy's ranks exist (every lower level 0,
+        at most RANK_LIMIT transformations): the same reads, checks, tags and counts in the same order as
+        `unclassified_at_rank`, `binary_search`, `find_path`, `check_path` and `skip`, but with transformations
+        numbered by their flat (C-order) index. A tag is read from its bytearray (`ExplicitTags.buffer`), a strategy
+        key is the integer rank (unique, so the queue holds ranks and `order` turns one back into a transformation),
+        a rank's transformations are one run of `order` filtered with numpy, and the successors of an index are
+        computed once, sorted by rank. Level vectors are made only for what needs them: a check, a tag, a tie."""
+        lattice, strategy, incumbent, deadline = self.lattice, self.strategy, self.incumbent, self.deadline
+        quality = self.quality
+        anonymous, not_anonymous, insufficient = self.anonymous.buffer, self.not_anonymous.buffer, \
+            self.insufficient.buffer
+        tag_insufficient = self.insufficient.tag
+        prune = self.prune_by_bound
+        bound_item = self._bound_item
+        bounds = self._bounds
+        rank_of = strategy.ranks.item           # flat index -> rank (an int)
+        order = strategy.order
+        at_rank = order.item                    # rank -> flat index
+        upper = tuple(lattice.upper)
+        d = len(upper)
+        strides = [1] * d
+        for axis in range(d - 2, -1, -1):
+            strides[axis] = strides[axis + 1] * (upper[axis + 1] + 1)
+        strides = tuple(strides)
+        nodes: dict[int, Node] = {}
+        successors: dict[int, list[int]] = {}
+
+        def node_of(index: int) -> Node:
+            node = nodes.get(index)
+            if node is None:
+                rest, levels = index, []
+                for stride in strides:
+                    level, rest = divmod(rest, stride)
+                    levels.append(level)
+                node = nodes[index] = tuple(levels)
+            return node
+
+        def successors_of(index: int) -> list[int]:
+            found = successors.get(index)
+            if found is None:
+                found = successors[index] = sorted(
+                    [index + stride for stride, level, top in zip(strides, node_of(index), upper) if level < top],
+                    key=rank_of)
+            return found
+
+        def ruled_out(index: int, key: tuple) -> bool:
+            """`insufficient_quality` past its tag read, for a transformation not tagged: the bound, and the tag
+            and count when it rules the transformation out."""
+            if bound_item is not None:
+                bound = bound_item(index)
+            else:
+                node = node_of(index)
+                bound = bounds.get(node)   # QualityModel.bound's memo, read directly
+                if bound is None:
+                    bound = quality.bound(node)
+            loss = key[0]
+            if bound > loss or (bound == loss and incumbent.rules_out(node_of(index), bound)):
+                tag_insufficient(node_of(index))
+                self.pruned_by_bound += 1
+                return True
+            return False
+
+        def skip(index: int) -> bool:
+            if anonymous[index] or not_anonymous[index]:
+                return True
+            key = incumbent.key
+            if not prune or key is None:
+                return False
+            return bool(insufficient[index]) or ruled_out(index, key)
+
+        check, heappush, heappop = self.check, heapq.heappush, heapq.heappop
+
+        def search_from(start: int) -> None:
+            """`binary_search`, with `find_path` and `check_path` inline."""
+            queue = [rank_of(start)]
+            while queue:
+                if deadline.passed():
+                    self.complete = False
+                    return
+                head = at_rank(heappop(queue))
+                if skip(head):
+                    continue
+                path = [head]
+                current = head
+                while True:   # find_path
+                    for step in successors_of(current):
+                        if not skip(step):
+                            break
+                    else:
+                        break
+                    path.append(step)
+                    current = step
+                low, high, lowest = 0, len(path) - 1, None
+                while low <= high:   # check_path
+                    mid = (low + high) // 2
+                    index = path[mid]
+                    if skip(index):
+                        high = mid - 1
+                        continue
+                    if check(node_of(index), node_of(path[low - 1]) if low > 0 else None):
+                        lowest = index
+                        high = mid - 1
+                    else:
+                        for step in successors_of(index):
+                            if not skip(step):
+                                heappush(queue, rank_of(step))
+                        low = mid + 1
+                if lowest is not None and self.two_phase:
+                    node = node_of(lowest)
+                    if node not in self.class_bounds and not self.insufficient_quality(node):
+                        self.evaluate(node)
+
+        flat = (self.anonymous.flags.reshape(-1), self.not_anonymous.flags.reshape(-1),
+                self.insufficient.flags.reshape(-1))
+        starts = strategy.rank_starts
+        if deadline.passed():
+            self.complete = False
+        elif self.full_check:
+            self.check(lattice.bottom, None)
+        for rank in range(len(starts) - 1):
+            if not self.complete:
+                break
+            # `unclassified_at_rank`: the rank's transformations in the keys' order, untagged, then not skipped
+            indices = order[starts[rank]:starts[rank + 1]]
+            tagged = flat[0][indices] | flat[1][indices]
+            if prune:
+                tagged |= flat[2][indices]
+            untagged = indices[~tagged].tolist()
+            key = incumbent.key
+            if prune and key is not None:
+                untagged = [index for index in untagged if not ruled_out(index, key)]
+            for index in untagged:
+                if not skip(index):
+                    search_from(index)
+                if not self.complete:
+                    break
+
     def run(self) -> dict:
         lattice = self.lattice
         explicit = isinstance(self.anonymous, ExplicitTags)
+        if FAST_SWEEP and self._items is not None and self.strategy.ranks is not None:
+            self._sweep()
+            return self._second_phase(explicit)
         ranks = None
         if explicit:
             shape = self.anonymous.flags.shape
@@ -376,6 +523,10 @@ class FlashSearch:
                     self.binary_search(node)
                 if not self.complete:
                     break
+        return self._second_phase(explicit)
+
+    def _second_phase(self, explicit: bool) -> dict:
+        lattice = self.lattice
         phase_one = self.evaluator.checked
         counters = {"pruned_by_bound": self.pruned_by_bound, "complete": self.complete,
                     "phases": {"binary": phase_one}}
