@@ -13,8 +13,8 @@ and the per-attribute sum of s_w x log2(S / s_w) is numpy's `np.dot`, i.e. OpenB
 horizontal additions do, then the rest added one product at a time, each product rounded before the sum). That
 order belongs to one BLAS build and CPU kernel, so engine.quality.entropy uses this module only after
 `agrees_with_numpy` found its sums equal to numpy's on random vectors of every length class (once per process),
-and only for attributes with at most DOT_LIMIT suppressed values (OpenBLAS splits longer dot products over
-threads); otherwise the reference runs.
+and only for attributes with at most DOT_LIMIT suppressed values (OpenBLAS may split longer dot products over
+threads): the caller computes those attributes' dot products with numpy itself, from the compiled counts.
 """
 from __future__ import annotations
 
@@ -86,30 +86,46 @@ def _combine(lanes):
 
 
 @_jit
-def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalization, maximum):
+def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalization, maximum, totals, starts):
     """Non-Uniform Entropy's normalized terms of a transformation (levels) whose classes are (codes (d, u), sizes)
     and which suppresses `suppressed`: row 0 per attribute (generalization + suppression) / maximum (0 where the
     maximum is 0), row 1 suppression / maximum alone (engine.quality.entropy's `suppression_terms`). Returns
-    (terms, suppressed records, True), or (anything, records, False) when an attribute's suppressed records hold
-    more than DOT_LIMIT values (the caller then computes the reference)."""
+    (terms, suppressed records, how many pending, pending, counts, offsets): `pending` marks the attributes whose
+    suppressed records hold more than DOT_LIMIT values, whose terms are left for the caller to compute with numpy's
+    dot product from `counts` (suppressed records per value, attribute i's at offsets[i] .. offsets[i + 1]).
+
+    The suppressed records per value are counted from the side with fewer classes: the suppressed classes, or the
+    records per value of the whole table (totals[starts[i, level] + code]) minus the kept classes; integers either
+    way, so the counts are the same."""
     d, u = codes.shape
     offsets = np.empty(d + 1, np.int64)
     offsets[0] = 0
     for i in range(d):
         offsets[i + 1] = offsets[i] + cardinalities[i, levels[i]]
     removed = np.int64(0)
+    chosen = 0
     for t in range(u):
         if suppressed[t]:
             removed += sizes[t]
+            chosen += 1
     out = np.empty((2, d), np.float64)
     raw = np.zeros(d, np.float64)
+    pending = np.zeros(d, np.bool_)
+    waiting = 0
+    counts = np.zeros(offsets[d] if removed > 0 else 0, np.int64)
     if removed > 0:
-        counts = np.zeros(offsets[d], np.int64)
+        from_kept = 2 * chosen > u
+        if from_kept:
+            for i in range(d):
+                begin = starts[i, levels[i]]
+                for w in range(offsets[i + 1] - offsets[i]):
+                    counts[offsets[i] + w] = totals[begin + w]
         for t in range(u):
-            if suppressed[t]:
-                s = sizes[t]
-                for i in range(d):
-                    counts[offsets[i] + codes[i, t]] += s
+            if suppressed[t] == from_kept:
+                continue
+            s = -sizes[t] if from_kept else sizes[t]
+            for i in range(d):
+                counts[offsets[i] + codes[i, t]] += s
         total = np.float64(removed)
         lanes = np.empty(LANES, np.float64)
         for i in range(d):
@@ -118,8 +134,10 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
                 if counts[w] > 0:
                     present += 1
             if present > DOT_LIMIT:
-                return out, removed, False
-            raw[i] = _blas_dot(counts, offsets[i], offsets[i + 1], present, total, lanes)
+                pending[i] = True
+                waiting += 1
+            else:
+                raw[i] = _blas_dot(counts, offsets[i], offsets[i + 1], present, total, lanes)
     for i in range(d):
         g = generalization[i, levels[i]]
         if maximum[i] > 0:
@@ -128,7 +146,7 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
         else:
             out[0, i] = 0.0
             out[1, i] = 0.0
-    return out, removed, True
+    return out, removed, waiting, pending, counts, offsets
 
 
 @_jit

@@ -132,8 +132,9 @@ class NonUniformEntropy(QualityModel):
     def _fast_terms(self, levels, codes, sizes, suppressed) -> np.ndarray | None:
         """engine._entropy_numba's terms (row 0: the normalized attribute terms, row 1: the normalized suppression
         terms, the reference's bits) on the compiled path, else None (the reference then computes them): only
-        once numba is loaded for this model (`_compiled`), where the module's sums agree with numpy's in this
-        process, and where no attribute's suppressed records hold more values than it replays."""
+        once numba is loaded for this model (`_compiled`) and where the module's sums agree with numpy's in this
+        process; an attribute whose suppressed records hold more values than it replays gets numpy's dot product
+        of the compiled counts."""
         fast = self._fast
         if fast is None:
             if self._compiled() is None:
@@ -141,14 +142,26 @@ class NonUniformEntropy(QualityModel):
             fast = self._fast = self._load_fast()
         if fast is False:
             return None
-        module, cardinalities, generalization = fast
-        terms, _, replayed = module.entropy_terms(codes, sizes, suppressed, np.array(levels, dtype=np.int64),
-                                                  cardinalities, generalization, self._maximum)
-        return terms if replayed else None
+        module, cardinalities, generalization, totals, starts = fast
+        terms, removed, waiting, pending, counts, offsets = module.entropy_terms(
+            codes, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization, self._maximum,
+            totals, starts)
+        if waiting:   # more values than the kernel replays: numpy's own dot product, as the reference's
+            total = float(removed)
+            for i in np.flatnonzero(pending).tolist():
+                values = counts[offsets[i]:offsets[i + 1]]
+                values = values[values > 0].astype(np.float64)
+                raw = float(np.dot(values, np.log2(total / values)))
+                maximum = float(self._maximum[i])
+                if maximum > 0:   # else the kernel's zeros stand, as the reference's
+                    terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
+                    terms[1, i] = raw / maximum
+        return terms
 
     def _load_fast(self):
         """(engine._entropy_numba, cardinality per attribute and level, generalization term per attribute and
-        level) as the kernel reads them, or False where its order does not replay numpy's here."""
+        level, the records per value of every attribute and level in one vector, where each attribute and level
+        starts in it) as the kernel reads them, or False where its order does not replay numpy's here."""
         from .. import _entropy_numba
 
         global _FAST_AGREES
@@ -159,11 +172,18 @@ class NonUniformEntropy(QualityModel):
         height = max(a.levels for a in self.table.attributes)
         cardinalities = np.zeros((self.d, height), dtype=np.int64)
         generalization = np.zeros((self.d, height), dtype=np.float64)
+        starts = np.zeros((self.d, height), dtype=np.int64)
+        totals = []
+        position = 0
         for i, (a, terms) in enumerate(zip(self.table.attributes, self._generalization)):
             cardinalities[i, :a.levels] = [a.cardinality(level) for level in range(a.levels)]
             generalization[i, :a.levels] = terms
+            for level in range(a.levels):
+                starts[i, level] = position
+                totals.append(np.asarray(a.counts[level], dtype=np.int64))
+                position += totals[-1].size
         self._mean_in_python = numpy_order("mean", self.d)
-        return _entropy_numba, cardinalities, generalization
+        return _entropy_numba, cardinalities, generalization, np.concatenate(totals), starts
 
     def _attribute_array(self, levels, codes, sizes, suppressed) -> np.ndarray:
         fast = self._fast_terms(levels, codes, sizes, suppressed)
