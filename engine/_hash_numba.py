@@ -9,6 +9,11 @@ puts the probe in the caller's loop, so sharing it costs nothing per key.
 Fibonacci hashing (multiply by 2^64 / golden ratio, keep the top bits) and linear probing. Keys must be >= 0 (-1
 marks an empty slot) and the table must have more slots than keys stored, or `probe` never returns.
 
+The roll-up's merge, which stores each key once in the new classes' own key array anyway, uses an index table
+instead (`new_index`, `find`): one int32 per slot, the number of the class whose key hashed there, the key read back
+from that array. A quarter of the pair table's bytes (FARS's 8,641 base classes: 128 KB instead of 512 KB, inside
+the core's L2 cache), so a roll-up merges about a quarter faster; the classes and their order are the same.
+
 numba's cache checks only the cached function's own file: after a change here, clear the callers' caches
 (`__pycache__/*.nbi|*.nbc` of engine/) or they keep the old probe.
 """
@@ -59,5 +64,24 @@ def probe(table, key, bits):
     while True:
         stored = table[2 * slot]
         if stored == key or stored < 0:
+            return slot
+        slot = (slot + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def new_index(bits):
+    """An empty index table of 2^bits int32 slots, every slot -1 (`find`)."""
+    return np.full(1 << bits, -1, np.int32)
+
+
+@numba.njit(inline="always", nogil=True)
+def find(index, keys, key, bits):
+    """The slot of the index table holding the number t of the class with keys[t] == key, or the empty slot where
+    it goes (index[slot] < 0): linear probing from the key's Fibonacci hash in a table of 2^bits slots."""
+    mask = (np.int64(1) << bits) - 1
+    slot = np.int64((np.uint64(key) * GOLDEN) >> np.uint64(64 - bits))
+    while True:
+        t = index[slot]
+        if t < 0 or keys[t] == key:
             return slot
         slot = (slot + 1) & mask

@@ -2,7 +2,7 @@
 
 All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side) and numpy's
 error model; none uses fastmath, and all sums are integer, so results do not depend on the order of the loops.
-Classes are merged by key in one place (`_merge`, with the hash table of engine._hash_numba); their keys come from
+Classes are merged by key in one place (`_merge`, with the index table of engine._hash_numba); their keys come from
 engine._keys_numba, shared with the dense form's roll-ups.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._hash_numba import new_table, probe, table_bits
+from ._hash_numba import find, new_index, table_bits
 from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -174,22 +174,22 @@ def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, delt
 @_jit
 def _merge(codes, sizes, keys, changed, starts, maps, minimal):
     """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
-    roll_up_base's second half."""
+    roll_up_base's second half. The hash table holds class numbers, the keys being in new_keys (`find`)."""
     m = codes.shape[1]
     bits = table_bits(m)
-    table = new_table(bits)
+    index = new_index(bits)
     new_keys = np.empty(m, np.int64)
     new_sizes = np.empty(m, np.int64)
     member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
         k = keys[j]
-        slot = probe(table, k, bits)
-        if table[2 * slot] == k:
-            new_sizes[table[2 * slot + 1]] += sizes[j]
+        slot = find(index, new_keys, k, bits)
+        t = index[slot]
+        if t >= 0:
+            new_sizes[t] += sizes[j]
         else:
-            table[2 * slot] = k
-            table[2 * slot + 1] = u
+            index[slot] = u
             new_keys[u] = k
             new_sizes[u] = sizes[j]
             member[u] = j
