@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._hash_numba import grow, new_table, probe, table_bits
+from ._hash_numba import find, grow, new_index, new_table, probe, table_bits
 from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -216,11 +216,13 @@ def dense_histogram(joint_class, values, joint_sizes, class_count, span):
 @numba.njit(inline="always", nogil=True)
 def _hash_classes(keys, sizes):
     """The classes of equal keys (keys >= 0), numbered in order of first appearance: the class of every input
-    (int32), the classes' sizes (sums of `sizes`), keys and first input, and their count. The table starts small
-    and doubles once half full (`_roomy`): the classes are typically a fraction of the inputs."""
+    (int32), the classes' sizes (sums of `sizes`), keys and first input, and their count. Grouped through an int32
+    index table (engine._hash_numba's `find`: class numbers in the slots, keys read back from the classes' key
+    array) sized for every input at once: a quarter of a (key, value) pair table's bytes and no doubling on the way
+    (ADULT's dense roll-ups: the grouping 77 -> 38 us); the same classes in the same order."""
     m = keys.size
-    bits = table_bits((m + 1) // 2)
-    table = new_table(bits)
+    bits = table_bits(m)
+    index = new_index(bits)
     inverse = np.empty(m, np.int32)
     new_sizes = np.empty(m, np.int64)
     new_keys = np.empty(m, np.int64)
@@ -228,20 +230,18 @@ def _hash_classes(keys, sizes):
     u = 0
     for j in range(m):
         k = keys[j]
-        slot = probe(table, k, bits)
-        if table[2 * slot] == k:
-            c = table[2 * slot + 1]
+        slot = find(index, new_keys, k, bits)
+        c = index[slot]
+        if c >= 0:
             inverse[j] = c
             new_sizes[c] += sizes[j]
         else:
-            table[2 * slot] = k
-            table[2 * slot + 1] = u
+            index[slot] = u
             inverse[j] = u
             new_sizes[u] = sizes[j]
             new_keys[u] = k
             member[u] = j
             u += 1
-            table, bits = _roomy(table, bits, u)
     return inverse, new_sizes, new_keys, member, u
 
 
