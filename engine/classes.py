@@ -232,6 +232,12 @@ class ClassCache:
         if cached is not None:
             self._cache.move_to_end(node)
             return cached
+        return self._missed(node, hint)
+
+    def _missed(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple:
+        """`_entry` for a node (with the sensitive tail) not in the LRU: a warmed table, one rolled up ahead, or
+        one computed and stored now (the evaluator's size-only checks come here straight from their own LRU
+        lookup)."""
         cached = self._hubs.get(node)
         if cached is not None:
             return cached
@@ -489,12 +495,9 @@ class ClassCache:
         if self._flat is None:
             self._flat_maps()
         starts = self._starts
-        changed, where = [], []
-        for i, (lo, hi) in enumerate(zip(source, node)):
-            if lo != hi:
-                changed.append(i)
-                where.append(starts[i][lo][hi])
-        return np.array(changed, dtype=np.int64), np.array(where, dtype=np.int64)
+        changed = [i for i in range(len(node)) if source[i] != node[i]]
+        return (np.array(changed, dtype=np.int64),
+                np.array([starts[i][source[i]][node[i]] for i in changed], dtype=np.int64))
 
     def _flat_maps(self) -> tuple[np.ndarray, dict[tuple[int, int, int], int]]:
         """Every code map (attribute, from level, to level) in one int64 array, and where each starts: the compiled
@@ -524,7 +527,7 @@ class ClassCache:
 
     def _store(self, node: tuple[int, ...], entry: tuple) -> None:
         """Cache a table (codes, sizes, key[, histogram]) within the budget."""
-        size = self._size(entry)
+        size = entry[0].nbytes + entry[1].nbytes + sum(part.nbytes for part in entry[2:] if part is not None)
         if size > self.budget:
             return   # larger than the whole cache: computing it again later is cheaper than breaking the bound
         while self._cache and self.nbytes + size > self.budget:

@@ -64,6 +64,12 @@ class Evaluator:
         self._roots: list[np.ndarray] | None = None   # `_root_codes`, made when a risk model first needs them
         # Whether to roll up ahead, measured on the search (only where the class cache has a worker thread).
         self.ahead = AheadPolicy(getattr(self.cache, "_worker", None) is not None)
+        # Constant per search, read once instead of per check: the Loss terms are asked of the compiled decision
+        # only where they can be used (some suppression allowed, no risk model to suppress further); the LRU itself
+        # (`_plain` checks look their node up there before anything else).
+        self._loss_terms = self.kernels is not None and self._size_only and not self._risk_models \
+            and self.max_suppressed > 0
+        self._lru = self.cache._cache
 
     @property
     def checked(self) -> int:
@@ -82,6 +88,10 @@ class Evaluator:
         for when the cache holds `node` (cached, or rolled up ahead): no roll-up needs it then."""
         if not self._sources or self.cache.holds(node):
             return hint
+        return self._remembered_source(node, hint)
+
+    def _remembered_source(self, node: Node, hint: Node | None) -> Node | None:
+        """`_best_source` once the cache is known not to hold `node`."""
         row = int(self.kernels.best_source(self._source_levels, self._source_counts,
                                            min(self._sources, self.SOURCES), np.asarray(node, dtype=np.int64)))
         return hint if row < 0 else self._source_nodes[row]
@@ -122,7 +132,20 @@ class Evaluator:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
         if self._plain:
-            codes, sizes = self.classes(node, hint)
+            # `classes` inline: the LRU first (a hit needs no roll-up source), then the cache's miss path
+            self.seen.add(node)
+            entry = self._lru.get(node)
+            if entry is not None:
+                self._lru.move_to_end(node)
+            else:
+                cache = self.cache
+                source = hint
+                if self._sources and node not in cache._pending and node not in cache._hubs:
+                    source = self._remembered_source(node, hint)
+                entry = cache._missed(node, source)
+            codes, sizes = entry[0], entry[1]
+            if node not in self._source_rows:
+                self._remember(node, sizes.size)
         else:
             self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
@@ -132,7 +155,8 @@ class Evaluator:
         blocked = False
         terms = None
         if self.kernels is not None and self._size_only:
-            arguments = None if self._risk_models else self.quality.compiled_loss_arguments(node)
+            # without suppression allowed (or with a risk model) the terms would never be used
+            arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
             if arguments is not None:   # the decision and the loss's terms in one call
                 suppressed, count, terms = self.kernels.suppress_and_loss_terms(
                     codes, sizes, self.minimal_class_size, self.max_suppressed, *arguments)
