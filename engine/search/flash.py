@@ -363,19 +363,23 @@ class FlashSearch:
     def _sweep(self) -> None:
         """The first phase of `run` where the tags are explicit and the strategy's ranks exist (every lower level 0,
         at most RANK_LIMIT transformations): the same reads, checks, tags and counts in the same order as
-        `unclassified_at_rank`, `binary_search`, `find_path`, `check_path` and `skip`, but with transformations
-        numbered by their flat (C-order) index. A tag is read from its bytearray (`ExplicitTags.buffer`), a strategy
-        key is the integer rank (unique, so the queue holds ranks and `order` turns one back into a transformation),
-        a rank's transformations are one run of `order` filtered with numpy, and the successors of an index are
-        computed once, sorted by rank. Level vectors are made only for what needs them: a check, a tag, a tie."""
+        `unclassified_at_rank`, `binary_search`, `find_path`, `check_path`, `check` and `skip`, but with
+        transformations numbered by their flat (C-order) index. A tag is read from its bytearray
+        (`ExplicitTags.buffer`), a strategy key is the integer rank (unique, so the queue holds ranks and `order`
+        turns one back into a transformation), a rank's transformations are one run of `order` filtered with numpy,
+        the successors of an index are computed once, sorted by rank, and `skip` and `check` are inline in the
+        loops that call them thousands of times. Level vectors are made only for what needs them: a check, a tag, a
+        tie."""
         lattice, strategy, incumbent, deadline = self.lattice, self.strategy, self.incumbent, self.deadline
-        quality = self.quality
+        evaluator, quality, progress = self.evaluator, self.quality, self.progress
         anonymous, not_anonymous, insufficient = self.anonymous.buffer, self.not_anonymous.buffer, \
             self.insufficient.buffer
-        tag_insufficient = self.insufficient.tag
-        prune = self.prune_by_bound
+        tag_anonymous, tag_not_anonymous, tag_insufficient = \
+            self.anonymous.tag, self.not_anonymous.tag, self.insufficient.tag
+        prune, full_check, two_phase = self.prune_by_bound, self.full_check, self.two_phase
         bound_item = self._bound_item
         bounds = self._bounds
+        class_bounds = self.class_bounds
         rank_of = strategy.ranks.item           # flat index -> rank (an int)
         order = strategy.order
         at_rank = order.item                    # rank -> flat index
@@ -426,12 +430,55 @@ class FlashSearch:
         def skip(index: int) -> bool:
             if anonymous[index] or not_anonymous[index]:
                 return True
-            key = incumbent.key
-            if not prune or key is None:
+            if not prune:
                 return False
-            return bool(insufficient[index]) or ruled_out(index, key)
+            key = incumbent.key
+            return key is not None and (bool(insufficient[index]) or ruled_out(index, key))
 
-        check, heappush, heappop = self.check, heapq.heappush, heapq.heappop
+        def first_open(steps: list[int]) -> int:
+            """The first of `steps` not skipped (`skip` inline), or -1."""
+            for step in steps:
+                if anonymous[step] or not_anonymous[step]:
+                    continue
+                if prune:
+                    key = incumbent.key
+                    if key is not None and (insufficient[step] or ruled_out(step, key)):
+                        continue
+                return step
+            return -1
+
+        def check(index: int, hint: Node | None) -> bool:
+            """`check` (and `evaluate` under it) inline, for a flat index."""
+            node = node_of(index)
+            if full_check:   # the tag needs the full answer: not abandoned
+                if progress.bar is None:
+                    evaluation = evaluator.evaluate(node, hint, None)
+                else:
+                    before = evaluator.checked
+                    evaluation = evaluator.evaluate(node, hint, None)
+                    progress.update(evaluator.checked - before)
+                incumbent.offer(evaluation)
+                class_bounds[node] = quality.lower_bound_from_classes(evaluation.sizes)
+                has_property = evaluation.solution
+            else:
+                before = evaluator.checked
+                has_property = evaluator.m_anonymous(node, hint)
+                progress.update(evaluator.checked - before)
+            if has_property:
+                tag_anonymous(node)
+            else:
+                tag_not_anonymous(node)
+            if prune and incumbent.best is not None:
+                class_bound = class_bounds.get(node)   # set when the check evaluated the node fully
+                if class_bound is None:
+                    class_bound = quality.lower_bound_from_classes(evaluator.cache.classes(node)[1])
+                level_bound = bound_item(index) if bound_item is not None else quality.bound(node)
+                bound = max(level_bound, class_bound)
+                if incumbent.rules_out(node, bound):
+                    tag_insufficient(node)
+            return has_property
+
+        heappush, heappop = heapq.heappush, heapq.heappop
 
         def search_from(start: int) -> None:
             """`binary_search`, with `find_path` and `check_path` inline."""
@@ -444,33 +491,29 @@ class FlashSearch:
                 if skip(head):
                     continue
                 path = [head]
-                current = head
-                while True:   # find_path
-                    for step in successors_of(current):
-                        if not skip(step):
-                            break
-                    else:
-                        break
+                step = first_open(successors.get(head) or successors_of(head))
+                while step >= 0:   # find_path
                     path.append(step)
-                    current = step
-                low, high, lowest = 0, len(path) - 1, None
+                    step = first_open(successors.get(step) or successors_of(step))
+                low, high, lowest = 0, len(path) - 1, -1
                 while low <= high:   # check_path
                     mid = (low + high) // 2
                     index = path[mid]
                     if skip(index):
                         high = mid - 1
                         continue
-                    if check(node_of(index), node_of(path[low - 1]) if low > 0 else None):
+                    if check(index, node_of(path[low - 1]) if low > 0 else None):
                         lowest = index
                         high = mid - 1
                     else:
-                        for step in successors_of(index):
+                        for step in successors.get(index) or successors_of(index):
                             if not skip(step):
                                 heappush(queue, rank_of(step))
                         low = mid + 1
-                if lowest is not None and self.two_phase:
+                if lowest >= 0 and two_phase:
                     node = node_of(lowest)
-                    if node not in self.class_bounds and not self.insufficient_quality(node):
+                    if node not in class_bounds and not self.insufficient_quality(node):
+                        # An early solution makes the bound prune the rest of the first phase
                         self.evaluate(node)
 
         flat = (self.anonymous.flags.reshape(-1), self.not_anonymous.flags.reshape(-1),
@@ -478,8 +521,8 @@ class FlashSearch:
         starts = strategy.rank_starts
         if deadline.passed():
             self.complete = False
-        elif self.full_check:
-            self.check(lattice.bottom, None)
+        elif full_check:
+            check(0, None)   # the bottom: every lower level is 0
         for rank in range(len(starts) - 1):
             if not self.complete:
                 break

@@ -129,3 +129,40 @@ def test_the_rank_runs_hold_each_level_sum_in_key_order():
     for level_sum in range(len(starts) - 1):
         run = strategy.order[starts[level_sum]:starts[level_sum + 1]]
         assert all(sum(np.unravel_index(int(i), shape)) == level_sum for i in run)
+
+
+def test_under_models_that_imply_only_a_class_size(monkeypatch):
+    """Flash2P whose first phase classifies the minimal class size alone (`m_anonymous` checks, then the class
+    bound from the cache) and models judged on the classes' sensitive values: both sweeps agree."""
+    from engine.hierarchy import Hierarchy
+    from engine.privacy import PrivacyConfiguration
+    from engine.privacy.ldiversity import LDiversityModel
+    from engine.privacy.tcloseness import TClosenessModel
+    from tests.engine.lattice_tables import seeded_table
+
+    sensitive = Hierarchy(np.array([["s0", "x", "*"], ["s1", "x", "*"], ["s2", "y", "*"], ["s3", "y", "*"]],
+                                   dtype=object), name="s")
+    kinds = set()
+    for seed in range(10):
+        rng = np.random.default_rng(2000 + seed)
+        frame, hierarchies = seeded_table(300 + seed)
+        frame["s"] = [f"s{v}" for v in rng.choice(4, size=len(frame), p=rng.dirichlet(np.ones(4)))]
+        encoded = encode_table(frame, hierarchies, sensitive={"s": sensitive})
+        models = [KAnonymity(2), TClosenessModel("s", 0.3, "equal") if seed % 2 else LDiversityModel("s", 2)]
+        configuration = PrivacyConfiguration(models, (0.1, 0.3)[seed % 2])
+        runs = []
+        for fast in (True, False):
+            trace: list[tuple] = []
+            evaluate, m_anonymous = Evaluator.evaluate, Evaluator.m_anonymous
+            with monkeypatch.context() as patch:
+                patch.setattr(Evaluator, "evaluate", lambda self, node, hint=None, cannot_win=None, _f=evaluate: (
+                    trace.append(("evaluate", tuple(node), hint)), _f(self, node, hint, cannot_win))[1])
+                patch.setattr(Evaluator, "m_anonymous", lambda self, node, hint=None, _f=m_anonymous: (
+                    trace.append(("m_anonymous", tuple(node), hint)), _f(self, node, hint))[1])
+                patch.setattr(flash_module, "FAST_SWEEP", fast)
+                quality = make_quality_model(("loss", "non_uniform_entropy")[seed % 2], encoded)
+                result = search(encoded, configuration, quality, algorithm="flash2p")
+            runs.append((trace, summary(result)))
+            kinds.update(kind for kind, *_ in trace)
+        assert runs[0] == runs[1], seed
+    assert kinds == {"evaluate", "m_anonymous"}   # both kinds of check were compared
