@@ -335,6 +335,70 @@ def t_closeness_equal_suppression(dense, sizes, q, t, minimal):
     return suppressed, total
 
 
+@_jit
+def t_closeness_equal_violating_by_class(counts, sizes, q, t):
+    """`t_closeness_equal_violating` on the class-major histogram (classes, values) the class cache holds: the
+    same decisions, for a view whose value-major copy was not made (a table rolled up on the search's thread):
+    the transpose would cost about what the decision does (ADULT t-closeness: 13 us beside 14). Four classes at a
+    time, each first sum running value by value with the class's reciprocal as the value-major pass runs it (the
+    same bits), four independent sums side by side; then the same margin and the same exact re-sum."""
+    class_count, card = counts.shape
+    reciprocal = np.empty(class_count, np.float64)
+    for k in range(class_count):
+        reciprocal[k] = 1.0 / np.float64(sizes[k])
+    acc = np.empty(class_count, np.float64)
+    k = 0
+    while k + 4 <= class_count:
+        row0, row1, row2, row3 = counts[k], counts[k + 1], counts[k + 2], counts[k + 3]
+        r0, r1, r2, r3 = reciprocal[k], reciprocal[k + 1], reciprocal[k + 2], reciprocal[k + 3]
+        a0 = a1 = a2 = a3 = 0.0
+        for v in range(card):
+            qv = q[v]
+            a0 += np.abs(qv - np.float64(row0[v]) * r0) - qv
+            a1 += np.abs(qv - np.float64(row1[v]) * r1) - qv
+            a2 += np.abs(qv - np.float64(row2[v]) * r2) - qv
+            a3 += np.abs(qv - np.float64(row3[v]) * r3) - qv
+        acc[k], acc[k + 1], acc[k + 2], acc[k + 3] = a0, a1, a2, a3
+        k += 4
+    while k < class_count:
+        row = counts[k]
+        a = 0.0
+        for v in range(card):
+            a += np.abs(q[v] - np.float64(row[v]) * reciprocal[k]) - q[v]
+        acc[k] = a
+        k += 1
+    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
+    above, below = t + margin, t - margin
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        d = (1.0 + acc[k]) / 2.0
+        if d > above:
+            violating[k] = True
+        elif d < below:
+            violating[k] = False
+        else:
+            size = np.float64(sizes[k])
+            row = counts[k]
+            exact = 0.0
+            for v in range(card):
+                exact += _equal_term(row[v], size, q[v])
+            violating[k] = not ((1.0 + exact) / 2.0 <= t)
+    return violating
+
+
+@_jit
+def t_closeness_equal_suppression_by_class(counts, sizes, q, t, minimal):
+    """`t_closeness_equal_suppression` on the class-major histogram (`t_closeness_equal_violating_by_class`)."""
+    suppressed = t_closeness_equal_violating_by_class(counts, sizes, q, t)
+    total = np.int64(0)
+    for k in range(sizes.size):
+        chosen = suppressed[k] or sizes[k] < minimal
+        suppressed[k] = chosen
+        if chosen:
+            total += sizes[k]
+    return suppressed, total
+
+
 @_inline
 def _ordered_step(count, size, qv):
     """A value's step of the ordered distance's running sum: p_i - q_i, with p_i = count / size."""

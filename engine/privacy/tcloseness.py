@@ -47,7 +47,7 @@ class TClosenessModel(ClassModel):
         self._source, self._field = source, field
         self._prepared: dict | None = None
         self._kernels: tuple | None = None   # (sensitive, dense kernel, sparse kernel, arguments), `compiled`
-        self._equal: tuple | None = None     # (sensitive, equal distance's dense decision, suppression, q)
+        self._equal: tuple | None = None     # (sensitive, the equal distance's dense kernels, q) (`_equal_kernels`)
 
     def _prepare(self, sensitive) -> dict:
         if self._prepared is None or self._prepared["of"] is not sensitive:
@@ -146,20 +146,27 @@ class TClosenessModel(ClassModel):
 
     def _equal_kernels(self, classes) -> tuple | None:
         """(the view's dense histogram, the equal distance's compiled decision, its suppression, q) on the compiled
-        path with a dense histogram and the equal distance, else None."""
+        path with a dense histogram and the equal distance, else None. The histogram in whichever layout the view
+        holds (ClassView.dense_layout): the value-major copy when made (rolled up ahead), else the class cache's
+        class-major matrix with the kernels that read it, so no check transposes it for the decision alone."""
         if self.distance != "equal" or getattr(classes, "kernels", None) is None:
             return None
-        dense = classes.dense_counts(self.attribute)
-        if dense is None:
+        layout = classes.dense_layout(self.attribute)
+        if layout is None:
             return None
+        dense, value_major = layout
         sensitive = classes.sensitive[0]   # a dense histogram is the view's first sensitive attribute's, this model's
         equal = self._equal
         if equal is None or equal[0] is not sensitive:   # once per attribute, not per check
             from . import _distribution_kernels as compiled
 
             equal = self._equal = (sensitive, compiled.t_closeness_equal_violating,
-                                   compiled.t_closeness_equal_suppression, self._prepare(sensitive)["q"])
-        return dense, equal[1], equal[2], equal[3]
+                                   compiled.t_closeness_equal_suppression, self._prepare(sensitive)["q"],
+                                   compiled.t_closeness_equal_violating_by_class,
+                                   compiled.t_closeness_equal_suppression_by_class)
+        if value_major:
+            return dense, equal[1], equal[2], equal[3]
+        return dense, equal[4], equal[5], equal[3]
 
     def suppression(self, classes, minimal: int) -> tuple[np.ndarray, int] | None:
         equal = self._equal_kernels(classes)
