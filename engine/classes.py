@@ -238,10 +238,11 @@ class ClassCache:
         """`_entry` for a node (with the sensitive tail) not in the LRU: a warmed table, one rolled up ahead, or
         one computed and stored now (the evaluator's size-only checks come here straight from their own LRU
         lookup)."""
-        cached = self._hubs.get(node)
-        if cached is not None:
-            return cached
-        pending = self._pending.pop(node, None)
+        if self._hubs:
+            cached = self._hubs.get(node)
+            if cached is not None:
+                return cached
+        pending = self._pending.pop(node, None) if self._pending else None
         # Rolled up ahead by the worker thread: the same table, stored as if computed now. One the worker has not
         # started yet is cancelled and computed here: the search never waits for a thread the OS has not scheduled.
         if pending is not None and not pending.cancel():

@@ -62,6 +62,7 @@ class Evaluator:
         self._source_rows: dict[Node, int] = {}
         self._source_nodes: list[Node | None] = [None] * self.SOURCES   # the level vector of each row, as a tuple
         self._roots: list[np.ndarray] | None = None   # `_root_codes`, made when a risk model first needs them
+        self._levels: tuple[Node | None, np.ndarray | None] = (None, None)   # the last node looked up, as an array
         # Whether to roll up ahead, measured on the search (only where the class cache has a worker thread).
         self.ahead = AheadPolicy(getattr(self.cache, "_worker", None) is not None)
         # Constant per search, read once instead of per check: the Loss terms are asked of the compiled decision
@@ -92,8 +93,10 @@ class Evaluator:
 
     def _remembered_source(self, node: Node, hint: Node | None) -> Node | None:
         """`_best_source` once the cache is known not to hold `node`."""
+        levels = np.array(node, dtype=np.int64)
+        self._levels = (node, levels)   # `_remember` writes the same row into the ring
         row = int(self.kernels.best_source(self._source_levels, self._source_counts,
-                                           min(self._sources, self.SOURCES), np.asarray(node, dtype=np.int64)))
+                                           min(self._sources, self.SOURCES), levels))
         return hint if row < 0 else self._source_nodes[row]
 
     def _remember(self, node: Node, count: int) -> None:
@@ -103,7 +106,8 @@ class Evaluator:
         row = self._sources % self.SOURCES
         if self._sources >= self.SOURCES:   # the ring is full: forget the oldest
             rows.pop(self._source_nodes[row], None)
-        self._source_levels[row] = node
+        levels = self._levels
+        self._source_levels[row] = levels[1] if levels[0] is node else node
         self._source_counts[row] = count
         self._source_nodes[row] = node
         rows[node] = row
