@@ -60,6 +60,8 @@ class Incumbent:
     def offer(self, evaluation: Evaluation) -> bool:
         if not evaluation.solution or evaluation.loss is None:
             return False
+        if self.key is not None and evaluation.loss > self.key[0]:
+            return False   # a greater loss never wins the tie-break below: no key to build
         key = self._key(evaluation)
         if self.key is None or key < self.key:
             self.best, self.key = evaluation, key
