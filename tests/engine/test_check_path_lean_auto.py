@@ -132,3 +132,27 @@ def test_the_search_without_the_samples_finds_the_same_optimum_with_fewer_checks
     sampled = search(encoded, [KAnonymity(3)], quality, 0.0, time_limit=1.0)   # sampled: within 2 x the bound no more
     assert sampled.choice["reason"] == "the optimal search is expected to finish within the time limit"
     assert sampled.best.levels == unlimited.best.levels and sampled.checked >= unlimited.checked
+
+
+@pytest.mark.parametrize("algorithm, limit, rolls_ahead", [("flash", 0.0, False), ("flash2p", 0.1, True),
+                                                           ("bnb", 0.1, True), ("auto", 0.0, False)])
+def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algorithm, limit, rolls_ahead):
+    """Flash never asks the class cache to roll up ahead, so its evaluator starts no worker thread (a thread start
+    and join per search); Flash2P's floor sweep and the branch and bound may."""
+    import engine.search as module
+    from engine import kernels
+
+    monkeypatch.delenv(kernels.THREADS_ENV, raising=False)
+    seen = []
+
+    class Recording(module.Evaluator):
+        def __init__(self, *args, parallel=False, **kwargs):
+            seen.append(parallel)
+            super().__init__(*args, parallel=parallel, **kwargs)
+
+    monkeypatch.setattr(module, "Evaluator", Recording)
+    frame, hierarchies = wide_table(5, 300, 4)
+    encoded = encode_table(frame, hierarchies)
+    quality = make_quality_model("loss", encoded)
+    result = search(encoded, [KAnonymity(3)], quality, limit, algorithm=algorithm, time_limit=1e6)
+    assert result.optimal and seen == [rolls_ahead]
