@@ -18,6 +18,8 @@ is small (`MAX_FLOOR_ENTRIES`); elsewhere Flash2P keeps its branch and bound.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from ..lattice import Lattice
@@ -105,7 +107,7 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
         if hubs is not None:
             hubs.rank(nodes[chunk][_candidates(bounds, floors, incumbent.loss)])
         positions, level_list, floor_list = chunk.tolist(), bounds.tolist(), floors.tolist()
-        j, size, tested_loss, tested = 0, len(positions), None, np.zeros(0, dtype=np.int64)
+        j, size, tested_loss, tested = 0, len(positions), None, []
         while j < size:
             # The transformations the incumbent rules out by a strict inequality are counted in bulk, exactly as
             # the tests below would count them; only the others (and ties, whose tie-break is rules_out's) are
@@ -113,9 +115,9 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
             loss = incumbent.loss
             if loss != tested_loss:
                 tested_loss = loss
-                tested = np.flatnonzero((bounds == loss) | _candidates(bounds, floors, loss))
-            at = int(np.searchsorted(tested, j))
-            following = int(tested[at]) if at < tested.size else size
+                tested = np.flatnonzero((bounds == loss) | _candidates(bounds, floors, loss)).tolist()
+            at = bisect_left(tested, j)   # a list and bisect: no numpy call per transformation looked at
+            following = tested[at] if at < len(tested) else size
             if following > j:
                 by_bound = int(np.count_nonzero(bounds[j:following] > loss))
                 counters["pruned_by_bound"] += by_bound

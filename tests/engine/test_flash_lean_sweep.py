@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import engine.search.flash as flash_module
+from engine.encoding import encode_table
+from engine.lattice import Lattice
 from engine.privacy import KAnonymity
 from engine.quality import make_quality_model
 from engine.search import search
 from engine.search.evaluator import Evaluator
 from engine.search.tags import ExplicitTags
-from engine.lattice import Lattice
 from tests.engine.lattice_tables import random_encoded_table, wide_table
-from engine.encoding import encode_table
 
 
 def traced_search(monkeypatch, encoded, k: int, limit: float, quality: str, algorithm: str, fast: bool,
