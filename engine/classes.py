@@ -259,11 +259,16 @@ class ClassCache:
         `warm` share it."""
         source, entry = self._source(node, hint)
         if self.kernels is not None:
-            if entry is self._base_entry and node == self.base[0]:
+            base = entry is self._base_entry
+            if base and node == self.base[0]:
                 return entry   # the base classes themselves (never written)
             changed, where = self._changes(source, node)
+            if not base and self.dense is None and (not self._hubs or source not in self._hubs):
+                # the common case, `_roll_up` inline: a cached table of the joint form, no kept key updates
+                codes, sizes, key = entry
+                return self.kernels.roll_up(codes, sizes, key, changed, where, self._flat[0], self.radix, 0)[:3]
             delta_rows = None
-            if entry is self._base_entry:
+            if base:
                 deltas = self._base_deltas()
                 delta_rows = self._delta_rows
             elif source in self._hubs:
