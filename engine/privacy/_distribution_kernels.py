@@ -212,6 +212,42 @@ def l_diversity_entropy_violating_by_class(counts, sizes, variant, minimal, thre
 
 
 @_inline
+def _or_smaller(suppressed, sizes, minimal):
+    """The classes to suppress, `suppressed` (a model's violations, overwritten) or smaller than `minimal`, and the
+    records they hold: what the evaluator computes as (sizes < minimal) | violating and the sum of their sizes."""
+    total = np.int64(0)
+    for k in range(sizes.size):
+        chosen = suppressed[k] or sizes[k] < minimal
+        suppressed[k] = chosen
+        if chosen:
+            total += sizes[k]
+    return suppressed, total
+
+
+@_jit
+def l_diversity_entropy_suppression(dense, sizes, smallest, variant, minimal, threshold, table, log_table, log2,
+                                    factor):
+    """`l_diversity_entropy_violating`, then the classes to suppress with those smaller than `smallest` and the
+    records they hold, in one call (ClassModel.suppression); an empty array where the kernel refuses the tables."""
+    violating = l_diversity_entropy_violating(dense, sizes, variant, minimal, threshold, table, log_table, log2,
+                                              factor)
+    if violating.size != sizes.size:
+        return violating, np.int64(0)
+    return _or_smaller(violating, sizes, smallest)
+
+
+@_jit
+def l_diversity_entropy_suppression_by_class(counts, sizes, smallest, variant, minimal, threshold, table,
+                                             log_table, log2, factor):
+    """`l_diversity_entropy_suppression` on the class-major histogram (`l_diversity_entropy_violating_by_class`)."""
+    violating = l_diversity_entropy_violating_by_class(counts, sizes, variant, minimal, threshold, table, log_table,
+                                                       log2, factor)
+    if violating.size != sizes.size:
+        return violating, np.int64(0)
+    return _or_smaller(violating, sizes, smallest)
+
+
+@_inline
 def _entropy_bits(weighted, size, variant, log_table, log2):
     """A class's entropy (bits) from its sum of terms and its size, as `_finish_l_diversity` computes it."""
     total = np.float64(size)
@@ -325,14 +361,7 @@ def t_closeness_equal_suppression(dense, sizes, q, t, minimal):
     """The classes to suppress under the equal distance alone (`t_closeness_equal_violating`, or smaller than
     `minimal`) and the records they hold: what the evaluator computes as (sizes < minimal) | violating and the
     sum of their sizes, in one call."""
-    suppressed = t_closeness_equal_violating(dense, sizes, q, t)
-    total = np.int64(0)
-    for k in range(sizes.size):
-        chosen = suppressed[k] or sizes[k] < minimal
-        suppressed[k] = chosen
-        if chosen:
-            total += sizes[k]
-    return suppressed, total
+    return _or_smaller(t_closeness_equal_violating(dense, sizes, q, t), sizes, minimal)
 
 
 @_jit
@@ -389,14 +418,7 @@ def t_closeness_equal_violating_by_class(counts, sizes, q, t):
 @_jit
 def t_closeness_equal_suppression_by_class(counts, sizes, q, t, minimal):
     """`t_closeness_equal_suppression` on the class-major histogram (`t_closeness_equal_violating_by_class`)."""
-    suppressed = t_closeness_equal_violating_by_class(counts, sizes, q, t)
-    total = np.int64(0)
-    for k in range(sizes.size):
-        chosen = suppressed[k] or sizes[k] < minimal
-        suppressed[k] = chosen
-        if chosen:
-            total += sizes[k]
-    return suppressed, total
+    return _or_smaller(t_closeness_equal_violating_by_class(counts, sizes, q, t), sizes, minimal)
 
 
 @_inline

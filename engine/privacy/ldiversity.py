@@ -93,6 +93,36 @@ class LDiversityModel(ClassModel):
         return compiled.l_diversity(distribution.classes, distribution.counts, classes.class_count,
                                     variant, self.minimal_size, self.threshold, c, term_table, log_table, LOG2)
 
+    def suppression(self, classes, minimal: int) -> tuple[np.ndarray, int] | None:
+        """The entropy variants on the compiled path with a dense histogram: the decision, the classes smaller than
+        `minimal` and the records suppressed in one compiled call (engine.privacy._distribution_kernels.
+        l_diversity_entropy_suppression), the same classes as `violating` | (sizes < minimal)."""
+        if self.variant != "entropy" or getattr(classes, "kernels", None) is None:
+            return None
+        layout = classes.dense_layout(self.attribute)
+        if layout is None:
+            return None
+        from . import _distribution_kernels as compiled
+
+        dense, value_major = layout
+        kernel = (compiled.l_diversity_entropy_suppression if value_major
+                  else compiled.l_diversity_entropy_suppression_by_class)
+        suppressed, total = self._with_entropy_arguments(kernel, dense, classes.sizes, value_major, minimal)
+        return suppressed, int(total)
+
+    def _with_entropy_arguments(self, kernel, dense, sizes, value_major, *before):
+        """kernel(dense, sizes, *before, the decision's arguments), with the arguments kept between checks and
+        rebuilt when the kernel refuses (an empty array first: tables that do not cover the view's records)."""
+        values = dense.shape[0] if value_major else dense.shape[1]
+        arguments = getattr(self, "_entropy_arguments", None)
+        if arguments is None or arguments[0] != values:
+            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
+        result = kernel(dense, sizes, *before, *arguments[1:])
+        if (result[0] if isinstance(result, tuple) else result).size != sizes.size:
+            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
+            result = kernel(dense, sizes, *before, *arguments[1:])
+        return result
+
     def _entropy_decision(self, dense: np.ndarray, sizes: np.ndarray, value_major: bool = True) -> np.ndarray:
         """The entropy variants' violation on a dense histogram, (values, classes) or with `value_major` False
         (classes, values), with its classes' sizes: the compiled decision's bits, most classes decided by a bound
@@ -103,15 +133,7 @@ class LDiversityModel(ClassModel):
 
         kernel = (compiled.l_diversity_entropy_violating if value_major
                   else compiled.l_diversity_entropy_violating_by_class)
-        values = dense.shape[0] if value_major else dense.shape[1]
-        arguments = getattr(self, "_entropy_arguments", None)
-        if arguments is None or arguments[0] != values:
-            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
-        violating = kernel(dense, sizes, *arguments[1:])
-        if violating.size != sizes.size:
-            arguments = self._entropy_decision_arguments(values, int(sizes.sum()))
-            violating = kernel(dense, sizes, *arguments[1:])
-        return violating
+        return self._with_entropy_arguments(kernel, dense, sizes, value_major)
 
     def _entropy_decision_arguments(self, values: int, records: int) -> tuple:
         """(values, then the kernel's arguments after the histogram and sizes), with tables covering `records`; the

@@ -89,3 +89,56 @@ def test_model_on_either_layout_equals_the_reference_on_adult(monkeypatch):
                 view._dense, view._dense_built = None, False
                 assert_both_layouts_suppress_as_the_reference(TClosenessModel("occupation", t), view,
                                                               reference_view, minimal)
+
+
+def assert_l_diversity_suppresses_as_the_reference(model, view, reference_view, minimal):
+    expected = (reference_view.sizes < minimal) | model.violating(reference_view)
+    fused = model.suppression(view, minimal)
+    assert fused is not None
+    suppressed, count = fused
+    assert suppressed.dtype == np.bool_ and np.array_equal(suppressed, expected)
+    assert isinstance(count, int) and count == int(reference_view.sizes[expected].sum())
+
+
+@pytest.mark.parametrize("seed", [2, 5, 8])
+def test_entropy_l_diversity_suppression_in_one_call_on_random_tables(monkeypatch, seed):
+    """Entropy l-diversity's decision, the classes below the smallest size and the records suppressed in one
+    compiled call (LDiversityModel.suppression), on either layout, with the tables rebuilt when too short."""
+    from engine.privacy.ldiversity import LDiversityModel
+
+    table = random_table(seed, 1)
+    fast, reference = caches(monkeypatch, table)
+    name = table.sensitive[0].name
+    models = [LDiversityModel(name, l, "entropy", estimator) for l in (1.5, 2, 3) for estimator in
+              ("shannon", "grassberger")]
+    for node in lattice_of(table):
+        node = tuple(node)
+        reference_view = reference.view(node)
+        for model in models:
+            for minimal in (1, 2, 4):
+                view = fast.view(node)
+                view._dense, view._dense_built = None, False   # class-major, as rolled up on the search's thread
+                model._table_cache = None
+                model._entropy_decision_arguments(table.sensitive[0].cardinality, 3)   # tables too short: rebuilt
+                assert_l_diversity_suppresses_as_the_reference(model, view, reference_view, minimal)
+                view.dense_counts(name)   # value-major
+                assert_l_diversity_suppresses_as_the_reference(model, view, reference_view, minimal)
+    assert LDiversityModel(name, 2, "distinct").suppression(fast.view(node), 2) is None
+
+
+def test_entropy_l_diversity_suppression_in_one_call_on_adult(monkeypatch):
+    from engine.privacy.ldiversity import LDiversityModel
+
+    table = adult_table("adult-tcloseness-equal-02.yaml")
+    fast, reference = caches(monkeypatch, table, budget=64 << 20)
+    nodes = list(lattice_of(table))
+    model = LDiversityModel("occupation", 3, "entropy")
+    for index in np.random.default_rng(23).choice(len(nodes), 25, replace=False):
+        node = tuple(nodes[int(index)])
+        reference_view = reference.view(node)
+        for minimal in (3, 5):
+            view = fast.view(node)
+            view._dense, view._dense_built = None, False
+            assert_l_diversity_suppresses_as_the_reference(model, view, reference_view, minimal)
+            view.dense_counts("occupation")
+            assert_l_diversity_suppresses_as_the_reference(model, view, reference_view, minimal)

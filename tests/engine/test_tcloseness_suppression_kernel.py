@@ -67,7 +67,9 @@ def test_models_without_a_fused_call_say_so(monkeypatch):
     node = tuple(next(iter(lattice_of(table))))
     name = table.sensitive[0].name
     assert TClosenessModel(name, 0.2, "ordered").suppression(fast.view(node), 1) is None
-    assert LDiversityModel(name, 2, "entropy").suppression(fast.view(node), 1) is None
+    assert LDiversityModel(name, 2, "distinct").suppression(fast.view(node), 1) is None   # entropy's has one
+    assert LDiversityModel(name, 2, "recursive", c=2.0).suppression(fast.view(node), 1) is None
+    assert LDiversityModel(name, 2, "entropy").suppression(reference.view(node), 1) is None
     assert KAnonymity(3).suppression(fast.view(node), 3) is None
     assert TClosenessModel(name, 0.2).suppression(reference.view(node), 1) is None
 
