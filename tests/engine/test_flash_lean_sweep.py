@@ -21,7 +21,7 @@ from tests.engine.lattice_tables import random_encoded_table, wide_table
 
 
 def traced_search(monkeypatch, encoded, k: int, limit: float, quality: str, algorithm: str, fast: bool,
-                  explicit: bool | None):
+                  explicit: bool | None, progress: bool = False):
     """The search's result and every check it asked for, in order: (kind, transformation, roll-up hint)."""
     trace: list[tuple] = []
     evaluate, m_anonymous = Evaluator.evaluate, Evaluator.m_anonymous
@@ -45,7 +45,7 @@ def traced_search(monkeypatch, encoded, k: int, limit: float, quality: str, algo
         patch.setattr(flash_module.FlashSearch, "_second_phase",
                       lambda self, explicit: (trace.append(("second phase",)), second(self, explicit))[1])
         result = search(encoded, [KAnonymity(k)], make_quality_model(quality, encoded), limit, algorithm=algorithm,
-                        explicit=explicit)
+                        explicit=explicit, progress=progress)
     return result, trace, bool(used)
 
 
@@ -99,6 +99,14 @@ def test_on_wide_lattices_with_many_checks(seed, k, limit, quality, monkeypatch)
     assert used and len(new_trace) > 20
     assert new_trace == old_trace
     assert summary(new) == summary(old)
+
+
+def test_with_a_progress_bar(monkeypatch):
+    """The bar counts each check as it happens (the flat sweep reads the checked count only when there is one)."""
+    encoded = random_encoded_table(77, d=4, records=(100, 200))
+    new, new_trace, used = traced_search(monkeypatch, encoded, 2, 0.1, "loss", "flash2p", True, True, progress=True)
+    old, old_trace, _ = traced_search(monkeypatch, encoded, 2, 0.1, "loss", "flash2p", False, True, progress=True)
+    assert used and new_trace == old_trace and summary(new) == summary(old)
 
 
 def test_the_tag_buffer_is_the_flags_array():
