@@ -234,10 +234,10 @@ class ClassCache:
             return cached
         return self._missed(node, hint)
 
-    def _missed(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple:
+    def _missed(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True) -> tuple:
         """`_entry` for a node (with the sensitive tail) not in the LRU: a warmed table, one rolled up ahead, or
         one computed and stored now (the evaluator's size-only checks come here straight from their own LRU
-        lookup)."""
+        lookup). `scan` False: the caller knows no cached table is a specialization of `node` (`_source`)."""
         if self._hubs:
             cached = self._hubs.get(node)
             if cached is not None:
@@ -250,14 +250,14 @@ class ClassCache:
             self._store(node, entry)
             self._fresh = (node, by_value)
             return entry
-        new = self._compute(node, hint)
+        new = self._compute(node, hint, scan)
         self._store(node, new)
         return new
 
-    def _compute(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple:
+    def _compute(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True) -> tuple:
         """`node`'s table (node and hint with the sensitive tail) rolled up from the best source: `_entry` and
         `warm` share it."""
-        source, entry = self._source(node, hint)
+        source, entry = self._source(node, hint, scan)
         if self.kernels is not None:
             base = entry is self._base_entry
             if base and node == self.base[0]:
@@ -424,14 +424,19 @@ class ClassCache:
             result = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
         return result[:3]
 
-    def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None) -> tuple[tuple[int, ...], tuple]:
+    def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True
+                ) -> tuple[tuple[int, ...], tuple]:
         """The cached specialization to roll `node` up from, with the fewest classes: the hint (what the search came
-        from), then the direct specializations, else the base classes. Returns (levels, cached table)."""
+        from), then the direct specializations, else the base classes. Returns (levels, cached table). `scan`
+        False: the caller knows no cached table is a specialization of `node` (the evaluator's remembered sources
+        hold every table it computed), so only the warmed ones and the base are left."""
         source, best = self.base[0], self._base_entry
         if self._hubs:   # a warmed specialization (`warm`) with fewer classes than the base
             hub, entry = self._best_hub(node)
             if entry is not None and entry[1].size < best[1].size:
                 source, best = hub, entry
+        if not scan:
+            return source, best
         if hint is not None and self.kernels is not None:
             # The compiled path's hint is already the remembered specialization with the fewest classes
             # (engine.search.evaluator): taken as it is when cached; the classes are the same from any source.

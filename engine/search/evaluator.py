@@ -143,10 +143,17 @@ class Evaluator:
                 self._lru.move_to_end(node)
             else:
                 cache = self.cache
-                source = hint
                 if self._sources and node not in cache._pending and node not in cache._hubs:
-                    source = self._remembered_source(node, hint)
-                entry = cache._missed(node, source)
+                    levels = np.array(node, dtype=np.int64)
+                    self._levels = (node, levels)   # `_remember` writes the same row into the ring
+                    row = int(self.kernels.best_source(self._source_levels, self._source_counts,
+                                                       min(self._sources, self.SOURCES), levels))
+                    if row >= 0:
+                        entry = cache._missed(node, self._source_nodes[row])
+                    else:   # no remembered table lies below; until the ring wraps, it holds every one computed
+                        entry = cache._missed(node, hint, self._sources > self.SOURCES)
+                else:
+                    entry = cache._missed(node, hint)
             codes, sizes = entry[0], entry[1]
             if node not in self._source_rows:
                 self._remember(node, sizes.size)
