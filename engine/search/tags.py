@@ -22,12 +22,12 @@ class ExplicitTags:
     def __init__(self, lattice: Lattice, upward: bool) -> None:
         self.lower = lattice.lower
         self.upward = upward
-        shape = [hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)]
-        # The flags live in a bytearray that the numpy array views: a sweep that numbers transformations by their
-        # flat (C-order) index reads `buffer[index]` (a Python int, the cheapest read there is), while tagging a
-        # whole up-set or down-set stays one slice assignment on `flags`.
-        self.buffer = bytearray(int(np.prod(shape, dtype=np.int64)))
-        self.flags = np.frombuffer(self.buffer, dtype=bool).reshape(shape)
+        self.flags = np.zeros([hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)], dtype=bool)
+        # The same flags as bytes, flat: a sweep that numbers transformations by their flat (C-order) index reads
+        # `buffer[index]`, a Python int (a third of `flags.item`'s cost), while tagging a whole up-set or down-set
+        # stays one slice assignment on `flags`. A view, not a bytearray: np.zeros leaves the pages of a large
+        # lattice untouched until tagged, a bytearray would write them all at once.
+        self.buffer = memoryview(self.flags.reshape(-1)).cast("B")
         self._shifted = any(lattice.lower)   # with every lower level 0 a transformation is its own index
         # The slices of a tag per level, made once (a search tags hundreds of times): level -> level: or :level + 1
         height = max((hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)), default=1)
