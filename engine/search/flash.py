@@ -69,6 +69,17 @@ def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
     return ranks, (int(ranks.max()) + 1 if values.size else 0)
 
 
+def _compiled_dense_rank(compiled, values: np.ndarray) -> tuple[np.ndarray, int]:
+    """`_dense_rank`, sorting only the distinct values where they are at most half of all (found with the compiled
+    hash table, engine._flash_numba.distinct_values); else `_dense_rank` itself, whose one argsort is then cheaper."""
+    found, which = compiled.distinct_values(values)
+    if found.size > values.size // 2:
+        return _dense_rank(values)
+    rank_of = np.empty(found.size, dtype=np.int64)
+    rank_of[np.argsort(found)] = np.arange(found.size, dtype=np.int64)   # distinct values: no ties to order
+    return rank_of[which], int(found.size)
+
+
 class Strategy:
     """ARX's FLASHStrategy as a sort key, plus the negated level vector to break ties.
 
@@ -88,6 +99,8 @@ class Strategy:
         self.relative = [[level / top for level in range(a.levels)] for a, top in zip(attributes, self.tops)]
         self.d = len(attributes)
         self._keys: dict[Node, tuple] = {}
+        # the keys of the whole lattice in one compiled pass where the search runs the compiled path
+        self.compiled = getattr(evaluator, "kernels", None) is not None and self.d > 0
         self.ranks = self._ranks(lattice) if not any(lattice.lower) and lattice.size <= RANK_LIMIT else None
         if self.ranks is not None:
             self.key = self.ranks.item   # a Python int from the level vector, without a numpy scalar
@@ -99,21 +112,35 @@ class Strategy:
         # here do, attribute after attribute (0 + x == x exactly), over the lattice in C order. Its first
         # component, (sum of levels - lower sum) / max rank, orders as the sum of levels itself (distinct small
         # integers divided by one positive integer stay distinct and in order).
-        precision = np.zeros(1)
-        distinct = np.zeros(1)
-        levels = np.zeros(1, dtype=np.int64)
-        for i, height in enumerate(shape):
-            precision = np.add.outer(precision, np.asarray(self.relative[i], dtype=np.float64)[:height]).ravel()
-            distinct = np.add.outer(distinct, np.asarray(self.distinct[i], dtype=np.float64)[:height]).ravel()
-            levels = np.add.outer(levels, np.arange(height, dtype=np.int64)).ravel()
-        precision = precision / self.d
-        lost = 1.0 - distinct / self.d
+        if self.compiled:   # the same sums and dense ranks in one compiled pass (engine._flash_numba)
+            from .. import _flash_numba
+
+            height = max(shape)
+            relative = np.zeros((self.d, height))
+            distinct = np.zeros((self.d, height))
+            for i, levels_here in enumerate(shape):
+                relative[i, :levels_here] = self.relative[i][:levels_here]
+                distinct[i, :levels_here] = self.distinct[i][:levels_here]
+            levels, precision, lost = _flash_numba.strategy_sums(relative, distinct,
+                                                                 np.asarray(shape, dtype=np.int64))
+            precision_rank, precisions = _compiled_dense_rank(_flash_numba, precision)
+            lost_rank, losts = _compiled_dense_rank(_flash_numba, lost)
+        else:
+            precision = np.zeros(1)
+            distinct = np.zeros(1)
+            levels = np.zeros(1, dtype=np.int64)
+            for i, height in enumerate(shape):
+                precision = np.add.outer(precision, np.asarray(self.relative[i], dtype=np.float64)[:height]).ravel()
+                distinct = np.add.outer(distinct, np.asarray(self.distinct[i], dtype=np.float64)[:height]).ravel()
+                levels = np.add.outer(levels, np.arange(height, dtype=np.int64)).ravel()
+            precision = precision / self.d
+            lost = 1.0 - distinct / self.d
+            precision_rank, precisions = _dense_rank(precision)
+            lost_rank, losts = _dense_rank(lost)
         size = levels.size
         # The negated level vector, compared first attribute first, orders as the flat (C-order) index descending.
         # The four keys become one int64 (sum of levels, then the dense ranks of the two floats, then the reversed
         # index): one sort instead of lexsort's four, the same order (ties of a float key share its dense rank).
-        precision_rank, precisions = _dense_rank(precision)
-        lost_rank, losts = _dense_rank(lost)
         top = int(levels.max()) if size else 0
         if (top + 1) * precisions * losts * size < 1 << 62:
             combined = ((levels * precisions + precision_rank) * losts + lost_rank) * size
@@ -121,8 +148,8 @@ class Strategy:
             # unique keys: sorting the keys themselves (a third of argsort's time) gives the one order, and each
             # key's low part (its reversed index) says which transformation it is
             order = size - 1 - np.sort(combined) % size
-        else:
-            order = np.lexsort((np.arange(size - 1, -1, -1, dtype=np.int64), lost, precision, levels))
+        else:   # the dense ranks order as the floats themselves
+            order = np.lexsort((np.arange(size - 1, -1, -1, dtype=np.int64), lost_rank, precision_rank, levels))
         ranks = np.empty(size, dtype=np.int64)
         ranks[order] = np.arange(size, dtype=np.int64)
         # For the sweep on flat indices (`FlashSearch._sweep`): the transformations in the keys' order, and where
