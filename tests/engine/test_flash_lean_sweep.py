@@ -87,10 +87,17 @@ def test_the_flat_sweep_checks_what_the_tuple_sweep_checks(seed, monkeypatch):
         assert len({entry[1] for entry in new_trace if len(entry) == 3}) == new.checked
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("seed,k,limit,quality", [(0, 5, 0.0, "loss"), (1, 3, 0.05, "loss"),
                                                   (2, 2, 0.1, "non_uniform_entropy"), (3, 10, 0.02, "loss")])
-def test_on_wide_lattices_with_many_checks(seed, k, limit, quality, monkeypatch):
-    """Six attributes of four levels (4,096 transformations), hundreds of checks and bound prunes."""
+def test_on_wide_lattices_with_many_checks(seed, k, limit, quality, compiled, monkeypatch):
+    """Six attributes of four levels (4,096 transformations), hundreds of checks and bound prunes; on the numpy
+    reference path and on the compiled one (whose strategy ranks come from engine._flash_numba)."""
+    if compiled:
+        pytest.importorskip("numba")
+        monkeypatch.setenv("SAFESHARE_COMPILED_PATH", "1")
+        monkeypatch.delenv("SAFESHARE_REFERENCE_PATH", raising=False)
+        monkeypatch.delenv("SAFESHARE_NO_NUMBA", raising=False)
     frame, hierarchies = wide_table(seed, n=400, d=6)
     encoded = encode_table(frame, hierarchies)
     algorithm = "flash" if limit == 0.0 else "flash2p"
@@ -99,6 +106,14 @@ def test_on_wide_lattices_with_many_checks(seed, k, limit, quality, monkeypatch)
     assert used and len(new_trace) > 20
     assert new_trace == old_trace
     assert summary(new) == summary(old)
+    if compiled:
+        strategies = []
+        init = flash_module.Strategy.__init__
+        monkeypatch.setattr(flash_module.Strategy, "__init__",
+                            lambda self, *args: (init(self, *args), strategies.append(self))[0])
+        again, again_trace, _ = traced_search(monkeypatch, encoded, k, limit, quality, algorithm, True, True)
+        assert strategies and all(strategy.compiled for strategy in strategies)
+        assert again_trace == new_trace and summary(again) == summary(new)
 
 
 def test_with_a_progress_bar(monkeypatch):
