@@ -149,6 +149,48 @@ def best_source(levels, counts, n, node):
 
 
 @_jit
+def pack_levels(node, lane, packed):
+    """The level vector `node` packed into `packed` (uint64 words): level i in lane i % (64 // lane) of word
+    i // (64 // lane), `lane` bits each (levels below 2^(lane - 1)), unused lanes 0."""
+    per = 64 // lane
+    for k in range(packed.size):
+        packed[k] = np.uint64(0)
+    for i in range(node.size):
+        packed[i // per] |= np.uint64(node[i]) << np.uint64(lane * (i % per))
+
+
+@_jit
+def best_source_packed(words, counts, n, node, lane, high, packed):
+    """`best_source` on packed level vectors (`pack_levels`; `node` is packed into `packed` first, for the caller
+    to keep): row r is a specialization of the node when every lane of ((node | high) - words[r]) keeps its top
+    bit (`high`: the top bit of every lane), i.e. no lane of words[r] exceeds the node's (levels below 2^(lane - 1),
+    so no lane borrows from the next); a word per 8 attributes instead of a compare per attribute. The same row as
+    `best_source`: the first with the fewest classes."""
+    pack_levels(node, lane, packed)
+    w = packed.size
+    best = -1
+    fewest = np.int64(-1)
+    for r in range(n):
+        count = counts[r]
+        if best >= 0 and count >= fewest:
+            continue
+        below = True
+        same = True
+        for k in range(w):
+            row = words[r, k]
+            mine = packed[k]
+            if ((mine | high) - row) & high != high:
+                below = False
+                break
+            if row != mine:
+                same = False
+        if below and not same:
+            best = r
+            fewest = count
+    return best
+
+
+@_jit
 def group_rows(rows, places):
     """Classes of the records: rows (d, n) are the level-0 codes, places the fixed radix. Returns the classes' codes
     (d, u) int32, sizes (records per class) and keys, classes in order of first appearance (as engine.grouping.group

@@ -51,3 +51,34 @@ def test_colliding_keys_and_zero():
     expected_numbers, expected_keys = reference(keys)
     assert np.array_equal(numbers, expected_numbers) and np.array_equal(class_keys, expected_keys)
     assert new_index(5).dtype == np.int32 and new_index(5).size == 32 and (new_index(5) == -1).all()
+
+
+@pytest.mark.parametrize("d, height, lane", [(1, 3, 8), (8, 5, 8), (9, 5, 8), (17, 128, 8), (5, 300, 16),
+                                             (6, 40000, 32)])
+def test_packed_source_choice_is_the_level_by_level_one(d, height, lane):
+    """engine._kernels_numba.best_source_packed: a word per 8 (4, 2) attributes instead of a compare per attribute;
+    the same row as best_source on the plain level vectors, including the node itself in the ring (never its own
+    source), ties (the first row with the fewest classes) and the top level of every lane."""
+    from engine._kernels_numba import best_source, best_source_packed, pack_levels
+
+    rng = np.random.default_rng(d * 1000 + height)
+    n = 300
+    levels = rng.integers(0, height, (n, d)).astype(np.int64)
+    levels[:20] = height - 1 - rng.integers(0, 2, (20, d))   # near the top: the lanes' largest values
+    counts = rng.integers(1, 50, n).astype(np.int64)
+    per = 64 // lane
+    words = np.zeros((n, -(-d // per)), dtype=np.uint64)
+    for r in range(n):
+        pack_levels(levels[r], lane, words[r])
+    high = np.uint64(sum(1 << (lane * k + lane - 1) for k in range(per)))
+    packed = np.zeros(words.shape[1], dtype=np.uint64)
+    nodes = [rng.integers(0, height, d).astype(np.int64) for _ in range(200)] + [levels[r].copy() for r in range(40)]
+    found = 0
+    for node in nodes:
+        expected = best_source(levels, counts, n, node)
+        assert best_source_packed(words, counts, n, node, lane, high, packed) == expected
+        unpacked = [   # the node, packed for the caller
+            (int(packed[i // per]) >> (lane * (i % per))) & ((1 << lane) - 1) for i in range(d)]
+        assert unpacked == node.tolist()
+        found += expected >= 0
+    assert found >= 10   # the specializations were there to find
