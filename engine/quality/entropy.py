@@ -4,6 +4,10 @@ Generalization term: -sum over all input records (suppressed ones included) of l
 count of the generalized value). Suppression term: the suppressed records of one attribute, grouped by their
 generalized value w, add -sum_w s_w log2(s_w / S). Each attribute is normalized by the entropy of generalizing
 everything to one value, -sum_v cnt(v) log2(cnt(v) / n); the loss is the mean over attributes.
+
+The terms with suppression are computed in one compiled call once numba is loaded (engine._entropy_numba, which
+replays numpy's log2 and OpenBLAS's dot product order and is used only where it agrees with them in the process);
+the numpy code here stays the reference, and both give the same bits (tests/engine/test_entropy_compiled.py).
 """
 from __future__ import annotations
 
