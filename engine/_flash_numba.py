@@ -85,3 +85,121 @@ def strategy_sums(relative, distinct, heights):
             axis -= 1
         changed = max(axis, 0)
     return levels, precision, lost
+
+
+@numba.njit(cache=True, nogil=True)
+def successor_table(ranks, heights):
+    """For every transformation of the lattice with `heights` levels per attribute (flat C-order index i): row i of
+    `successors` holds how many direct generalizations it has, then their flat indices in ascending strategy rank
+    (`ranks`, unique), then -1; row i of `levels` its level vector. Flash's flat sweep reads a row with one
+    `tolist` where it built the list with divmod, a comprehension and a sort per transformation."""
+    d = heights.size
+    n = ranks.size
+    successors = np.full((n, d + 1), -1, np.int32)
+    levels = np.empty((n, d), np.int32)
+    strides = np.ones(d, np.int64)
+    for axis in range(d - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * heights[axis + 1]
+    digits = np.zeros(d, np.int64)
+    for index in range(n):
+        count = 0
+        for axis in range(d):
+            level = digits[axis]
+            levels[index, axis] = level
+            if level + 1 < heights[axis]:
+                step = index + strides[axis]
+                rank = ranks[step]
+                # insertion in rank order (at most d entries)
+                position = count
+                while position > 0 and ranks[successors[index, position]] > rank:
+                    successors[index, position + 1] = successors[index, position]
+                    position -= 1
+                successors[index, position + 1] = step
+                count += 1
+        successors[index, 0] = count
+        axis = d - 1
+        while axis >= 0:
+            digits[axis] += 1
+            if digits[axis] < heights[axis]:
+                break
+            digits[axis] = 0
+            axis -= 1
+    return successors, levels
+
+
+
+@numba.njit(cache=True, nogil=True)
+def tag_up_set(flags, index, dims):
+    """Set the flag of every generalization of the transformation with flat (C-order) index `index` (its up-set:
+    each level from its own to the top) in the lattice of `dims` (row 0 the levels per attribute, row 1 the
+    strides), as `ExplicitTags.tag` does with one slice per axis."""
+    d = dims.shape[1]
+    levels = np.empty(d, np.int64)
+    rest = index
+    for axis in range(d):
+        levels[axis] = rest // dims[1, axis]
+        rest -= levels[axis] * dims[1, axis]
+    digits = levels.copy()
+    while True:
+        flags[index] = True
+        axis = d - 1
+        while axis >= 0:
+            digits[axis] += 1
+            index += dims[1, axis]
+            if digits[axis] < dims[0, axis]:
+                break
+            index -= (digits[axis] - levels[axis]) * dims[1, axis]
+            digits[axis] = levels[axis]
+            axis -= 1
+        if axis < 0:
+            return
+
+
+@numba.njit(cache=True, nogil=True)
+def find_path(path, length, successors, flags, bounds, dims, prune, loss, best_bound, best_rank, best_index):
+    """Flash's `find_path` from the path's last transformation (`path[length - 1]`): repeatedly the first successor
+    in rank order (a row of `successor_table`) neither tagged (`flags` rows: anonymous, not anonymous, insufficient
+    quality) nor ruled out by its level bound, appended to `path`. With `prune` (a solution is known), a successor
+    is ruled out as `FlashSearch._sweep`'s `ruled_out` and `Incumbent.rules_out` decide, from the incumbent's key
+    (`loss`, `best_bound`, `best_rank`, and its levels as the flat index `best_index`: for level vectors of one
+    lattice the lexicographic order is the flat C order): a bound above the loss, or equal to it and losing the
+    tie-break (the incumbent's level bound below this one's, or equal and the incumbent of a lower sum of levels,
+    or of the same sum and not after it). A transformation ruled out gets its up-set tagged insufficient and is
+    counted. Returns (the path's new length, how many were ruled out)."""
+    pruned = 0
+    current = path[length - 1]
+    anonymous, not_anonymous, insufficient = flags[0], flags[1], flags[2]
+    while True:
+        count = successors[current, 0]
+        step = -1
+        for position in range(1, count + 1):
+            candidate = successors[current, position]
+            if anonymous[candidate] or not_anonymous[candidate]:
+                continue
+            if prune:
+                if insufficient[candidate]:
+                    continue
+                bound = bounds[candidate]
+                if bound != loss:
+                    out = bound > loss
+                elif best_bound != bound:   # a tie: Incumbent.rules_out, whose level bound is `bound` itself
+                    out = best_bound < bound
+                else:
+                    rank = 0
+                    rest = candidate
+                    for axis in range(dims.shape[1]):
+                        level = rest // dims[1, axis]
+                        rest -= level * dims[1, axis]
+                        rank += level
+                    out = best_rank < rank or (best_rank == rank and best_index <= candidate)
+                if out:
+                    tag_up_set(insufficient, candidate, dims)
+                    pruned += 1
+                    continue
+            step = candidate
+            break
+        if step < 0:
+            return length, pruned
+        path[length] = step
+        length += 1
+        current = step

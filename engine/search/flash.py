@@ -33,7 +33,7 @@ import heapq
 import sys
 from functools import reduce
 from itertools import product
-from operator import add, getitem, neg
+from operator import add, getitem, mul, neg
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from .bnb import branch_and_bound
 from .common import Deadline, Incumbent, Progress
 from .evaluator import Evaluator
 from .floor import applies as floor_applies, floor_sweep
-from .tags import ExplicitTags, make_tags
+from .tags import ExplicitTags, make_tag_rows
 
 Node = tuple[int, ...]
 
@@ -53,6 +53,7 @@ Node = tuple[int, ...]
 _float_sum = sum if sys.version_info < (3, 12) else (lambda values: reduce(add, values, 0))
 RANK_LIMIT = 1 << 18   # transformations: up to this lattice size the strategy's keys are precomputed as ranks
 FAST_SWEEP = True      # explicit tags and ranks: the first phase on flat indices (`FlashSearch._sweep`)
+TABLE_LIMIT = 1 << 22  # int32 entries: up to this the compiled path precomputes the sweep's successor and level rows
 
 
 def _dense_rank(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -200,9 +201,9 @@ class FlashSearch:
             # costs checks, because it stops the search from tagging whole regions with a single check.
             prune_by_bound = self.two_phase
         self.prune_by_bound = prune_by_bound
-        self.anonymous = make_tags(lattice, upward=True, explicit=explicit)
-        self.not_anonymous = make_tags(lattice, upward=False, explicit=explicit)
-        self.insufficient = make_tags(lattice, upward=True, explicit=explicit)
+        # explicit tags in the rows of one array (`_tag_rows`), which the compiled path walk reads as one argument
+        (self.anonymous, self.not_anonymous, self.insufficient), self._tag_rows = \
+            make_tag_rows(lattice, (True, False, True), explicit=explicit)
         self.strategy = Strategy(evaluator, lattice)
         # Explicit tags whose array index is the level vector itself (every lower level 0): `classified` reads the
         # arrays directly instead of through `in` calls (it runs tens of thousands of times per search), through
@@ -423,24 +424,41 @@ class FlashSearch:
         strides = tuple(strides)
         nodes: dict[int, Node] = {}
         successors: dict[int, list[int]] = {}
+        tables = self._flat_tables()
 
-        def node_of(index: int) -> Node:
-            node = nodes.get(index)
-            if node is None:
-                rest, levels = index, []
-                for stride in strides:
-                    level, rest = divmod(rest, stride)
-                    levels.append(level)
-                node = nodes[index] = tuple(levels)
-            return node
+        if tables is None:
+            def node_of(index: int) -> Node:
+                node = nodes.get(index)
+                if node is None:
+                    rest, levels = index, []
+                    for stride in strides:
+                        level, rest = divmod(rest, stride)
+                        levels.append(level)
+                    node = nodes[index] = tuple(levels)
+                return node
 
-        def successors_of(index: int) -> list[int]:
-            found = successors.get(index)
-            if found is None:
-                found = successors[index] = sorted(
-                    [index + stride for stride, level, top in zip(strides, node_of(index), upper) if level < top],
-                    key=rank_of)
-            return found
+            def successors_of(index: int) -> list[int]:
+                found = successors.get(index)
+                if found is None:
+                    found = successors[index] = sorted(
+                        [index + stride for stride, level, top in zip(strides, node_of(index), upper) if level < top],
+                        key=rank_of)
+                return found
+        else:   # the same level vectors and rank-sorted successors, read from the compiled tables
+            successor_rows, level_rows = tables
+
+            def node_of(index: int) -> Node:
+                node = nodes.get(index)
+                if node is None:
+                    node = nodes[index] = tuple(level_rows[index].tolist())
+                return node
+
+            def successors_of(index: int) -> list[int]:
+                found = successors.get(index)
+                if found is None:
+                    row = successor_rows[index].tolist()
+                    found = successors[index] = row[1:row[0] + 1]
+                return found
 
         def ruled_out(index: int, key: tuple) -> bool:
             """`insufficient_quality` past its tag read, for a transformation not tagged: the bound, and the tag
@@ -511,6 +529,21 @@ class FlashSearch:
             return has_property
 
         heappush, heappop = heapq.heappush, heapq.heappop
+        tag_rows = self._tag_rows
+        flat = tuple(tag_rows)
+        # find_path compiled (engine._flash_numba.find_path) where the tables exist and, when the bound prunes, every
+        # level bound is one float64 array (the values `bound_item` reads, `QualityModel.bound`'s to the bit)
+        walk = None
+        bound_array = getattr(bound_item, "__self__", None) if prune else np.zeros(1)
+        if tables is not None and isinstance(bound_array, np.ndarray) and bound_array.dtype == np.float64 \
+                and (bound_array.size == len(order) or not prune):
+            from .. import _flash_numba
+
+            walk = _flash_numba.find_path
+            bound_array = bound_array.reshape(-1)
+            dims = np.array([self.anonymous.flags.shape, strides], dtype=np.int64).reshape(2, d)
+            walked = [None, 0]   # the incumbent key last walked with, and its levels' flat index
+            path_buffer = np.empty(sum(upper) + 1, dtype=np.int64)
 
         def search_from(start: int) -> None:
             """`binary_search`, with `find_path` and `check_path` inline."""
@@ -522,11 +555,25 @@ class FlashSearch:
                 head = at_rank(heappop(queue))
                 if skip(head):
                     continue
-                path = [head]
-                step = first_open(successors.get(head) or successors_of(head))
-                while step >= 0:   # find_path
-                    path.append(step)
-                    step = first_open(successors.get(step) or successors_of(step))
+                if walk is None:
+                    path = [head]
+                    step = first_open(successors.get(head) or successors_of(head))
+                    while step >= 0:   # find_path
+                        path.append(step)
+                        step = first_open(successors.get(step) or successors_of(step))
+                else:   # find_path compiled, from the incumbent's key as it stands (no check on the way)
+                    path_buffer[0] = head
+                    key = incumbent.key
+                    if not prune or key is None:
+                        length, pruned = walk(path_buffer, 1, successor_rows, tag_rows, bound_array, dims, False,
+                                              0.0, 0.0, 0, 0)
+                    else:
+                        if key is not walked[0]:
+                            walked[0], walked[1] = key, sum(map(mul, key[3], strides))
+                        length, pruned = walk(path_buffer, 1, successor_rows, tag_rows, bound_array, dims, True,
+                                              float(key[0]), float(key[1]), key[2], walked[1])
+                        self.pruned_by_bound += pruned
+                    path = path_buffer[:length].tolist()
                 low, high, lowest = 0, len(path) - 1, -1
                 while low <= high:   # check_path
                     mid = (low + high) // 2
@@ -548,8 +595,6 @@ class FlashSearch:
                         # An early solution makes the bound prune the rest of the first phase
                         self.evaluate(node)
 
-        flat = (self.anonymous.flags.reshape(-1), self.not_anonymous.flags.reshape(-1),
-                self.insufficient.flags.reshape(-1))
         starts = strategy.rank_starts
         if deadline.passed():
             self.complete = False
@@ -572,6 +617,18 @@ class FlashSearch:
                     search_from(index)
                 if not self.complete:
                     break
+
+    def _flat_tables(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """On the compiled path and a lattice whose tables stay small (TABLE_LIMIT entries): every flat index's
+        successors sorted by rank and its level vector (engine._flash_numba.successor_table), so the sweep reads a
+        row instead of building it; None elsewhere (the sweep then builds them itself, the reference)."""
+        strategy = self.strategy
+        heights = self.anonymous.flags.shape
+        if not strategy.compiled or strategy.ranks.size * (2 * len(heights) + 1) > TABLE_LIMIT:
+            return None
+        from .. import _flash_numba
+
+        return _flash_numba.successor_table(strategy.ranks.reshape(-1), np.asarray(heights, dtype=np.int64))
 
     def run(self) -> dict:
         lattice = self.lattice

@@ -19,10 +19,13 @@ EXPLICIT_LIMIT = 1 << 24   # transformations; above this the implicit representa
 
 
 class ExplicitTags:
-    def __init__(self, lattice: Lattice, upward: bool) -> None:
+    def __init__(self, lattice: Lattice, upward: bool, storage: np.ndarray | None = None) -> None:
+        """`storage`: zeroed flat booleans to hold the flags (one row of a search's three tag arrays, so a compiled
+        walk reads all three through one argument); fresh ones when None."""
         self.lower = lattice.lower
         self.upward = upward
-        self.flags = np.zeros([hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)], dtype=bool)
+        shape = [hi - lo + 1 for lo, hi in zip(lattice.lower, lattice.upper)]
+        self.flags = np.zeros(shape, dtype=bool) if storage is None else storage.reshape(shape)
         # The same flags as bytes, flat: a sweep that numbers transformations by their flat (C-order) index reads
         # `buffer[index]`, a Python int (a third of `flags.item`'s cost), while tagging a whole up-set or down-set
         # stays one slice assignment on `flags`. A view, not a bytearray: np.zeros leaves the pages of a large
@@ -80,3 +83,14 @@ def make_tags(lattice: Lattice, upward: bool, explicit: bool | None = None):
     if explicit is None:
         explicit = lattice.size <= EXPLICIT_LIMIT
     return ExplicitTags(lattice, upward) if explicit else AntichainTags(lattice, upward)
+
+
+def make_tag_rows(lattice: Lattice, upwards: tuple[bool, ...], explicit: bool | None = None):
+    """`make_tags` for each of `upwards`; explicit ones share one (len(upwards), size) boolean array (returned too,
+    else None) whose rows are their flags in flat C order."""
+    if explicit is None:
+        explicit = lattice.size <= EXPLICIT_LIMIT
+    if not explicit:
+        return [AntichainTags(lattice, upward) for upward in upwards], None
+    rows = np.zeros((len(upwards), lattice.size), dtype=bool)
+    return [ExplicitTags(lattice, upward, rows[i]) for i, upward in enumerate(upwards)], rows
