@@ -132,17 +132,25 @@ def successor_table(ranks, heights):
 def tag_up_set(flags, index, dims):
     """Set the flag of every generalization of the transformation with flat (C-order) index `index` (its up-set:
     each level from its own to the top) in the lattice of `dims` (row 0 the levels per attribute, row 1 the
-    strides), as `ExplicitTags.tag` does with one slice per axis."""
+    strides), as `ExplicitTags.tag` does with one slice per axis: the trailing attributes at level 0 and the last
+    one above it span one contiguous run per combination of the leading attributes' levels."""
     d = dims.shape[1]
+    if d == 0:
+        flags[index] = True
+        return
     levels = np.empty(d, np.int64)
     rest = index
     for axis in range(d):
         levels[axis] = rest // dims[1, axis]
         rest -= levels[axis] * dims[1, axis]
+    last = d - 1
+    while last > 0 and levels[last] == 0:
+        last -= 1
+    run = (dims[0, last] - levels[last]) * dims[1, last]
     digits = levels.copy()
     while True:
-        flags[index] = True
-        axis = d - 1
+        flags[index:index + run] = True
+        axis = last - 1
         while axis >= 0:
             digits[axis] += 1
             index += dims[1, axis]
@@ -150,6 +158,41 @@ def tag_up_set(flags, index, dims):
                 break
             index -= (digits[axis] - levels[axis]) * dims[1, axis]
             digits[axis] = levels[axis]
+            axis -= 1
+        if axis < 0:
+            return
+
+
+@numba.njit(cache=True, nogil=True)
+def tag_down_set(flags, index, dims):
+    """Set the flag of every specialization of the transformation with flat (C-order) index `index` (its down-set:
+    each level from 0 to its own), as `ExplicitTags.tag` does for downward tags: the trailing attributes at their
+    top level and the last one below it span one contiguous run per combination of the leading attributes' levels."""
+    d = dims.shape[1]
+    if d == 0:
+        flags[index] = True
+        return
+    levels = np.empty(d, np.int64)
+    rest = index
+    for axis in range(d):
+        levels[axis] = rest // dims[1, axis]
+        rest -= levels[axis] * dims[1, axis]
+    last = d - 1
+    while last > 0 and levels[last] == dims[0, last] - 1:
+        last -= 1
+    run = (levels[last] + 1) * dims[1, last]
+    digits = np.zeros(d, np.int64)
+    start = 0
+    while True:
+        flags[start:start + run] = True
+        axis = last - 1
+        while axis >= 0:
+            digits[axis] += 1
+            start += dims[1, axis]
+            if digits[axis] <= levels[axis]:
+                break
+            start -= digits[axis] * dims[1, axis]
+            digits[axis] = 0
             axis -= 1
         if axis < 0:
             return

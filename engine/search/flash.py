@@ -407,8 +407,6 @@ class FlashSearch:
         evaluator, quality, progress = self.evaluator, self.quality, self.progress
         anonymous, not_anonymous, insufficient = self.anonymous.buffer, self.not_anonymous.buffer, \
             self.insufficient.buffer
-        tag_anonymous, tag_not_anonymous, tag_insufficient = \
-            self.anonymous.tag, self.not_anonymous.tag, self.insufficient.tag
         prune, full_check, two_phase = self.prune_by_bound, self.full_check, self.two_phase
         bound_item = self._bound_item
         bounds = self._bounds
@@ -444,8 +442,35 @@ class FlashSearch:
                         [index + stride for stride, level, top in zip(strides, node_of(index), upper) if level < top],
                         key=rank_of)
                 return found
-        else:   # the same level vectors and rank-sorted successors, read from the compiled tables
+
+            anonymous_tag, not_anonymous_tag, insufficient_tag = \
+                self.anonymous.tag, self.not_anonymous.tag, self.insufficient.tag
+
+            def tag_anonymous(index: int) -> None:
+                anonymous_tag(node_of(index))
+
+            def tag_not_anonymous(index: int) -> None:
+                not_anonymous_tag(node_of(index))
+
+            def tag_insufficient(index: int) -> None:
+                insufficient_tag(node_of(index))
+        else:   # the same level vectors and rank-sorted successors, read from the compiled tables, and the same
+            # tags set by compiled loops over the flat rows (engine._flash_numba.tag_up_set, tag_down_set)
+            from .. import _flash_numba
+
             successor_rows, level_rows = tables
+            dims = np.array([self.anonymous.flags.shape, strides], dtype=np.int64).reshape(2, d)
+            up_set, down_set = _flash_numba.tag_up_set, _flash_numba.tag_down_set
+            anonymous_row, not_anonymous_row, insufficient_row = self._tag_rows
+
+            def tag_anonymous(index: int) -> None:
+                up_set(anonymous_row, index, dims)
+
+            def tag_not_anonymous(index: int) -> None:
+                down_set(not_anonymous_row, index, dims)
+
+            def tag_insufficient(index: int) -> None:
+                up_set(insufficient_row, index, dims)
 
             def node_of(index: int) -> Node:
                 node = nodes.get(index)
@@ -472,7 +497,7 @@ class FlashSearch:
                     bound = quality.bound(node)
             loss = key[0]
             if bound > loss or (bound == loss and incumbent.rules_out(node_of(index), bound)):
-                tag_insufficient(node_of(index))
+                tag_insufficient(index)
                 self.pruned_by_bound += 1
                 return True
             return False
@@ -515,9 +540,9 @@ class FlashSearch:
                 has_property = evaluator.m_anonymous(node, hint)
                 progress.update(evaluator.checked - before)
             if has_property:
-                tag_anonymous(node)
+                tag_anonymous(index)
             else:
-                tag_not_anonymous(node)
+                tag_not_anonymous(index)
             if prune and incumbent.best is not None:
                 class_bound = class_bounds.get(node)   # set when the check evaluated the node fully
                 if class_bound is None:
@@ -525,7 +550,7 @@ class FlashSearch:
                 level_bound = bound_item(index) if bound_item is not None else quality.bound(node)
                 bound = max(level_bound, class_bound)
                 if incumbent.rules_out(node, bound):
-                    tag_insufficient(node)
+                    tag_insufficient(index)
             return has_property
 
         heappush, heappop = heapq.heappush, heapq.heappop
@@ -537,11 +562,8 @@ class FlashSearch:
         bound_array = getattr(bound_item, "__self__", None) if prune else np.zeros(1)
         if tables is not None and isinstance(bound_array, np.ndarray) and bound_array.dtype == np.float64 \
                 and (bound_array.size == len(order) or not prune):
-            from .. import _flash_numba
-
             walk = _flash_numba.find_path
             bound_array = bound_array.reshape(-1)
-            dims = np.array([self.anonymous.flags.shape, strides], dtype=np.int64).reshape(2, d)
             walked = [None, 0]   # the incumbent key last walked with, and its levels' flat index
             path_buffer = np.empty(sum(upper) + 1, dtype=np.int64)
 

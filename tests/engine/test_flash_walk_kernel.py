@@ -119,3 +119,46 @@ def test_tagging_an_up_set_by_hand(shape, node):
     assert flags.sum() == expected
     marked = {tuple(int(v) for v in p) for p in np.argwhere(flags.reshape(shape))}
     assert all(all(m >= n for m, n in zip(point, node)) for point in marked)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tagging_every_up_set_as_the_numpy_slices_do(seed):
+    """Every transformation of random lattices (trailing levels at 0 or not): the compiled up-set tag sets exactly
+    the flags `ExplicitTags.tag` sets with one slice per axis."""
+    from engine import _flash_numba
+
+    rng = np.random.default_rng(100 + seed)
+    d = int(rng.integers(1, 6))
+    shape = tuple(int(h) for h in rng.integers(1, 5, size=d))
+    lattice = Lattice((0,) * d, tuple(h - 1 for h in shape))
+    strides = [int(np.prod(shape[a + 1:])) for a in range(d)]
+    dims = np.array([shape, strides], dtype=np.int64).reshape(2, d)
+    for index in range(int(np.prod(shape))):
+        node = tuple(int(v) for v in np.unravel_index(index, shape))
+        expected = ExplicitTags(lattice, upward=True)
+        expected.tag(node)
+        flags = np.zeros(int(np.prod(shape)), dtype=bool)
+        _flash_numba.tag_up_set(flags, index, dims)
+        assert np.array_equal(flags, expected.flags.reshape(-1)), node
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tagging_every_down_set_as_the_numpy_slices_do(seed):
+    """Every transformation of random lattices (trailing levels at the top or not): the compiled down-set tag sets
+    exactly the flags `ExplicitTags.tag` sets for downward tags."""
+    from engine import _flash_numba
+
+    rng = np.random.default_rng(200 + seed)
+    d = int(rng.integers(1, 6))
+    shape = tuple(int(h) for h in rng.integers(1, 5, size=d))
+    lattice = Lattice((0,) * d, tuple(h - 1 for h in shape))
+    strides = [int(np.prod(shape[a + 1:])) for a in range(d)]
+    dims = np.array([shape, strides], dtype=np.int64).reshape(2, d)
+    for index in range(int(np.prod(shape))):
+        node = tuple(int(v) for v in np.unravel_index(index, shape))
+        expected = ExplicitTags(lattice, upward=False)
+        expected.tag(node)
+        flags = np.zeros(int(np.prod(shape)), dtype=bool)
+        _flash_numba.tag_down_set(flags, index, dims)
+        assert np.array_equal(flags, expected.flags.reshape(-1)), node
+        assert flags.sum() == np.prod([level + 1 for level in node])   # counted by hand
