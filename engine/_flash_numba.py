@@ -199,50 +199,77 @@ def tag_down_set(flags, index, dims):
 
 
 @numba.njit(cache=True, nogil=True)
+def skip_step(candidate, flags, bounds, dims, prune, loss, best_bound, best_rank, best_index):
+    """Flash's `skip` for a flat index: 0 to keep it, 1 when it is tagged (`flags` rows: anonymous, not anonymous,
+    insufficient quality), 2 when `prune` (a solution is known) and its level bound rules it out as
+    `FlashSearch._sweep`'s `ruled_out` and `Incumbent.rules_out` decide from the incumbent's key (`loss`,
+    `best_bound`, `best_rank`, and its levels as the flat index `best_index`: for level vectors of one lattice the
+    lexicographic order is the flat C order): a bound above the loss, or equal to it and losing the tie-break (the
+    incumbent's level bound below this one's, or equal and the incumbent of a lower sum of levels, or of the same
+    sum and not after it). A transformation ruled out has its up-set tagged insufficient here."""
+    if flags[0, candidate] or flags[1, candidate]:
+        return 1
+    if not prune:
+        return 0
+    if flags[2, candidate]:
+        return 1
+    bound = bounds[candidate]
+    if bound != loss:
+        out = bound > loss
+    elif best_bound != bound:   # a tie: Incumbent.rules_out, whose level bound is `bound` itself
+        out = best_bound < bound
+    else:
+        rank = 0
+        rest = candidate
+        for axis in range(dims.shape[1]):
+            level = rest // dims[1, axis]
+            rest -= level * dims[1, axis]
+            rank += level
+        out = best_rank < rank or (best_rank == rank and best_index <= candidate)
+    if out:
+        tag_up_set(flags[2], candidate, dims)
+        return 2
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
 def find_path(path, length, successors, flags, bounds, dims, prune, loss, best_bound, best_rank, best_index):
     """Flash's `find_path` from the path's last transformation (`path[length - 1]`): repeatedly the first successor
-    in rank order (a row of `successor_table`) neither tagged (`flags` rows: anonymous, not anonymous, insufficient
-    quality) nor ruled out by its level bound, appended to `path`. With `prune` (a solution is known), a successor
-    is ruled out as `FlashSearch._sweep`'s `ruled_out` and `Incumbent.rules_out` decide, from the incumbent's key
-    (`loss`, `best_bound`, `best_rank`, and its levels as the flat index `best_index`: for level vectors of one
-    lattice the lexicographic order is the flat C order): a bound above the loss, or equal to it and losing the
-    tie-break (the incumbent's level bound below this one's, or equal and the incumbent of a lower sum of levels,
-    or of the same sum and not after it). A transformation ruled out gets its up-set tagged insufficient and is
-    counted. Returns (the path's new length, how many were ruled out)."""
+    in rank order (a row of `successor_table`) that `skip_step` keeps, appended to `path`. Returns (the path's new
+    length, how many successors were ruled out by the bound on the way)."""
     pruned = 0
     current = path[length - 1]
-    anonymous, not_anonymous, insufficient = flags[0], flags[1], flags[2]
     while True:
         count = successors[current, 0]
         step = -1
         for position in range(1, count + 1):
             candidate = successors[current, position]
-            if anonymous[candidate] or not_anonymous[candidate]:
-                continue
-            if prune:
-                if insufficient[candidate]:
-                    continue
-                bound = bounds[candidate]
-                if bound != loss:
-                    out = bound > loss
-                elif best_bound != bound:   # a tie: Incumbent.rules_out, whose level bound is `bound` itself
-                    out = best_bound < bound
-                else:
-                    rank = 0
-                    rest = candidate
-                    for axis in range(dims.shape[1]):
-                        level = rest // dims[1, axis]
-                        rest -= level * dims[1, axis]
-                        rank += level
-                    out = best_rank < rank or (best_rank == rank and best_index <= candidate)
-                if out:
-                    tag_up_set(insufficient, candidate, dims)
-                    pruned += 1
-                    continue
-            step = candidate
-            break
+            skipped = skip_step(candidate, flags, bounds, dims, prune, loss, best_bound, best_rank, best_index)
+            if skipped == 0:
+                step = candidate
+                break
+            if skipped == 2:
+                pruned += 1
         if step < 0:
             return length, pruned
         path[length] = step
         length += 1
         current = step
+
+
+@numba.njit(cache=True, nogil=True)
+def open_successors(out, index, successors, ranks, flags, bounds, dims, prune, loss, best_bound, best_rank,
+                    best_index):
+    """The loop of Flash's `check_path` after a failing check: of `index`'s successors in rank order, the ranks
+    (`ranks`) of those `skip_step` keeps, written to `out`. Returns (how many, how many were ruled out)."""
+    count = 0
+    pruned = 0
+    for position in range(1, successors[index, 0] + 1):
+        candidate = successors[index, position]
+        skipped = skip_step(candidate, flags, bounds, dims, prune, loss, best_bound, best_rank, best_index)
+        if skipped == 0:
+            out[count] = ranks[candidate]
+            count += 1
+        elif skipped == 2:
+            pruned += 1
+    return count, pruned

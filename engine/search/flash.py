@@ -564,8 +564,23 @@ class FlashSearch:
                 and (bound_array.size == len(order) or not prune):
             walk = _flash_numba.find_path
             bound_array = bound_array.reshape(-1)
-            walked = [None, 0]   # the incumbent key last walked with, and its levels' flat index
+            open_steps = _flash_numba.open_successors
+            rank_array = strategy.ranks.reshape(-1)
             path_buffer = np.empty(sum(upper) + 1, dtype=np.int64)
+            push_buffer = np.empty(max(d, 1), dtype=np.int64)
+            no_key = (False, 0.0, 0.0, 0, 0)
+            walked = [None, no_key]   # the incumbent key last walked with, and its arguments
+
+            def walk_key() -> tuple:
+                """The compiled walk's arguments from the incumbent's key as it stands: whether the bound prunes,
+                the loss, the level bound, the sum of levels and the levels as one flat index."""
+                key = incumbent.key
+                if not prune or key is None:
+                    return no_key
+                if key is not walked[0]:
+                    walked[0], walked[1] = key, (True, float(key[0]), float(key[1]), key[2],
+                                                 sum(map(mul, key[3], strides)))
+                return walked[1]
 
         def search_from(start: int) -> None:
             """`binary_search`, with `find_path` and `check_path` inline."""
@@ -585,16 +600,8 @@ class FlashSearch:
                         step = first_open(successors.get(step) or successors_of(step))
                 else:   # find_path compiled, from the incumbent's key as it stands (no check on the way)
                     path_buffer[0] = head
-                    key = incumbent.key
-                    if not prune or key is None:
-                        length, pruned = walk(path_buffer, 1, successor_rows, tag_rows, bound_array, dims, False,
-                                              0.0, 0.0, 0, 0)
-                    else:
-                        if key is not walked[0]:
-                            walked[0], walked[1] = key, sum(map(mul, key[3], strides))
-                        length, pruned = walk(path_buffer, 1, successor_rows, tag_rows, bound_array, dims, True,
-                                              float(key[0]), float(key[1]), key[2], walked[1])
-                        self.pruned_by_bound += pruned
+                    length, pruned = walk(path_buffer, 1, successor_rows, tag_rows, bound_array, dims, *walk_key())
+                    self.pruned_by_bound += pruned
                     path = path_buffer[:length].tolist()
                 low, high, lowest = 0, len(path) - 1, -1
                 while low <= high:   # check_path
@@ -606,10 +613,17 @@ class FlashSearch:
                     if check(index, node_of(path[low - 1]) if low > 0 else None):
                         lowest = index
                         high = mid - 1
-                    else:
+                    elif walk is None or not prune or incumbent.key is None:   # (tag reads alone: cheaper here)
                         for step in successors.get(index) or successors_of(index):
                             if not skip(step):
                                 heappush(queue, rank_of(step))
+                        low = mid + 1
+                    else:   # the same loop compiled: the ranks of the successors not skipped, in rank order
+                        count, pruned = open_steps(push_buffer, index, successor_rows, rank_array, tag_rows,
+                                                   bound_array, dims, *walk_key())
+                        self.pruned_by_bound += pruned
+                        for step in push_buffer[:count].tolist():
+                            heappush(queue, step)
                         low = mid + 1
                 if lowest >= 0 and two_phase:
                     node = node_of(lowest)

@@ -29,24 +29,33 @@ class Best:
         self.levels, self.loss, self.solution = levels, loss, True
 
 
-def reference_path(head, shape, successors, tags, incumbent, prune):
-    """`_sweep`'s find_path with `first_open` and `ruled_out`, on level vectors."""
+def reference_skip(step, tags, incumbent, prune) -> int:
+    """`_sweep`'s `skip` with `ruled_out`, on level vectors: 0 kept, 1 tagged, 2 ruled out by the bound (and its
+    up-set tagged)."""
     anonymous, not_anonymous, insufficient = tags
+    if step in anonymous or step in not_anonymous:
+        return 1
+    if not prune or incumbent.key is None:
+        return 0
+    if step in insufficient:
+        return 1
+    bound = incumbent.quality.bound(step)
+    loss = incumbent.key[0]
+    if bound > loss or (bound == loss and incumbent.rules_out(step, bound)):
+        insufficient.tag(step)
+        return 2
+    return 0
+
+
+def reference_path(head, successors, tags, incumbent, prune):
+    """`_sweep`'s find_path with `first_open`, on level vectors."""
     path, current, pruned = [head], head, 0
     while True:
         for step in successors(current):
-            if step in anonymous or step in not_anonymous:
-                continue
-            if prune and incumbent.key is not None:
-                if step in insufficient:
-                    continue
-                bound = incumbent.quality.bound(step)
-                loss = incumbent.key[0]
-                if bound > loss or (bound == loss and incumbent.rules_out(step, bound)):
-                    insufficient.tag(step)
-                    pruned += 1
-                    continue
-            break
+            skipped = reference_skip(step, tags, incumbent, prune)
+            pruned += skipped == 2
+            if not skipped:
+                break
         else:
             return path, pruned
         path.append(step)
@@ -89,7 +98,7 @@ def test_the_compiled_walk_is_the_reference_walk(seed):
             best = tuple(int(v) for v in np.unravel_index(int(rng.integers(0, size)), shape))
             incumbent.offer(Best(best, float(rng.choice([0.1, 0.25, 0.5, 0.75]))))
         head = tuple(int(v) for v in np.unravel_index(int(rng.integers(0, size)), shape))
-        expected, expected_pruned = reference_path(head, shape, successors, reference_tags, incumbent, prune)
+        expected, expected_pruned = reference_path(head, successors, reference_tags, incumbent, prune)
         path = np.empty(sum(shape) + 1, dtype=np.int64)
         path[0] = int(np.ravel_multi_index(head, shape))
         key = incumbent.key
@@ -102,6 +111,22 @@ def test_the_compiled_walk_is_the_reference_walk(seed):
         got = [tuple(int(v) for v in np.unravel_index(int(i), shape)) for i in path[:length]]
         assert got == expected, (seed, trial)
         assert pruned == expected_pruned
+        for reference, compiled in zip(reference_tags, compiled_tags):
+            assert np.array_equal(reference.flags, compiled.flags)
+        # check_path's loop after a failing check: the successors not skipped, in rank order, and their ranks
+        node = tuple(int(v) for v in np.unravel_index(int(rng.integers(0, size)), shape))
+        expected_open, expected_pruned = [], 0
+        for step in successors(node):
+            skipped = reference_skip(step, reference_tags, incumbent, prune)
+            expected_pruned += skipped == 2
+            if not skipped:
+                expected_open.append(int(ranks[np.ravel_multi_index(step, shape)]))
+        out = np.empty(d, dtype=np.int64)
+        count, pruned = _flash_numba.open_successors(
+            out, int(np.ravel_multi_index(node, shape)), table, ranks, rows, bounds.reshape(-1), dims, pruning,
+            float(key[0]) if pruning else 0.0, float(key[1]) if pruning else 0.0, key[2] if pruning else 0,
+            sum(l * s for l, s in zip(key[3], strides)) if pruning else 0)
+        assert out[:count].tolist() == expected_open and pruned == expected_pruned, (seed, trial)
         for reference, compiled in zip(reference_tags, compiled_tags):
             assert np.array_equal(reference.flags, compiled.flags)
 
