@@ -25,7 +25,10 @@ bound cannot beat it is tagged "insufficient quality" with all its generalizatio
 Where the tags are explicit and the strategy's keys are precomputed as ranks (every lattice of the benchmarks), the
 first phase runs on flat indices (`FlashSearch._sweep`): the same checks, tags and counters in the same order as the
 per-tuple methods, which stay for the implicit tags and for shifted or very large lattices, at about a third less
-Python per check (tests/engine/test_flash_lean_sweep.py compares the two transformation by transformation).
+Python per check (tests/engine/test_flash_lean_sweep.py compares the two transformation by transformation). On the
+compiled path (engine._flash_numba) that sweep reads each index's rank-sorted successors and levels from one table,
+tags with compiled loops over the flat tag rows, and walks `find_path` and the pushes after a failing check in numba,
+returning to Python for checks only (tests/engine/test_flash_walk_*.py compare it with the Python sweep).
 """
 from __future__ import annotations
 
