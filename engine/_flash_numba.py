@@ -76,15 +76,23 @@ def strategy_sums(relative, distinct, heights):
         levels[index] = level_sums[d]
         precision[index] = relative_sums[d] / d
         lost[index] = 1.0 - distinct_sums[d] / d
-        axis = d - 1
-        while axis >= 0:
-            digits[axis] += 1
-            if digits[axis] < heights[axis]:
-                break
-            digits[axis] = 0
-            axis -= 1
+        axis = _advance(digits, heights)
         changed = max(axis, 0)
     return levels, precision, lost
+
+
+@numba.njit(cache=True, nogil=True)
+def _advance(digits, heights):
+    """The next level vector in flat C order, in place (the last attribute fastest, as the flat index counts):
+    returns the first attribute whose level changed, -1 after the last transformation."""
+    axis = digits.size - 1
+    while axis >= 0:
+        digits[axis] += 1
+        if digits[axis] < heights[axis]:
+            break
+        digits[axis] = 0
+        axis -= 1
+    return axis
 
 
 @numba.njit(cache=True, nogil=True)
@@ -117,15 +125,22 @@ def successor_table(ranks, heights):
                 successors[index, position + 1] = step
                 count += 1
         successors[index, 0] = count
-        axis = d - 1
-        while axis >= 0:
-            digits[axis] += 1
-            if digits[axis] < heights[axis]:
-                break
-            digits[axis] = 0
-            axis -= 1
+        _advance(digits, heights)
     return successors, levels
 
+
+
+@numba.njit(cache=True, nogil=True)
+def _levels_of(index, dims):
+    """The level vector of the transformation with flat (C-order) index `index` (dims: row 0 the levels per
+    attribute, row 1 the strides)."""
+    d = dims.shape[1]
+    levels = np.empty(d, np.int64)
+    rest = index
+    for axis in range(d):
+        levels[axis] = rest // dims[1, axis]
+        rest -= levels[axis] * dims[1, axis]
+    return levels
 
 
 @numba.njit(cache=True, nogil=True)
@@ -138,11 +153,7 @@ def tag_up_set(flags, index, dims):
     if d == 0:
         flags[index] = True
         return
-    levels = np.empty(d, np.int64)
-    rest = index
-    for axis in range(d):
-        levels[axis] = rest // dims[1, axis]
-        rest -= levels[axis] * dims[1, axis]
+    levels = _levels_of(index, dims)
     last = d - 1
     while last > 0 and levels[last] == 0:
         last -= 1
@@ -172,11 +183,7 @@ def tag_down_set(flags, index, dims):
     if d == 0:
         flags[index] = True
         return
-    levels = np.empty(d, np.int64)
-    rest = index
-    for axis in range(d):
-        levels[axis] = rest // dims[1, axis]
-        rest -= levels[axis] * dims[1, axis]
+    levels = _levels_of(index, dims)
     last = d - 1
     while last > 0 and levels[last] == dims[0, last] - 1:
         last -= 1

@@ -9,8 +9,10 @@ table, and the decision and the quality sums ride along in the same loop over th
 The numpy code in engine.classes, engine.search.evaluator and engine.quality stays the reference. Every result
 here is the reference's to the last bit: classes are numbered in order of first appearance, sizes and the quality
 sums are integers (the Loss sums are Σ size x hierarchy rows under the label, divided once; Non-Uniform Entropy's
-suppressed records per value are counts), and what is floating point after that runs through the same numpy code on
-both paths. tests/engine/test_compiled_checks.py compares the two.
+suppressed records per value are counts), and what is floating point after that either runs through the same numpy
+code on both paths or replays numpy's order of operations (Non-Uniform Entropy's terms, engine._entropy_numba, used
+only once a check in the process shows its sums equal numpy's). tests/engine/test_compiled_checks.py compares the
+two.
 
 Which path runs (`for_search`): the numpy reference when the environment variable SAFESHARE_REFERENCE_PATH is set
 to anything but "" or "0" (or SAFESHARE_NO_NUMBA hides numba from the whole engine); otherwise the compiled one for

@@ -339,6 +339,15 @@ def t_closeness_equal_violating(dense, sizes, q, t):
         row = dense[v]
         for k in range(class_count):
             acc[k] += np.abs(qv - np.float64(row[k]) * reciprocal[k]) - qv
+    return _equal_decisions(acc, dense.T, size, q, t)
+
+
+@_jit
+def _equal_decisions(acc, counts, size, q, t):
+    """The equal-distance decisions from each class's fast sum `acc`: outside the proven margin around `t` the
+    fast sum decides, inside it the class is summed again exactly as the numpy reference does (counts is
+    class-major: counts[k, v]; the value-major caller passes a transposed view)."""
+    class_count, card = counts.shape
     margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
     above, below = t + margin, t - margin
     violating = np.empty(class_count, np.bool_)
@@ -349,9 +358,10 @@ def t_closeness_equal_violating(dense, sizes, q, t):
         elif d < below:
             violating[k] = False
         else:
+            row = counts[k]
             exact = 0.0
             for v in range(card):
-                exact += _equal_term(dense[v, k], size[k], q[v])
+                exact += _equal_term(row[v], size[k], q[v])
             violating[k] = not ((1.0 + exact) / 2.0 <= t)
     return violating
 
@@ -396,23 +406,7 @@ def t_closeness_equal_violating_by_class(counts, sizes, q, t):
             a += np.abs(q[v] - np.float64(row[v]) * reciprocal[k]) - q[v]
         acc[k] = a
         k += 1
-    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
-    above, below = t + margin, t - margin
-    violating = np.empty(class_count, np.bool_)
-    for k in range(class_count):
-        d = (1.0 + acc[k]) / 2.0
-        if d > above:
-            violating[k] = True
-        elif d < below:
-            violating[k] = False
-        else:
-            size = np.float64(sizes[k])
-            row = counts[k]
-            exact = 0.0
-            for v in range(card):
-                exact += _equal_term(row[v], size, q[v])
-            violating[k] = not ((1.0 + exact) / 2.0 <= t)
-    return violating
+    return _equal_decisions(acc, counts, _float_sizes(sizes), q, t)
 
 
 @_jit

@@ -147,43 +147,25 @@ def test_tagging_an_up_set_by_hand(shape, node):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_tagging_every_up_set_as_the_numpy_slices_do(seed):
-    """Every transformation of random lattices (trailing levels at 0 or not): the compiled up-set tag sets exactly
-    the flags `ExplicitTags.tag` sets with one slice per axis."""
+@pytest.mark.parametrize("upward", [True, False])
+def test_tagging_every_set_as_the_numpy_slices_do(seed, upward):
+    """Every transformation of random lattices (trailing levels at 0, at the top or neither): the compiled up-set
+    (down-set) tag sets exactly the flags `ExplicitTags.tag` sets with one slice per axis."""
     from engine import _flash_numba
 
-    rng = np.random.default_rng(100 + seed)
+    rng = np.random.default_rng((100 if upward else 200) + seed)
     d = int(rng.integers(1, 6))
     shape = tuple(int(h) for h in rng.integers(1, 5, size=d))
     lattice = Lattice((0,) * d, tuple(h - 1 for h in shape))
     strides = [int(np.prod(shape[a + 1:])) for a in range(d)]
     dims = np.array([shape, strides], dtype=np.int64).reshape(2, d)
+    tag = _flash_numba.tag_up_set if upward else _flash_numba.tag_down_set
     for index in range(int(np.prod(shape))):
         node = tuple(int(v) for v in np.unravel_index(index, shape))
-        expected = ExplicitTags(lattice, upward=True)
+        expected = ExplicitTags(lattice, upward=upward)
         expected.tag(node)
         flags = np.zeros(int(np.prod(shape)), dtype=bool)
-        _flash_numba.tag_up_set(flags, index, dims)
+        tag(flags, index, dims)
         assert np.array_equal(flags, expected.flags.reshape(-1)), node
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_tagging_every_down_set_as_the_numpy_slices_do(seed):
-    """Every transformation of random lattices (trailing levels at the top or not): the compiled down-set tag sets
-    exactly the flags `ExplicitTags.tag` sets for downward tags."""
-    from engine import _flash_numba
-
-    rng = np.random.default_rng(200 + seed)
-    d = int(rng.integers(1, 6))
-    shape = tuple(int(h) for h in rng.integers(1, 5, size=d))
-    lattice = Lattice((0,) * d, tuple(h - 1 for h in shape))
-    strides = [int(np.prod(shape[a + 1:])) for a in range(d)]
-    dims = np.array([shape, strides], dtype=np.int64).reshape(2, d)
-    for index in range(int(np.prod(shape))):
-        node = tuple(int(v) for v in np.unravel_index(index, shape))
-        expected = ExplicitTags(lattice, upward=False)
-        expected.tag(node)
-        flags = np.zeros(int(np.prod(shape)), dtype=bool)
-        _flash_numba.tag_down_set(flags, index, dims)
-        assert np.array_equal(flags, expected.flags.reshape(-1)), node
-        assert flags.sum() == np.prod([level + 1 for level in node])   # counted by hand
+        counted = [h - level for h, level in zip(shape, node)] if upward else [level + 1 for level in node]
+        assert flags.sum() == np.prod(counted)   # counted by hand
