@@ -263,10 +263,8 @@ class ClassCache:
             if base and node == self.base[0]:
                 return entry   # the base classes themselves (never written)
             changed, where = self._changes(source, node)
-            if not base and self.dense is None and (not self._hubs or source not in self._hubs):
-                # the common case, `_roll_up` inline: a cached table of the joint form, no kept key updates
-                codes, sizes, key = entry
-                return self.kernels.roll_up(codes, sizes, key, changed, where, self._flat[0], self.radix, 0)[:3]
+            if not base and (not self._hubs or source not in self._hubs):
+                return self._roll_up(entry, changed, where)   # the common case: a cached table, no kept key updates
             delta_rows = None
             if base:
                 deltas = self._base_deltas()
@@ -538,7 +536,7 @@ class ClassCache:
 
     def _store(self, node: tuple[int, ...], entry: tuple) -> None:
         """Cache a table (codes, sizes, key[, histogram]) within the budget."""
-        size = entry[0].nbytes + entry[1].nbytes + sum(part.nbytes for part in entry[2:] if part is not None)
+        size = self._size(entry)
         if size > self.budget:
             return   # larger than the whole cache: computing it again later is cheaper than breaking the bound
         while self._cache and self.nbytes + size > self.budget:

@@ -86,9 +86,32 @@ class Evaluator:
 
     def classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
         self.seen.add(node)
+        if self._plain:
+            return self._plain_classes(node, hint)
         if self.kernels is None:
             return self.cache.classes(node, hint)
         codes, sizes = self.cache.classes(node, self._best_source(node, hint))
+        self._remember(node, sizes.size)
+        return codes, sizes
+
+    def _plain_classes(self, node: Node, hint: Node | None) -> tuple[np.ndarray, np.ndarray]:
+        """`classes` of a size-only check on the compiled path (no sensitive tail, so the cache's keys are the
+        nodes): the LRU first (a hit needs no roll-up source), then the cache's miss path from the remembered
+        specialization with the fewest classes."""
+        entry = self._lru.get(node)
+        if entry is not None:
+            self._lru.move_to_end(node)
+        else:
+            cache = self.cache
+            if self._sources and node not in cache._pending and node not in cache._hubs:
+                row = self._locate(node)
+                if row >= 0:
+                    entry = cache._missed(node, self._source_nodes[row])
+                else:   # no remembered table lies below; until the ring wraps, it holds every one computed
+                    entry = cache._missed(node, hint, self._sources > self.SOURCES)
+            else:
+                entry = cache._missed(node, hint)
+        codes, sizes = entry[0], entry[1]
         self._remember(node, sizes.size)
         return codes, sizes
 
@@ -151,24 +174,7 @@ class Evaluator:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
         if self._plain:
-            # `classes` inline: the LRU first (a hit needs no roll-up source), then the cache's miss path
-            self.seen.add(node)
-            entry = self._lru.get(node)
-            if entry is not None:
-                self._lru.move_to_end(node)
-            else:
-                cache = self.cache
-                if self._sources and node not in cache._pending and node not in cache._hubs:
-                    row = self._locate(node)
-                    if row >= 0:
-                        entry = cache._missed(node, self._source_nodes[row])
-                    else:   # no remembered table lies below; until the ring wraps, it holds every one computed
-                        entry = cache._missed(node, hint, self._sources > self.SOURCES)
-                else:
-                    entry = cache._missed(node, hint)
-            codes, sizes = entry[0], entry[1]
-            if node not in self._source_rows:
-                self._remember(node, sizes.size)
+            codes, sizes = self.classes(node, hint)
         else:
             self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
