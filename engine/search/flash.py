@@ -403,8 +403,8 @@ class FlashSearch:
         transformations numbered by their flat (C-order) index. A tag is read from its bytearray
         (`ExplicitTags.buffer`), a strategy key is the integer rank (unique, so the queue holds ranks and `order`
         turns one back into a transformation), a rank's transformations are one run of `order` filtered with numpy,
-        the successors of an index are computed once, sorted by rank, and `skip` and `check` are inline in the
-        loops that call them thousands of times. Level vectors are made only for what needs them: a check, a tag, a
+        the successors of an index are computed once, sorted by rank, and `check` is inline in the loops that call
+        it thousands of times. Level vectors are made only for what needs them: a check, a tag, a
         tie."""
         lattice, strategy, incumbent, deadline = self.lattice, self.strategy, self.incumbent, self.deadline
         evaluator, quality, progress = self.evaluator, self.quality, self.progress
@@ -514,15 +514,10 @@ class FlashSearch:
             return key is not None and (bool(insufficient[index]) or ruled_out(index, key))
 
         def first_open(steps: list[int]) -> int:
-            """The first of `steps` not skipped (`skip` inline), or -1."""
+            """The first of `steps` not skipped, or -1 (the path walk where it is not compiled)."""
             for step in steps:
-                if anonymous[step] or not_anonymous[step]:
-                    continue
-                if prune:
-                    key = incumbent.key
-                    if key is not None and (insufficient[step] or ruled_out(step, key)):
-                        continue
-                return step
+                if not skip(step):
+                    return step
             return -1
 
         def check(index: int, hint: Node | None) -> bool:
