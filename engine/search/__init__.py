@@ -46,7 +46,7 @@ from ..privacy.base import PrivacyModel
 from ..privacy.configuration import Monotonicity, PrivacyConfiguration
 from ..quality.base import QualityModel
 from .bnb import branch_and_bound
-from .common import Deadline, Incumbent, Progress, SearchResult
+from .common import Deadline, Incumbent, Progress, SearchResult, host_objects_frozen
 from .evaluator import Evaluator
 from .flash import FlashSearch
 from .genetic import GeneticParameters
@@ -326,23 +326,25 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     context = SearchContext(evaluator, lattice, incumbent, deadline, bar, explicit, check_limit, options)
     evaluations_before = configuration.risk_evaluations
     choice = None
-    try:
-        if algorithm == "auto":
-            chosen, choice = auto_choice(context, configuration, quality, time_limit)
-            islands = min(AUTO_ISLANDS, workers_available()) if kernels.threads_allowed() else 1
-            if chosen == "topdown" and islands > 1 and check_limit is None:
-                # Under a risk-based model with a short limit: top-down on one core, the genetic algorithm on the
-                # other (heuristics_bench at 10 s: top-down wins on creditcard PU, the genetic algorithm on mach2019)
-                chosen, options["islands"] = "genetic", ("topdown",)
-                choice = {**choice, "islands": ["genetic", "topdown"]}
-            if chosen == "genetic":   # chosen for the time limit, it runs until then (its iteration count is for
-                # a policy that names it); on both cores when the machine has them (engine.search.islands)
-                options["genetic"] = replace(options.get("genetic") or GeneticParameters(), iterations=None,
-                                             islands=islands)
-        counters = RUNNERS[chosen](context)
-    finally:
-        bar.close()
-        evaluator.close()
+    with host_objects_frozen():   # a full collection of the host's objects would overrun short limits
+        try:
+            if algorithm == "auto":
+                chosen, choice = auto_choice(context, configuration, quality, time_limit)
+                islands = min(AUTO_ISLANDS, workers_available()) if kernels.threads_allowed() else 1
+                if chosen == "topdown" and islands > 1 and check_limit is None:
+                    # Under a risk-based model with a short limit: top-down on one core, the genetic algorithm on
+                    # the other (heuristics_bench at 10 s: top-down wins on creditcard PU, the genetic algorithm on
+                    # mach2019)
+                    chosen, options["islands"] = "genetic", ("topdown",)
+                    choice = {**choice, "islands": ["genetic", "topdown"]}
+                if chosen == "genetic":   # chosen for the time limit, it runs until then (its iteration count is for
+                    # a policy that names it); on both cores when the machine has them (engine.search.islands)
+                    options["genetic"] = replace(options.get("genetic") or GeneticParameters(), iterations=None,
+                                                 islands=islands)
+            counters = RUNNERS[chosen](context)
+        finally:
+            bar.close()
+            evaluator.close()
     limits = {"time_limit_seconds": time_limit, "memory_mb": memory_mb, "class_cache_mb": cache_mb,
               "memory_growth_mb": round(deadline.peak_growth / (1 << 20), 1) if memory_mb is not None else None}
     if check_limit is not None:

@@ -7,9 +7,13 @@ then the lexicographically smaller level vector.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..classes import Evaluation
@@ -101,6 +105,37 @@ def resident_bytes() -> int | None:
         return int(peak) * (1 if sys.platform == "darwin" else 1024)
     except (ImportError, OSError, ValueError):
         return None
+
+
+_frozen_lock = threading.Lock()
+_frozen_searches = 0
+
+
+@contextmanager
+def host_objects_frozen() -> Iterator[None]:
+    """Keep the host process's objects out of the collector's full passes while a search runs.
+
+    A full (generation 2) collection walks every object of the process. In a long-lived host (the analytics app, a
+    Dask worker, a test run) that is 0.2-0.4 s for 300,000-460,000 objects, measured in this project's own test run:
+    one such pause near the end overran a 2 s time limit by more than 10 %. The objects that exist when the search
+    starts are not the search's, so they are frozen (`gc.freeze`) until the last running search ends; the passes
+    during the search walk only what the search made. Frozen objects that become garbage meanwhile are collected
+    after it. Searches in several threads share one freeze (a counter), so none unfreezes another's objects early."""
+    global _frozen_searches
+    if not gc.isenabled():
+        yield
+        return
+    with _frozen_lock:
+        if _frozen_searches == 0:
+            gc.freeze()
+        _frozen_searches += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_searches -= 1
+            if _frozen_searches == 0:
+                gc.unfreeze()
 
 
 class Deadline:
