@@ -47,7 +47,7 @@ class TClosenessModel(ClassModel):
         self._source, self._field = source, field
         self._prepared: dict | None = None
         self._kernels: tuple | None = None   # (sensitive, dense kernel, sparse kernel, arguments), `compiled`
-        self._equal: tuple | None = None     # (sensitive, the equal distance's dense kernels, q) (`_equal_kernels`)
+        self._equal: tuple | None = None     # (sensitive, q, smallest class read, the equal distance's kernels)
 
     def _prepare(self, sensitive) -> dict:
         if self._prepared is None or self._prepared["of"] is not sensitive:
@@ -145,45 +145,51 @@ class TClosenessModel(ClassModel):
         return getattr(compiled, kernel + "_dense"), getattr(compiled, kernel), arguments
 
     def _equal_kernels(self, classes) -> tuple | None:
-        """(the view's dense histogram, the equal distance's compiled decision, its suppression, q) on the compiled
-        path with a dense histogram and the equal distance, else None. The histogram in whichever layout the view
-        holds (ClassView.dense_layout): the value-major copy when made (rolled up ahead), else the class cache's
-        class-major matrix with the kernels that read it, so no check transposes it for the decision alone."""
+        """(the view's dense histogram, whether it is the class-major one, then the prepared kernels and arguments,
+        `_equal`) on the compiled path with a dense histogram and the equal distance, else None. The class cache's
+        class-major matrix whenever the view holds one, with the kernels that decide the classes smaller than
+        `equal_smallest_read` by their size alone, unread; else the value-major one (a joint projection's)."""
         if self.distance != "equal" or getattr(classes, "kernels", None) is None:
             return None
-        layout = classes.dense_layout(self.attribute)
-        if layout is None:
-            return None
-        dense, value_major = layout
-        sensitive = classes.sensitive[0]   # a dense histogram is the view's first sensitive attribute's, this model's
+        sensitive = classes.sensitive[0] if classes.sensitive else None
         equal = self._equal
         if equal is None or equal[0] is not sensitive:   # once per attribute, not per check
+            if sensitive is None or sensitive.name != self.attribute:
+                return None   # a dense histogram is the view's first sensitive attribute's
             from . import _distribution_kernels as compiled
 
-            equal = self._equal = (sensitive, compiled.t_closeness_equal_violating,
-                                   compiled.t_closeness_equal_suppression, self._prepare(sensitive)["q"],
-                                   compiled.t_closeness_equal_violating_by_class,
-                                   compiled.t_closeness_equal_suppression_by_class)
-        if value_major:
-            return dense, equal[1], equal[2], equal[3]
-        return dense, equal[4], equal[5], equal[3]
+            q = self._prepare(sensitive)["q"]
+            equal = self._equal = (sensitive, q, compiled.equal_smallest_read(q, self.t),
+                                   compiled.t_closeness_equal_violating_bounded,
+                                   compiled.t_closeness_equal_suppression_bounded,
+                                   compiled.t_closeness_equal_violating, compiled.t_closeness_equal_suppression)
+        if classes.counts_by_class is not None:
+            return classes.counts_by_class, True, equal
+        dense = classes.dense_counts(self.attribute)
+        return None if dense is None else (dense, False, equal)
 
     def suppression(self, classes, minimal: int) -> tuple[np.ndarray, int] | None:
-        equal = self._equal_kernels(classes)
-        if equal is None:
+        found = self._equal_kernels(classes)
+        if found is None:
             return None
-        dense, _, suppression, q = equal
-        suppressed, count = suppression(dense, classes.sizes, q, self.t, minimal)
+        dense, by_class, (_, q, smallest_read, _, bounded, _, every) = found
+        if by_class:
+            suppressed, count = bounded(dense, classes.sizes, q, self.t, minimal, smallest_read)
+        else:
+            suppressed, count = every(dense, classes.sizes, q, self.t, minimal)
         return suppressed, int(count)
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
             # The equal distance's decision alone, without a division per value and class where the class is far
-            # from t (engine.privacy._distribution_kernels.t_closeness_equal_violating): the same bits.
-            equal = self._equal_kernels(classes)
-            if equal is not None:
-                dense, violating, _, q = equal
-                return violating(dense, classes.sizes, q, self.t)
+            # from t, and without reading the classes too small to pass (engine.privacy._distribution_kernels.
+            # t_closeness_equal_violating_bounded): the same bits.
+            found = self._equal_kernels(classes)
+            if found is not None:
+                dense, by_class, (_, q, smallest_read, bounded, _, every, _) = found
+                if by_class:
+                    return bounded(dense, classes.sizes, q, self.t, smallest_read)
+                return every(dense, classes.sizes, q, self.t)
             return self.compiled(classes)[1]
         sensitive = classes.sensitive_attribute(self.attribute)
         distance = self.distances(classes, sensitive)
