@@ -30,6 +30,7 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 DOT_LIMIT = 8192   # longest dot product replayed: OpenBLAS splits ddot over threads above 10,000 values
 LANES = 16         # products the Haswell ddot kernel takes per step (4 registers x 4 doubles)
+MEMO = 1024        # counts below this have their log term remembered within one transformation (`_log_term`)
 
 
 @intrinsic
@@ -46,11 +47,27 @@ def _fma(typingctx, a, b, c):
 
 
 @numba.njit(inline="always", nogil=True)
-def _blas_dot(counts, start, end, present, total, lanes):
+def _log_term(total, count, memo, known):
+    """log2(total / count) for a positive integer count: the division and the C library's log2, as numpy computes
+    them, remembered for counts below memo.size (`known` marks the filled ones). Within one transformation the
+    total is fixed and small counts recur across values and attributes (most values of a large domain hold a few
+    suppressed records), so most terms are a read; the value is the same computation's either way."""
+    if count < memo.size:
+        if known[count]:
+            return memo[count]
+        y = math.log2(total / np.float64(count))
+        memo[count] = y
+        known[count] = True
+        return y
+    return math.log2(total / np.float64(count))
+
+
+@numba.njit(inline="always", nogil=True)
+def _blas_dot(counts, start, end, present, total, lanes, memo, known):
     """np.dot(values, log2(total / values)) over the positive counts[start:end] (`present` of them), in OpenBLAS
     Haswell ddot's order: the first present & -16 products accumulate in 16 fused lanes (lane j % 16), combined as
     ((l0 + l2) + (l4 + l6)) + ... per pair of lanes (the kernel's extract, adds and horizontal add), then the rest
-    added one product at a time (product rounded, then the sum)."""
+    added one product at a time (product rounded, then the sum). The logs come through `_log_term`'s memo."""
     blocked = present & -LANES
     for j in range(LANES):
         lanes[j] = 0.0
@@ -61,7 +78,7 @@ def _blas_dot(counts, start, end, present, total, lanes):
         if count <= 0:
             continue
         x = np.float64(count)
-        y = math.log2(total / x)
+        y = _log_term(total, count, memo, known)
         if j < blocked:
             lanes[j & (LANES - 1)] = _fma(x, y, lanes[j & (LANES - 1)])
         else:
@@ -90,9 +107,10 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
     """Non-Uniform Entropy's normalized terms of a transformation (levels) whose classes are (codes (d, u), sizes)
     and which suppresses `suppressed`: row 0 per attribute (generalization + suppression) / maximum (0 where the
     maximum is 0), row 1 suppression / maximum alone (engine.quality.entropy's `suppression_terms`). Returns
-    (terms, suppressed records, how many pending, pending, counts, offsets): `pending` marks the attributes whose
-    suppressed records hold more than DOT_LIMIT values, whose terms are left for the caller to compute with numpy's
-    dot product from `counts` (suppressed records per value, attribute i's at offsets[i] .. offsets[i + 1]).
+    (terms, suppressed records, how many pending, pending, values, logs, bounds): `pending` marks the attributes
+    whose suppressed records hold more than DOT_LIMIT values, whose terms are left for the caller to compute with
+    numpy's dot product of values[bounds[i]:bounds[i + 1]] (their suppressed records per value, as float64, in
+    value order) and logs[...] (log2(suppressed records / value's), numpy's and the C library's log2).
 
     The suppressed records per value are counted from the side with fewer classes: the suppressed classes, or the
     records per value of the whole table (totals[starts[i, level] + code]) minus the kept classes; integers either
@@ -104,22 +122,25 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
         offsets[i + 1] = offsets[i] + cardinalities[i, levels[i]]
     removed = np.int64(0)
     chosen = 0
-    for t in range(u):
-        if suppressed[t]:
-            removed += sizes[t]
-            chosen += 1
+    for t in range(u):   # without a branch (the compiler vectorizes it)
+        flag = np.int64(suppressed[t])
+        removed += sizes[t] * flag
+        chosen += flag
     out = np.empty((2, d), np.float64)
     raw = np.zeros(d, np.float64)
     pending = np.zeros(d, np.bool_)
+    bounds = np.zeros(d + 1, np.int64)
     waiting = 0
-    counts = np.zeros(offsets[d] if removed > 0 else 0, np.int64)
     if removed > 0:
+        counts = np.empty(offsets[d], np.int64)
         from_kept = 2 * chosen > u
         if from_kept:
             for i in range(d):
                 begin = starts[i, levels[i]]
                 for w in range(offsets[i + 1] - offsets[i]):
                     counts[offsets[i] + w] = totals[begin + w]
+        else:
+            counts[:] = 0
         for t in range(u):
             if suppressed[t] == from_kept:
                 continue
@@ -128,6 +149,9 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
                 counts[offsets[i] + codes[i, t]] += s
         total = np.float64(removed)
         lanes = np.empty(LANES, np.float64)
+        # the log terms of counts below MEMO (at most the records suppressed): filled as they are first needed
+        memo = np.empty(min(removed + 1, MEMO), np.float64)
+        known = np.zeros(memo.size, np.bool_)
         for i in range(d):
             present = 0
             for w in range(offsets[i], offsets[i + 1]):
@@ -137,7 +161,24 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
                 pending[i] = True
                 waiting += 1
             else:
-                raw[i] = _blas_dot(counts, offsets[i], offsets[i + 1], present, total, lanes)
+                raw[i] = _blas_dot(counts, offsets[i], offsets[i + 1], present, total, lanes, memo, known)
+            bounds[i + 1] = bounds[i] + (present if present > DOT_LIMIT else 0)
+        values = np.empty(bounds[d], np.float64)
+        logs = np.empty(bounds[d], np.float64)
+        if waiting:
+            for i in range(d):
+                if not pending[i]:
+                    continue
+                j = bounds[i]
+                for w in range(offsets[i], offsets[i + 1]):
+                    count = counts[w]
+                    if count > 0:
+                        values[j] = np.float64(count)
+                        logs[j] = _log_term(total, count, memo, known)
+                        j += 1
+    else:
+        values = np.empty(0, np.float64)
+        logs = np.empty(0, np.float64)
     for i in range(d):
         g = generalization[i, levels[i]]
         if maximum[i] > 0:
@@ -146,14 +187,16 @@ def entropy_terms(codes, sizes, suppressed, levels, cardinalities, generalizatio
         else:
             out[0, i] = 0.0
             out[1, i] = 0.0
-    return out, removed, waiting, pending, counts, offsets
+    return out, removed, waiting, pending, values, logs, bounds
 
 
 @_jit
 def blas_dot_of_logs(counts, total):
     """`_blas_dot` over all of counts (positive integers): what `agrees_with_numpy` compares with np.dot."""
     lanes = np.empty(LANES, np.float64)
-    return _blas_dot(counts, 0, counts.size, counts.size, total, lanes)
+    memo = np.empty(MEMO, np.float64)
+    known = np.zeros(MEMO, np.bool_)
+    return _blas_dot(counts, 0, counts.size, counts.size, total, lanes, memo, known)
 
 
 def agrees_with_numpy(samples: int = 3, seed: int = 11) -> bool:

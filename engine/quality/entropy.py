@@ -138,7 +138,7 @@ class NonUniformEntropy(QualityModel):
         terms, the reference's bits) on the compiled path, else None (the reference then computes them): only
         once numba is loaded for this model (`_compiled`) and where the module's sums agree with numpy's in this
         process; an attribute whose suppressed records hold more values than it replays gets numpy's dot product
-        of the compiled counts."""
+        of the values and log terms the kernel lays out for it."""
         fast = self._fast
         if fast is None:
             if self._compiled() is None:
@@ -147,15 +147,13 @@ class NonUniformEntropy(QualityModel):
         if fast is False:
             return None
         module, cardinalities, generalization, totals, starts = fast
-        terms, removed, waiting, pending, counts, offsets = module.entropy_terms(
+        terms, removed, waiting, pending, values, logs, bounds = module.entropy_terms(
             codes, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization, self._maximum,
             totals, starts)
         if waiting:   # more values than the kernel replays: numpy's own dot product, as the reference's
-            total = float(removed)
             for i in np.flatnonzero(pending).tolist():
-                values = counts[offsets[i]:offsets[i + 1]]
-                values = values[values > 0].astype(np.float64)
-                raw = float(np.dot(values, np.log2(total / values)))
+                start, end = int(bounds[i]), int(bounds[i + 1])
+                raw = float(np.dot(values[start:end], logs[start:end]))
                 maximum = float(self._maximum[i])
                 if maximum > 0:   # else the kernel's zeros stand, as the reference's
                     terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
