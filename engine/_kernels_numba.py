@@ -17,13 +17,13 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 
 @_jit
-def roll_up(codes, sizes, key, changed, starts, maps, places, minimal):
+def roll_up(codes, sizes, key, changed, starts, maps, places, minimal, bound=-1):
     """Classes of a generalization from the classes (codes (d, m) int32, sizes, key in the fixed radix `places`) of a
     specialization. Attribute changed[c] changes level through the code map starting at maps[starts[c]]. Returns
     the new classes' codes (d, u) int32, sizes, keys (first appearance order, as engine.classes.roll_up_keyed) and
-    the records in classes smaller than `minimal`."""
+    the records in classes smaller than `minimal`. `bound`: at most this many classes can result (`_merge`)."""
     keys = rolled_keys(codes, key, changed, starts, maps, places)   # the new keys first (engine._keys_numba)
-    return _merge(codes, sizes, keys, changed, starts, maps, minimal)
+    return _merge(codes, sizes, keys, changed, starts, maps, minimal, bound)
 
 
 @_jit
@@ -198,31 +198,38 @@ def group_rows(rows, places):
     n = rows.shape[1]
     keys = radix_keys(rows, places)
     nothing = np.empty(0, np.int64)   # no attribute changes level: the merge only groups
-    codes, sizes, class_keys, _ = _merge(rows, np.ones(n, np.int64), keys, nothing, nothing, nothing, 0)
+    codes, sizes, class_keys, _ = _merge(rows, np.ones(n, np.int64), keys, nothing, nothing, nothing, 0, -1)
     return codes, sizes, class_keys
 
 
 @_jit
-def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, deltas, ready, rows):
+def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, deltas, ready, rows, bound=-1):
     """`roll_up` from the base classes with the key updates kept: deltas[rows[c]] holds, per base class, what
     attribute changed[c] adds to the key at its new level ((mapped code - code) x place), filled on first use
     (ready) and kept by the caller. The keys are the same integers, so classes, sizes, keys and their order are
     roll_up's; a search that rolls up from the base many times (a Flash path's first checks, far up the lattice)
     adds contiguous rows instead of gathering through the maps every time."""
     keys = base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows)
-    return _merge(codes, sizes, keys, changed, starts, maps, minimal)
+    return _merge(codes, sizes, keys, changed, starts, maps, minimal, bound)
 
 
 @_jit
-def _merge(codes, sizes, keys, changed, starts, maps, minimal):
+def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
     """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
-    roll_up_base's second half. The hash table holds class numbers, the keys being in new_keys (`find`)."""
+    roll_up_base's second half. The hash table holds class numbers, the keys being in new_keys (`find`).
+
+    `bound` (negative: none) is what the caller knows at most this many classes can result, the product of the
+    target levels' cardinalities: when it is below the input's classes the table and the work arrays are sized
+    for it (a roll-up of ADULT's 19,502 base classes to a node of 480 code combinations hashes into 1,024 slots
+    in L1 instead of 65,536, with no 256 KB table to clear). A key beyond the bound would mean codes outside
+    their cardinalities: refused rather than probing a full table."""
     m = codes.shape[1]
-    bits = table_bits(m)
+    cap = m if bound < 0 or bound > m else bound
+    bits = table_bits(cap)
     index = new_index(bits)
-    new_keys = np.empty(m, np.int64)
-    new_sizes = np.empty(m, np.int64)
-    member = np.empty(m, np.int64)
+    new_keys = np.empty(cap, np.int64)
+    new_sizes = np.empty(cap, np.int64)
+    member = np.empty(cap, np.int64)
     u = 0
     for j in range(m):
         k = keys[j]
@@ -231,6 +238,8 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal):
         if t >= 0:
             new_sizes[t] += sizes[j]
         else:
+            if u == cap:
+                raise ValueError("roll-up: more classes than the product of the target levels' cardinalities")
             index[slot] = u
             new_keys[u] = k
             new_sizes[u] = sizes[j]
@@ -241,4 +250,6 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal):
     for t in range(u):
         if new_sizes[t] < minimal:
             below += new_sizes[t]
+    if u == cap:   # every slot used: the arrays are the classes' own (no copy)
+        return new_codes, new_sizes, new_keys, below
     return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below

@@ -13,6 +13,7 @@ check, the same classes, sizes, order and counts.
 """
 from __future__ import annotations
 
+import math
 import operator
 import os
 import weakref
@@ -263,8 +264,10 @@ class ClassCache:
             if base and node == self.base[0]:
                 return entry   # the base classes themselves (never written)
             changed, where = self._changes(source, node)
+            bound = self._bound(node)
             if not base and (not self._hubs or source not in self._hubs):
-                return self._roll_up(entry, changed, where)   # the common case: a cached table, no kept key updates
+                # the common case: a cached table, no kept key updates
+                return self._roll_up(entry, changed, where, bound=bound)
             delta_rows = None
             if base:
                 deltas = self._base_deltas()
@@ -279,10 +282,10 @@ class ClassCache:
             if deltas is not None:
                 rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
             if deltas is None or entry is self._base_entry:
-                return self._roll_up(entry, changed, where, deltas, rows)
+                return self._roll_up(entry, changed, where, deltas, rows, bound)
             # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
             filled = int(np.count_nonzero(~deltas[1][rows]))
-            new = self._roll_up(entry, changed, where, deltas, rows)
+            new = self._roll_up(entry, changed, where, deltas, rows, bound)
             if filled:
                 self.hub_nbytes += filled * deltas[0].shape[1] * 8
                 if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
@@ -403,10 +406,17 @@ class ClassCache:
         self._hubs.move_to_end(hub)
         return hub, self._hubs[hub]
 
-    def _roll_up(self, entry: tuple, changed: np.ndarray, where: np.ndarray, deltas=None, rows=None) -> tuple:
+    def _bound(self, node: tuple[int, ...]) -> int:
+        """At most how many classes `node` can have: the product of its levels' cardinalities (the joint form's
+        sensitive tail included; the dense form's nodes have none and its roll-up takes no bound), capped to fit
+        int64. The compiled merge sizes its hash table for it when it is below the source's classes."""
+        return min(math.prod(map(list.__getitem__, self.cards, node)), 1 << 62)
+
+    def _roll_up(self, entry: tuple, changed: np.ndarray, where: np.ndarray, deltas=None, rows=None,
+                 bound: int = -1) -> tuple:
         """The compiled roll-up of a cached table (either form); with `deltas` (the base's kept key updates and
         the rows of the changed attributes' levels) the base roll-up. Runs on the worker thread too (no deltas
-        there: the main thread fills them)."""
+        there: the main thread fills them). `bound`: at most this many classes result (`_bound`; -1 unknown)."""
         flat = self._flat[0]
         if self.dense is not None:
             codes, sizes, key, dense = entry
@@ -417,9 +427,9 @@ class ClassCache:
         codes, sizes, key = entry
         if deltas is not None:
             result = self.kernels.roll_up_base(codes, sizes, key, changed, where, flat, self.radix, 0, deltas[0],
-                                               deltas[1], rows)
+                                               deltas[1], rows, bound)
         else:
-            result = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0)
+            result = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0, bound)
         return result[:3]
 
     def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True
@@ -466,13 +476,13 @@ class ClassCache:
         changed, where = self._changes(source, node)
         while len(self._pending) >= PREFETCH_PENDING:
             self._pending.pop(next(iter(self._pending))).cancel()   # dropped: the worker skips it if not started
-        self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where)
+        self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where, self._bound(node))
 
-    def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray) -> tuple:
+    def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray, bound: int = -1) -> tuple:
         """The worker thread's job: the roll-up and, in the dense form, the value-major histogram the models will
         read (engine.distributions.ClassView.dense_counts), so the search's thread does neither."""
         if self.dense is None:
-            return self._roll_up(entry, changed, where), None
+            return self._roll_up(entry, changed, where, bound=bound), None
         *new, by_value = self.dense.roll_up_dense_ahead(*entry, changed, where, self._flat[0], self._places)
         return tuple(new), by_value
 
