@@ -280,3 +280,63 @@ def open_successors(out, index, successors, ranks, flags, bounds, dims, prune, l
         elif skipped == 2:
             pruned += 1
     return count, pruned
+
+
+@numba.njit(cache=True, nogil=True)
+def rank_runs(heights):
+    """The flat (C-order) indices of the lattice with `heights` levels per attribute, grouped by sum of levels
+    (ascending index within a sum: a counting sort), and where each sum starts (starts[q] .. starts[q + 1])."""
+    d = heights.size
+    n = 1
+    top = 0
+    for axis in range(d):
+        n *= heights[axis]
+        top += heights[axis] - 1
+    sums = np.empty(n, np.int64)
+    starts = np.zeros(top + 2, np.int64)
+    digits = np.zeros(d, np.int64)
+    total = 0
+    for index in range(n):
+        sums[index] = total
+        starts[total + 1] += 1
+        axis = d - 1
+        while axis >= 0:   # the next level vector (`_advance`), the sum of levels kept up to date
+            digits[axis] += 1
+            total += 1
+            if digits[axis] < heights[axis]:
+                break
+            total -= digits[axis]
+            digits[axis] = 0
+            axis -= 1
+    for q in range(top + 1):
+        starts[q + 1] += starts[q]
+    order = np.empty(n, np.int64)
+    filled = starts[:-1].copy()
+    for index in range(n):
+        order[filled[sums[index]]] = index
+        filled[sums[index]] += 1
+    return order, starts
+
+
+@numba.njit(cache=True, nogil=True)
+def floor_down(values, order, starts, first, last, dims):
+    """engine.search.floor's suppression floor carried down the ranks `first`, first - 1, ..., `last` (sums of
+    levels, each rank above `first` already done): every transformation x of those ranks takes, column by column,
+    the largest of its own row and the rows of its direct generalizations (`values`: one row of floats per flat
+    C-order index; dims: row 0 the levels per attribute, row 1 the strides). Done top-down, a row then holds the
+    largest over every generalization of x (each lies above one of x's direct generalizations): what raising the
+    whole down-set of each evaluated transformation gives, with comparisons only (the same floats)."""
+    d = dims.shape[1]
+    columns = values.shape[1]
+    for q in range(first, last - 1, -1):
+        for p in range(starts[q], starts[q + 1]):
+            x = order[p]
+            rest = x
+            for axis in range(d):
+                level = rest // dims[1, axis]
+                rest -= level * dims[1, axis]
+                if level + 1 < dims[0, axis]:
+                    s = x + dims[1, axis]
+                    for j in range(columns):
+                        if values[s, j] > values[x, j]:
+                            values[x, j] = values[s, j]
