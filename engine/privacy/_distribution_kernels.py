@@ -248,6 +248,74 @@ def l_diversity_entropy_suppression_by_class(counts, sizes, smallest, variant, m
 
 
 @_inline
+def _entropy_class(row, size, variant, minimal, threshold, table, log_table, log2, factor):
+    """Whether one class (its counts per value, class-major) violates entropy l-diversity, as
+    `l_diversity_entropy_violating_by_class` decides it: fewer than `minimal` values, else the collision bound, else
+    the entropy summed exactly as `l_diversity_dense` sums it."""
+    card = row.size
+    distinct = np.int32(0)
+    square_sum = np.int64(0)
+    for v in range(card):
+        n = row[v]
+        distinct += np.int32(n > 0)
+        square_sum += np.int64(n) * n
+    if distinct < minimal:
+        return True
+    total = np.float64(size)
+    if not (total * total < np.float64(square_sum) * factor):
+        return False
+    weighted = 0.0
+    for v in range(card):
+        weighted += _entropy_term(row[v], table)
+    return _entropy_bits(weighted, size, variant, log_table, log2) < threshold
+
+
+@_jit
+def l_diversity_entropy_violating_bounded(counts, sizes, variant, minimal, threshold, table, log_table, log2,
+                                          factor):
+    """`l_diversity_entropy_violating_by_class` (class-major counts), class by class, with the classes of fewer
+    than `minimal` records decided violating unread (they hold fewer than `minimal` values): the same decisions
+    (ADULT l=3: two classes in three). The tables must cover every class read (log_table holds 0 .. its size - 1,
+    and the margin in `factor` is taken for as many records); where a class read is larger, nothing is decided and
+    an empty array is returned, as by the other kernels."""
+    class_count = sizes.size
+    violating = np.empty(class_count, np.bool_)
+    for k in range(class_count):
+        n = sizes[k]
+        if n < minimal:
+            violating[k] = True
+            continue
+        if n >= log_table.size:
+            return np.empty(0, np.bool_)
+        violating[k] = _entropy_class(counts[k], n, variant, minimal, threshold, table, log_table, log2, factor)
+    return violating
+
+
+@_jit
+def l_diversity_entropy_suppression_bounded(counts, sizes, smallest, variant, minimal, threshold, table,
+                                            log_table, log2, factor):
+    """The classes to suppress (`l_diversity_entropy_violating_bounded`, or smaller than `smallest`) and the records
+    they hold, in one pass: a class below either size is suppressed unread; an empty array where a class read is
+    larger than the tables cover."""
+    class_count = sizes.size
+    suppressed = np.empty(class_count, np.bool_)
+    below = max(smallest, minimal)
+    total = np.int64(0)
+    for k in range(class_count):
+        n = sizes[k]
+        if n < below:
+            chosen = True
+        elif n >= log_table.size:
+            return np.empty(0, np.bool_), np.int64(0)
+        else:
+            chosen = _entropy_class(counts[k], n, variant, minimal, threshold, table, log_table, log2, factor)
+        suppressed[k] = chosen
+        if chosen:
+            total += n
+    return suppressed, total
+
+
+@_inline
 def _entropy_bits(weighted, size, variant, log_table, log2):
     """A class's entropy (bits) from its sum of terms and its size, as `_finish_l_diversity` computes it."""
     total = np.float64(size)

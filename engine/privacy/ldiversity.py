@@ -57,11 +57,12 @@ class LDiversityModel(ClassModel):
         self.minimal_class_size = self.minimal_size
         self.monotone_without_suppression = variant != "entropy"
         self.monotone_with_suppression = variant == "distinct"
+        self._fast: tuple | None = None   # (sensitive attribute, class-major suppression kernel), `suppression`
 
     def violating(self, classes) -> np.ndarray:
         if getattr(classes, "kernels", None) is not None:
             if self.variant == "entropy":
-                layout = classes.dense_layout(self.attribute)
+                layout = self._layout(classes)
                 if layout is not None:
                     return self._entropy_decision(layout[0], classes.sizes, layout[1])
             return self.compiled(classes)[1]
@@ -97,18 +98,36 @@ class LDiversityModel(ClassModel):
         """The entropy variants on the compiled path with a dense histogram: the decision, the classes smaller than
         `minimal` and the records suppressed in one compiled call (engine.privacy._distribution_kernels.
         l_diversity_entropy_suppression), the same classes as `violating` | (sizes < minimal)."""
+        fast = self._fast
+        by_class = getattr(classes, "counts_by_class", None)
+        if fast is not None and by_class is not None and classes.sensitive[0] is fast[0]:
+            # the search's common case, the kernel looked up before (below): one compiled call and nothing else
+            suppressed, total = self._with_entropy_arguments(fast[1], by_class, classes.sizes, False, minimal)
+            return suppressed, int(total)
         if self.variant != "entropy" or getattr(classes, "kernels", None) is None:
             return None
-        layout = classes.dense_layout(self.attribute)
+        layout = self._layout(classes)
         if layout is None:
             return None
         from . import _distribution_kernels as compiled
 
         dense, value_major = layout
-        kernel = (compiled.l_diversity_entropy_suppression if value_major
-                  else compiled.l_diversity_entropy_suppression_by_class)
+        if value_major:
+            kernel = compiled.l_diversity_entropy_suppression
+        else:
+            kernel = compiled.l_diversity_entropy_suppression_bounded
+            self._fast = (classes.sensitive[0], kernel)
         suppressed, total = self._with_entropy_arguments(kernel, dense, classes.sizes, value_major, minimal)
         return suppressed, int(total)
+
+    def _layout(self, classes) -> tuple[np.ndarray, bool] | None:
+        """The view's dense histogram of the attribute and whether it is value-major: the class cache's
+        class-major matrix whenever the view holds one (its kernels leave the classes too small to hold `minimal`
+        values unread, two in three of ADULT l=3's), else ClassView.dense_layout's."""
+        if classes.counts_by_class is not None and classes.sensitive and \
+                classes.sensitive[0].name == self.attribute:
+            return classes.counts_by_class, False
+        return classes.dense_layout(self.attribute)
 
     def _with_entropy_arguments(self, kernel, dense, sizes, value_major, *before):
         """kernel(dense, sizes, *before, the decision's arguments), with the arguments kept between checks and
@@ -132,7 +151,7 @@ class LDiversityModel(ClassModel):
         from . import _distribution_kernels as compiled
 
         kernel = (compiled.l_diversity_entropy_violating if value_major
-                  else compiled.l_diversity_entropy_violating_by_class)
+                  else compiled.l_diversity_entropy_violating_bounded)
         return self._with_entropy_arguments(kernel, dense, sizes, value_major)
 
     def _entropy_decision_arguments(self, values: int, records: int) -> tuple:

@@ -169,6 +169,11 @@ class TClosenessModel(ClassModel):
         return None if dense is None else (dense, False, equal)
 
     def suppression(self, classes, minimal: int) -> tuple[np.ndarray, int] | None:
+        equal, by_class = self._equal, getattr(classes, "counts_by_class", None)
+        if equal is not None and by_class is not None and classes.sensitive[0] is equal[0]:
+            # the search's common case, prepared (`_equal_kernels`): one compiled call and nothing else
+            suppressed, count = equal[4](by_class, classes.sizes, equal[1], self.t, minimal, equal[2])
+            return suppressed, int(count)
         found = self._equal_kernels(classes)
         if found is None:
             return None
