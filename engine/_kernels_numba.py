@@ -214,6 +214,60 @@ def roll_up_base(codes, sizes, key, changed, starts, maps, places, minimal, delt
 
 
 @_jit
+def roll_up_levels(codes, sizes, key, levels, starts, maps, places, cards, minimal):
+    """`roll_up` from a cached table told by level vectors instead of the changed attributes: levels holds the
+    source's d levels then the target's, starts[i, lo, hi] where attribute i's code map from level lo to hi begins in
+    `maps` (-1: none), cards[i, level] attribute i's cardinality (the bound, `_level_changes`). The class cache's
+    common roll-up in one call, with no Python pass over the attributes; the same classes as `roll_up`."""
+    changed, where, bound = _level_changes(levels, starts, cards, codes.shape[1])
+    keys = rolled_keys(codes, key, changed, where, maps, places)
+    return _merge(codes, sizes, keys, changed, where, maps, minimal, bound)
+
+
+@_jit
+def roll_up_base_levels(codes, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready, rows):
+    """`roll_up_base` told by level vectors (as `roll_up_levels`): rows[i, level] is the row of `deltas` holding
+    attribute i's key updates at `level` (engine.classes.ClassCache._delta_layout). The same classes as
+    `roll_up_base`."""
+    changed, where, bound = _level_changes(levels, starts, cards, codes.shape[1])
+    d = changed.size
+    picked = np.empty(d, np.int64)
+    half = levels.size // 2
+    for c in range(d):
+        picked[c] = rows[changed[c], levels[half + changed[c]]]
+    keys = base_keys(codes, key, changed, where, maps, places, deltas, ready, picked)
+    return _merge(codes, sizes, keys, changed, where, maps, minimal, bound)
+
+
+@numba.njit(inline="always", nogil=True)
+def _level_changes(levels, starts, cards, m):
+    """From levels (source's then target's): the attributes whose level changes, where each one's code map starts,
+    and the bound of `_merge`: the product of the target levels' cardinalities, -1 once it exceeds the m source
+    classes (stopped there, so it never overflows)."""
+    half = levels.size // 2
+    count = 0
+    for i in range(half):
+        if levels[i] != levels[half + i]:
+            count += 1
+    changed = np.empty(count, np.int64)
+    where = np.empty(count, np.int64)
+    c = 0
+    bound = np.int64(1)
+    for i in range(half):
+        lo = levels[i]
+        hi = levels[half + i]
+        if lo != hi:
+            changed[c] = i
+            where[c] = starts[i, lo, hi]
+            c += 1
+        if bound > 0:
+            bound *= cards[i, hi]
+            if bound > m:
+                bound = -1
+    return changed, where, bound
+
+
+@_jit
 def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
     """The classes with equal keys merged (first appearance order), their codes mapped: roll_up's and
     roll_up_base's second half. The hash table holds class numbers, the keys being in new_keys (`find`).

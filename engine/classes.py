@@ -142,7 +142,7 @@ class ClassCache:
         self._hubs: OrderedDict[tuple[int, ...], tuple] = OrderedDict()
         # per warmed table on the compiled path, its key updates kept as the base's are (`_base_deltas`): rows per
         # attribute and level above the hub's, filled by the compiled roll-up on first use
-        self._hub_deltas: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list[list[int]]]] = {}
+        self._hub_deltas: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list[list[int]], np.ndarray]] = {}
         self.hub_nbytes = 0
         self._hub_arrays: tuple[np.ndarray, np.ndarray, list] | None = None
 
@@ -263,11 +263,12 @@ class ClassCache:
             base = entry is self._base_entry
             if base and node == self.base[0]:
                 return entry   # the base classes themselves (never written)
+            if self.dense is None:
+                return self._roll_up_levels(source, node, entry, base)
+            # the dense form (engine._distribution_numba): told by the changed attributes
             changed, where = self._changes(source, node)
-            bound = self._bound(node)
             if not base and (not self._hubs or source not in self._hubs):
-                # the common case: a cached table, no kept key updates
-                return self._roll_up(entry, changed, where, bound=bound)
+                return self._roll_up(entry, changed, where)   # a cached table, no kept key updates
             delta_rows = None
             if base:
                 deltas = self._base_deltas()
@@ -282,10 +283,10 @@ class ClassCache:
             if deltas is not None:
                 rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
             if deltas is None or entry is self._base_entry:
-                return self._roll_up(entry, changed, where, deltas, rows, bound)
+                return self._roll_up(entry, changed, where, deltas, rows)
             # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
             filled = int(np.count_nonzero(~deltas[1][rows]))
-            new = self._roll_up(entry, changed, where, deltas, rows, bound)
+            new = self._roll_up(entry, changed, where, deltas, rows)
             if filled:
                 self.hub_nbytes += filled * deltas[0].shape[1] * 8
                 if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
@@ -333,10 +334,12 @@ class ClassCache:
             self._hub_arrays = None
         return True
 
-    def _new_hub_deltas(self, hub: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, list[list[int]]] | None:
+    def _new_hub_deltas(self, hub: tuple[int, ...]
+                        ) -> tuple[np.ndarray, np.ndarray, list[list[int]], np.ndarray] | None:
         """A warmed table's key updates, when it is first rolled up from (compiled path, within the cap): rows per
         attribute and level above the hub's, as the base's (`_base_deltas`), filled by the compiled roll-up on
-        first use; roll-ups from a hub that many transformations share then add rows instead of gathering."""
+        first use; roll-ups from a hub that many transformations share then add rows instead of gathering. The
+        rows per attribute and level come as a list and as an array (`_padded`, for roll_up_base_levels)."""
         if self.kernels is None:
             return None
         self._hub_deltas[hub] = None   # unless made below
@@ -345,7 +348,7 @@ class ClassCache:
         if not self._make_room(count, hub):
             return None
         deltas = (np.empty((count, self._hubs[hub][1].size), dtype=np.int64), np.zeros(count, dtype=np.bool_),
-                  delta_rows)
+                  delta_rows, self._padded(delta_rows))
         self._hub_deltas[hub] = deltas
         self.hub_nbytes += count
         return deltas
@@ -405,6 +408,39 @@ class ClassCache:
         hub = nodes[row]
         self._hubs.move_to_end(hub)
         return hub, self._hubs[hub]
+
+    def _roll_up_levels(self, source: tuple[int, ...], node: tuple[int, ...], entry: tuple, base: bool) -> tuple:
+        """`_compute`'s compiled roll-up outside the dense form, in one compiled call told by the two level vectors
+        (engine._kernels_numba.roll_up_levels and roll_up_base_levels find the changed attributes, their maps, the
+        rows of kept key updates and the bound there, with no Python pass over the attributes): from a cached
+        table, or with the kept key updates of the base or of a warmed table (whose rows, memory once filled,
+        are counted within the hubs' cap)."""
+        if self._flat is None:
+            self._flat_maps()
+        levels = np.array(source + node, dtype=np.int64)
+        codes, sizes, key = entry
+        held = None
+        if base:
+            held = self._base_deltas()
+            if held is not None:
+                held = (held[0], held[1], None, self._delta_rows2)
+        elif self._hubs and source in self._hubs:
+            held = self._hub_deltas[source] if source in self._hub_deltas else self._new_hub_deltas(source)
+        if held is None:
+            return self.kernels.roll_up_levels(codes, sizes, key, levels, self._starts3, self._flat[0], self.radix,
+                                               self._cards2, 0)[:3]
+        ready = held[1]
+        before = 0 if base else int(np.count_nonzero(ready))
+        new = self.kernels.roll_up_base_levels(codes, sizes, key, levels, self._starts3, self._flat[0], self.radix,
+                                               self._cards2, 0, held[0], ready, held[3])[:3]
+        if not base:
+            filled = int(np.count_nonzero(ready)) - before
+            if filled:   # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
+                self.hub_nbytes += filled * held[0].shape[1] * 8
+                if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
+                    self.hub_nbytes -= self._hub_size(source) - self._size(self._hubs[source])
+                    self._hub_deltas[source] = None
+        return new
 
     def _bound(self, node: tuple[int, ...]) -> int:
         """At most how many classes `node` can have: the product of its levels' cardinalities (the joint form's
@@ -501,6 +537,7 @@ class ClassCache:
         than BASE_DELTA_BYTES or a quarter of the cache's budget. Outside the cache's bound, like the base."""
         if self._deltas is None:
             self._delta_rows, count = self._delta_layout(self.base[0])
+            self._delta_rows2 = self._padded(self._delta_rows)   # as an array, for roll_up_base_levels
             m = self.base[2].size   # base classes of the cache's form
             if count * m * 8 > min(BASE_DELTA_BYTES, self.budget // 4):
                 self._deltas = False
@@ -535,7 +572,24 @@ class ClassCache:
             # the same starts as nested lists, [attribute][from level][to level] (-1 where there is no map)
             self._starts = [[[starts.get((i, lo, hi), -1) for hi in range(len(cards))] for lo in range(len(cards))]
                             for i, cards in enumerate(self.cards)]
+            # the same as arrays padded with -1 to the highest hierarchy, and the cardinalities per attribute and
+            # level (0 beyond an attribute's levels): the compiled roll-up told by level vectors reads these
+            height = max((len(cards) for cards in self.cards), default=1)
+            self._starts3 = np.full((len(self.cards), height, height), -1, dtype=np.int64)
+            for i, rows in enumerate(self._starts):
+                for lo, row in enumerate(rows):
+                    self._starts3[i, lo, :len(row)] = row
+            self._cards2 = self._padded(self.cards, 0)
         return self._flat
+
+    @staticmethod
+    def _padded(rows: list[list[int]], fill: int = -1) -> np.ndarray:
+        """Ragged per-attribute lists as one int64 array, padded with `fill` to the longest."""
+        width = max((len(row) for row in rows), default=1)
+        out = np.full((len(rows), width), fill, dtype=np.int64)
+        for i, row in enumerate(rows):
+            out[i, :len(row)] = row
+        return out
 
     @staticmethod
     def _size(entry: tuple) -> int:
