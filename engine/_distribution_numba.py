@@ -219,9 +219,12 @@ def _hash_classes(keys, sizes):
     (int32), the classes' sizes (sums of `sizes`), keys and first input, and their count. Grouped through an int32
     index table (engine._hash_numba's `find`: class numbers in the slots, keys read back from the classes' key
     array) sized for every input at once: a quarter of a (key, value) pair table's bytes and no doubling on the way
-    (ADULT's dense roll-ups: the grouping 77 -> 38 us); the same classes in the same order."""
+    (ADULT's dense roll-ups: the grouping 77 -> 38 us); the same classes in the same order. Four slots per input
+    (a quarter full at most, twice table_bits' own minimum): shorter probes, the grouping about a tenth faster on
+    ADULT's dense roll-ups (2,000 and 4,700 classes), for a table of 16 bytes per input that lives only as long as
+    the call."""
     m = keys.size
-    bits = table_bits(m)
+    bits = table_bits(2 * m)
     index = new_index(bits)
     inverse = np.empty(m, np.int32)
     new_sizes = np.empty(m, np.int64)
