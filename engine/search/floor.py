@@ -22,7 +22,6 @@ from bisect import bisect_left
 
 import numpy as np
 
-from ..ahead import _QUEUED, _RUNNING
 from ..lattice import Lattice
 from .common import Deadline, Incumbent, Progress
 from .evaluator import Evaluator
@@ -148,8 +147,6 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
                 ahead.following(j - 1, incumbent.loss)
             if hubs is not None:
                 hubs.prepare(node)
-            if ahead is not None:
-                ahead.share(node)
             before = evaluator.checked
             evaluation = evaluator.evaluate(node, None, incumbent.rules_out)
             progress.update(evaluator.checked - before)
@@ -233,7 +230,6 @@ class _Ahead:
 
     def __init__(self, evaluator: Evaluator, hubs: "_Hubs | None") -> None:
         self.evaluator = evaluator
-        self.cache = evaluator.cache
         self.hubs = hubs
         self.nodes: list[list[int]] = []
         self.maybe = np.zeros(0, dtype=np.int64)
@@ -259,24 +255,6 @@ class _Ahead:
                 self.hubs.prepare(node)
             self.evaluator.prefetch(node)
             self.sent = index
-
-    def share(self, node: Node) -> None:
-        """Before `node` is checked: when the worker is still rolling it up, this thread rolls up the next
-        transformation handed to the worker that it has not started (the cache cancels that job and stores the
-        table as one computed now), instead of waiting idle; the check of `node` then waits for less or not at
-        all. Both cores roll up, the same tables: where the worker's roll-ups are the longer part of a check
-        (CUP: a roll-up from 63,441 base classes per check) the search's thread otherwise waits for most of
-        each. Not a check (the evaluator counts checks), and a table rolled up for a transformation the
-        incumbent rules out later is the same waste as a roll-up ahead of it."""
-        cache = self.cache
-        pending = cache._pending
-        job = pending.get(node)
-        if job is None or job._state != _RUNNING or cache._tail or cache.dense is not None:
-            return
-        for other, queued in pending.items():
-            if other != node and queued._state == _QUEUED:
-                cache._entry(other)
-                return
 
 
 class _Hubs:
