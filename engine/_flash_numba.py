@@ -282,61 +282,32 @@ def open_successors(out, index, successors, ranks, flags, bounds, dims, prune, l
     return count, pruned
 
 
-@numba.njit(cache=True, nogil=True)
-def rank_runs(heights):
-    """The flat (C-order) indices of the lattice with `heights` levels per attribute, grouped by sum of levels
-    (ascending index within a sum: a counting sort), and where each sum starts (starts[q] .. starts[q + 1])."""
-    d = heights.size
-    n = 1
-    top = 0
-    for axis in range(d):
-        n *= heights[axis]
-        top += heights[axis] - 1
-    sums = np.empty(n, np.int64)
-    starts = np.zeros(top + 2, np.int64)
-    digits = np.zeros(d, np.int64)
-    total = 0
-    for index in range(n):
-        sums[index] = total
-        starts[total + 1] += 1
-        axis = d - 1
-        while axis >= 0:   # the next level vector (`_advance`), the sum of levels kept up to date
-            digits[axis] += 1
-            total += 1
-            if digits[axis] < heights[axis]:
-                break
-            total -= digits[axis]
-            digits[axis] = 0
-            axis -= 1
-    for q in range(top + 1):
-        starts[q + 1] += starts[q]
-    order = np.empty(n, np.int64)
-    filled = starts[:-1].copy()
-    for index in range(n):
-        order[filled[sums[index]]] = index
-        filled[sums[index]] += 1
-    return order, starts
-
 
 @numba.njit(cache=True, nogil=True)
-def floor_down(values, order, starts, first, last, dims):
+def floor_down(values, indices, steps, starts, first, last, strides):
     """engine.search.floor's suppression floor carried down the ranks `first`, first - 1, ..., `last` (sums of
-    levels, each rank above `first` already done): every transformation x of those ranks takes, column by column,
-    the largest of its own row and the rows of its direct generalizations (`values`: one row of floats per flat
-    C-order index; dims: row 0 the levels per attribute, row 1 the strides). Done top-down, a row then holds the
-    largest over every generalization of x (each lies above one of x's direct generalizations): what raising the
-    whole down-set of each evaluated transformation gives, with comparisons only (the same floats)."""
-    d = dims.shape[1]
+    levels, each rank above `first` already done): each transformation x listed for those ranks (`indices`: flat
+    C-order indices grouped by rank, rank q at starts[q] .. starts[q + 1]; `steps`: per listed x a bit per attribute
+    whose level is below its top) takes, column by column, the largest of its own row and the rows of its direct
+    generalizations x + strides[a] (`values`: one row of floats per flat index). Done top-down, a row then holds
+    the largest over every generalization of x reached through listed transformations: what raising the down-set
+    of each evaluated transformation gives, with comparisons only (the same floats)."""
+    d = strides.size
     columns = values.shape[1]
+    row = np.empty(columns, values.dtype)   # x's row while its generalizations are compared (no aliasing)
     for q in range(first, last - 1, -1):
         for p in range(starts[q], starts[q + 1]):
-            x = order[p]
-            rest = x
+            x = indices[p]
+            bits = steps[p]
+            if bits == 0:
+                continue
+            for j in range(columns):
+                row[j] = values[x, j]
             for axis in range(d):
-                level = rest // dims[1, axis]
-                rest -= level * dims[1, axis]
-                if level + 1 < dims[0, axis]:
-                    s = x + dims[1, axis]
+                if (bits >> axis) & 1:
+                    s = x + strides[axis]
                     for j in range(columns):
-                        if values[s, j] > values[x, j]:
-                            values[x, j] = values[s, j]
+                        other = values[s, j]
+                        row[j] = other if other > row[j] else row[j]
+            for j in range(columns):
+                values[x, j] = row[j]

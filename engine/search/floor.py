@@ -94,8 +94,9 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
     ahead = _Ahead(evaluator, hubs) if cache.prefetches and cache.base[2].size >= PREFETCH_MIN_CLASSES else None
     # On the compiled path the floor is carried down rank by rank (`_Carried`); the reference raises the down-set
     # of each evaluated transformation at once. The same maxima of the same floats either way.
-    carried = _Carried(floor) if evaluator.kernels is not None else None
-    flat = np.ravel_multi_index(tuple(points.T), shape) if carried is not None else None
+    # (a bit per attribute in `_Carried`'s steps: at most 62 attributes)
+    flat = np.ravel_multi_index(tuple(points.T), shape) if evaluator.kernels is not None and d <= 62 else None
+    carried = _Carried(floor, points, flat, ranks) if flat is not None else None
     for chunk in np.split(order, starts):
         if incumbent.best is not None:   # a level bound above the incumbent's loss rules out at once (no tie)
             above = level_bounds[chunk] > incumbent.loss
@@ -185,38 +186,62 @@ class _Carried:
     """The floor on the compiled path: an evaluation raises its own row only, and the rows of a rank take the
     largest of their direct generalizations' rows (engine._flash_numba.floor_down) when the sweep reaches it. Top
     down, a row then holds the largest suppression terms over every evaluated generalization, as the reference's
-    down-set updates give, but for a pass over the lattice's rows in all instead of one over the down-set (most
+    down-set updates give, but for one pass over the admissible rows in all instead of one over the down-set (most
     of the lattice high up) at every evaluation: ADULT's 775 updates took 25 ms. Within a rank no row changes
     another of the rank (a generalization of x of x's rank is x), so each rank is carried down once, before its
-    floors are read."""
+    floors are read.
 
-    def __init__(self, floor: np.ndarray) -> None:
+    Only the admissible transformations are carried, and that is exact for them: between an admissible x and an
+    evaluated y above it every z (x <= z <= y) is admissible too, since z is above x (so has the monotone property
+    of the first phase) and is not tagged insufficient (that tag covers every generalization, y included, and y
+    was evaluated); so x's largest is reached through admissible direct generalizations. Rows outside the
+    admissible set are never read (the sweep reads the floor of admissible transformations only)."""
+
+    def __init__(self, floor: np.ndarray, points: np.ndarray, flat: np.ndarray, ranks: np.ndarray) -> None:
+        """`points`: the admissible transformations (levels from the lower ones), `flat` their flat indices and
+        `ranks` their sums of levels."""
         from .. import _flash_numba
 
         shape = floor.shape[:-1]
         self.kernel = _flash_numba.floor_down
         self.rows = floor.reshape(-1, floor.shape[-1])   # a view: the floor's rows by flat (C-order) index
         heights = np.asarray(shape, dtype=np.int64)
-        self.order, self.starts = _flash_numba.rank_runs(heights)
         strides = np.ones(len(shape), dtype=np.int64)
         for axis in range(len(shape) - 2, -1, -1):
             strides[axis] = strides[axis + 1] * heights[axis + 1]
-        self.dims = np.array([heights, strides], dtype=np.int64).reshape(2, len(shape))
-        self.done = len(self.starts) - 2   # ranks from this one up are carried (the top has nothing above it)
-        self.raised = False                # no row raised yet: every row is 0, nothing to carry
+        self.strides = strides
+        by_rank = np.argsort(ranks, kind="stable")
+        self.indices = flat[by_rank].astype(np.int64)
+        # per admissible transformation, a bit per attribute that can still be generalized
+        steps = np.zeros(len(points), dtype=np.int64)
+        for axis in range(len(shape)):
+            steps |= (points[by_rank, axis] < heights[axis] - 1).astype(np.int64) << axis
+        self.steps = steps
+        top = int(heights.sum() - len(shape))
+        self.starts = np.concatenate(([0], np.cumsum(np.bincount(ranks, minlength=top + 1)))).astype(np.int64)
+        self.done = top        # ranks from this one up are carried (the top has nothing above it)
+        self.raised = False    # no row raised yet: every row is 0, nothing to carry
+        self.waiting: list[tuple[int, np.ndarray]] = []   # rows raised since the last rank was reached
 
     def reach(self, rank: int) -> None:
         """Carry the floor down to `rank` (the ranks above it are done)."""
         if rank < self.done:
+            self._apply()
             if self.raised:
-                self.kernel(self.rows, self.order, self.starts, self.done - 1, rank, self.dims)
+                self.kernel(self.rows, self.indices, self.steps, self.starts, self.done - 1, rank, self.strides)
             self.done = rank
 
     def raise_row(self, index: int, terms: np.ndarray) -> None:
-        """An evaluated transformation (flat index, of a rank reached) and its suppression terms."""
-        row = self.rows[index]
-        np.maximum(row, terms, out=row)
+        """An evaluated transformation (flat index, of the rank reached last) and its suppression terms: applied
+        when the next rank is reached (no row of this rank is read again), all of a rank's in one numpy call."""
+        self.waiting.append((index, terms))
         self.raised = True
+
+    def _apply(self) -> None:
+        if self.waiting:
+            indices = np.array([index for index, _ in self.waiting], dtype=np.int64)   # distinct: one per check
+            self.rows[indices] = np.maximum(self.rows[indices], np.stack([terms for _, terms in self.waiting]))
+            self.waiting = []
 
 
 class _Ahead:
