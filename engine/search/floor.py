@@ -326,8 +326,10 @@ class _Hubs:
             self.shares.append(dict(zip(values.tolist(), counts.tolist())))
 
     def prepare(self, node: Node) -> None:
-        """Before `node`'s classes are rolled up: make sure its hubs shared by enough candidates are warm."""
+        """Before `node`'s classes are rolled up: make sure its hubs shared by enough candidates are warm (a hub
+        the cache already keeps is left alone, as `warm` would: no call for it)."""
         hub = list(self.lower)
+        kept, tail = self.cache._hubs, self.cache._tail
         key = 0
         for depth, (axis, stride) in enumerate(zip(self.order, self.strides)):
             level = node[axis]
@@ -337,9 +339,11 @@ class _Hubs:
             if depth >= len(self.shares) or self.shares[depth].get(key, 0) < HUB_MIN_SHARE:
                 return
             hub[axis] = level
-            if tuple(hub) == node:
+            levels = tuple(hub)
+            if levels == node:
                 return
-            self.cache.warm(tuple(hub))
+            if levels + tail not in kept:
+                self.cache.warm(levels)
 
 
 def _total(counters: dict) -> dict:
