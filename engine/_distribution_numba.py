@@ -215,12 +215,6 @@ def dense_histogram(joint_class, values, joint_sizes, class_count, span):
 # --- quasi-identifier classes with their dense histogram (engine.classes.ClassCache's dense form) -----------------
 @numba.njit(inline="always", nogil=True)
 def _hash_classes(keys, sizes):
-    """`_hash_classes_capped` with room for as many classes as inputs."""
-    return _hash_classes_capped(keys, sizes, keys.size)
-
-
-@numba.njit(inline="always", nogil=True)
-def _hash_classes_capped(keys, sizes, cap):
     """The classes of equal keys (keys >= 0), numbered in order of first appearance: the class of every input
     (int32), the classes' sizes (sums of `sizes`), keys and first input, and their count. Grouped through an int32
     index table (engine._hash_numba's `find`: class numbers in the slots, keys read back from the classes' key
@@ -228,16 +222,14 @@ def _hash_classes_capped(keys, sizes, cap):
     (ADULT's dense roll-ups: the grouping 77 -> 38 us); the same classes in the same order. Four slots per input
     (a quarter full at most, twice table_bits' own minimum): shorter probes, the grouping about a tenth faster on
     ADULT's dense roll-ups (2,000 and 4,700 classes), for a table of 16 bytes per input that lives only as long as
-    the call. `cap` (at most the inputs) is how many classes can result at most (`_level_changes`' bound): the
-    table and the classes' arrays are sized for it; a class beyond it is refused (codes outside their
-    cardinalities) rather than probing a full table."""
+    the call."""
     m = keys.size
-    bits = table_bits(2 * cap)
+    bits = table_bits(2 * m)
     index = new_index(bits)
     inverse = np.empty(m, np.int32)
-    new_sizes = np.empty(cap, np.int64)
-    new_keys = np.empty(cap, np.int64)
-    member = np.empty(cap, np.int64)
+    new_sizes = np.empty(m, np.int64)
+    new_keys = np.empty(m, np.int64)
+    member = np.empty(m, np.int64)
     u = 0
     for j in range(m):
         k = keys[j]
@@ -247,8 +239,6 @@ def _hash_classes_capped(keys, sizes, cap):
             inverse[j] = c
             new_sizes[c] += sizes[j]
         else:
-            if u == cap:
-                raise ValueError("dense roll-up: more classes than the product of the target levels' cardinalities")
             index[slot] = u
             inverse[j] = u
             new_sizes[u] = sizes[j]
@@ -326,94 +316,6 @@ def roll_up_dense_base(codes, sizes, key, counts, changed, starts, maps, places,
     filled on first use (ready). The same keys, so the same result as `roll_up_dense`."""
     keys = base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows)
     return _merge_dense(codes, sizes, keys, counts, changed, starts, maps)
-
-
-# --- the dense roll-ups told by level vectors (as engine._kernels_numba.roll_up_levels tells the joint ones) -------
-@numba.njit(inline="always", nogil=True)
-def _level_changes(levels, starts, cards, m):
-    """From `levels` (the source's d levels, then the target's): the attributes whose level changes, where each
-    one's code map starts (starts[i, lo, hi], -1 where none), and how many classes can result at most: the product
-    of the target levels' cardinalities (cards[i, level]), or m (the source's classes) when that is fewer (stopped
-    there, so the product never overflows). engine._kernels_numba has its own for the joint form: numba's cache
-    checks only a kernel's own file, so each file keeps the loops it inlines."""
-    half = levels.size // 2
-    count = 0
-    for i in range(half):
-        if levels[i] != levels[half + i]:
-            count += 1
-    changed = np.empty(count, np.int64)
-    where = np.empty(count, np.int64)
-    c = 0
-    cap = np.int64(1)
-    for i in range(half):
-        lo = levels[i]
-        hi = levels[half + i]
-        if lo != hi:
-            changed[c] = i
-            where[c] = starts[i, lo, hi]
-            c += 1
-        if cap <= m:
-            cap *= cards[i, hi]
-    return changed, where, min(cap, np.int64(m))
-
-
-@numba.njit(inline="always", nogil=True)
-def _merge_dense_capped(codes, sizes, keys, counts, changed, starts, maps, minimal, cap):
-    """`_merge_dense` with the classes' arrays sized for at most `cap` classes, and the records in classes smaller
-    than `minimal` (what an m-anonymity check asks, in the same call). The same classes, order and histograms."""
-    m = codes.shape[1]
-    inverse, new_sizes, new_keys, member, u = _hash_classes_capped(keys, sizes, cap)
-    new_codes = class_codes(codes, member, u, changed, starts, maps)
-    card = counts.shape[1]
-    new_counts = np.zeros((u, card), np.int32)
-    for j in range(m):
-        source = counts[j]
-        target = new_counts[inverse[j]]
-        for v in range(card):
-            target[v] += source[v]
-    below = np.int64(0)
-    for t in range(u):
-        if new_sizes[t] < minimal:
-            below += new_sizes[t]
-    if u == cap:   # every slot used: the arrays are the classes' own (no copy)
-        return new_codes, new_sizes, new_keys, new_counts, below
-    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), new_counts, below
-
-
-@_jit
-def roll_up_dense_levels(codes, sizes, key, counts, levels, starts, maps, places, cards, minimal):
-    """`roll_up_dense` told by level vectors instead of the changed attributes (for the class cache: no Python pass
-    over the attributes per check): levels holds the source's d levels then the target's, starts[i, lo, hi] where
-    attribute i's code map from level lo to hi begins in `maps` (-1: none), cards[i, level] attribute i's
-    cardinality. Returns the new codes, sizes, keys and histogram (the same as `roll_up_dense`'s) and the records in
-    classes smaller than `minimal`."""
-    changed, where, cap = _level_changes(levels, starts, cards, codes.shape[1])
-    keys = rolled_keys(codes, key, changed, where, maps, places)
-    return _merge_dense_capped(codes, sizes, keys, counts, changed, where, maps, minimal, cap)
-
-
-@_jit
-def roll_up_dense_base_levels(codes, sizes, key, counts, levels, starts, maps, places, cards, minimal, deltas,
-                              ready, rows):
-    """`roll_up_dense_base` told by level vectors (as `roll_up_dense_levels`): rows[i, level] is the row of `deltas`
-    holding attribute i's key updates at `level` (engine.classes.ClassCache._delta_layout). The same result as
-    `roll_up_dense_base`, and the records in classes smaller than `minimal`."""
-    changed, where, cap = _level_changes(levels, starts, cards, codes.shape[1])
-    half = levels.size // 2
-    picked = np.empty(changed.size, np.int64)
-    for c in range(changed.size):
-        picked[c] = rows[changed[c], levels[half + changed[c]]]
-    keys = base_keys(codes, key, changed, where, maps, places, deltas, ready, picked)
-    return _merge_dense_capped(codes, sizes, keys, counts, changed, where, maps, minimal, cap)
-
-
-@_jit
-def roll_up_dense_levels_ahead(codes, sizes, key, counts, levels, starts, maps, places, cards, minimal):
-    """`roll_up_dense_levels` and `value_major` of the new histogram in one call (the worker thread's job,
-    as `roll_up_dense_ahead`)."""
-    new_codes, new_sizes, new_keys, new_counts, below = roll_up_dense_levels(codes, sizes, key, counts, levels,
-                                                                            starts, maps, places, cards, minimal)
-    return new_codes, new_sizes, new_keys, new_counts, below, value_major(new_counts)
 
 
 @_jit
