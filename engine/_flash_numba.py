@@ -284,14 +284,16 @@ def open_successors(out, index, successors, ranks, flags, bounds, dims, prune, l
 
 
 @numba.njit(cache=True, nogil=True)
-def floor_down(values, indices, steps, starts, first, last, strides):
+def floor_down(values, live, indices, steps, starts, first, last, strides):
     """engine.search.floor's suppression floor carried down the ranks `first`, first - 1, ..., `last` (sums of
     levels, each rank above `first` already done): each transformation x listed for those ranks (`indices`: flat
     C-order indices grouped by rank, rank q at starts[q] .. starts[q + 1]; `steps`: per listed x a bit per attribute
     whose level is below its top) takes, column by column, the largest of its own row and the rows of its direct
     generalizations x + strides[a] (`values`: one row of floats per flat index). Done top-down, a row then holds
     the largest over every generalization of x reached through listed transformations: what raising the down-set
-    of each evaluated transformation gives, with comparisons only (the same floats)."""
+    of each evaluated transformation gives, with comparisons only (the same floats). `live` marks the rows that
+    may be above 0 (raised, or below a raised one): a row none of whose generalizations is live stays as it is,
+    without reading theirs."""
     d = strides.size
     columns = values.shape[1]
     row = np.empty(columns, values.dtype)   # x's row while its generalizations are compared (no aliasing)
@@ -301,13 +303,20 @@ def floor_down(values, indices, steps, starts, first, last, strides):
             bits = steps[p]
             if bits == 0:
                 continue
-            for j in range(columns):
-                row[j] = values[x, j]
+            started = False
             for axis in range(d):
                 if (bits >> axis) & 1:
                     s = x + strides[axis]
+                    if not live[s]:
+                        continue
+                    if not started:
+                        started = True
+                        for j in range(columns):
+                            row[j] = values[x, j]
                     for j in range(columns):
                         other = values[s, j]
                         row[j] = other if other > row[j] else row[j]
-            for j in range(columns):
-                values[x, j] = row[j]
+            if started:
+                live[x] = True
+                for j in range(columns):
+                    values[x, j] = row[j]

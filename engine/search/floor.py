@@ -222,13 +222,15 @@ class _Carried:
         self.done = top        # ranks from this one up are carried (the top has nothing above it)
         self.raised = False    # no row raised yet: every row is 0, nothing to carry
         self.waiting: list[tuple[int, np.ndarray]] = []   # rows raised since the last rank was reached
+        self.live = np.zeros(len(self.rows), dtype=np.bool_)   # rows raised or below one (the others are 0)
 
     def reach(self, rank: int) -> None:
         """Carry the floor down to `rank` (the ranks above it are done)."""
         if rank < self.done:
             self._apply()
             if self.raised:
-                self.kernel(self.rows, self.indices, self.steps, self.starts, self.done - 1, rank, self.strides)
+                self.kernel(self.rows, self.live, self.indices, self.steps, self.starts, self.done - 1, rank,
+                            self.strides)
             self.done = rank
 
     def raise_row(self, index: int, terms: np.ndarray) -> None:
@@ -241,6 +243,7 @@ class _Carried:
         if self.waiting:
             indices = np.array([index for index, _ in self.waiting], dtype=np.int64)   # distinct: one per check
             self.rows[indices] = np.maximum(self.rows[indices], np.stack([terms for _, terms in self.waiting]))
+            self.live[indices] = True
             self.waiting = []
 
 
