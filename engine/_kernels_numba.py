@@ -1,6 +1,7 @@
 """The numba functions behind engine.kernels (imported only through `engine.kernels.load()`, which imports numba).
 
-All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side) and numpy's
+All are compiled with `cache=True` (once per machine), `nogil=True` (threads may run them side by side; the small
+kernels the search's thread calls once a check also have GIL-holding twins, `*_held`, see there) and numpy's
 error model; none uses fastmath, and all sums are integer, so results do not depend on the order of the loops.
 Classes are merged by key in one place (`_merge`, with the index table of engine._hash_numba); their keys come from
 engine._keys_numba, shared with the dense form's roll-ups.
@@ -307,3 +308,52 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
     if u == cap:   # every slot used: the arrays are the classes' own (no copy)
         return new_codes, new_sizes, new_keys, below
     return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below
+
+
+# GIL-holding twins of the small kernels the search's thread calls once a check (suffix `_held`).
+#
+# Why: a `nogil` kernel releases the GIL on entry and takes it back on return. While the worker thread
+# (engine.ahead) runs Python it is waiting for the GIL, so it takes the GIL at the release, and the search's
+# thread, back from a kernel of a microsecond, then waits until the worker drops it: at its next own kernel, or
+# after the interpreter's switch interval (5 ms). Measured on ADULT t-closeness with the worker running: pack_levels
+# 80 us of wall per call for 10 us of CPU. Holding the GIL through a kernel this short costs the worker nothing it
+# could have used. The big kernels (roll-ups) keep `nogil`: the worker runs them, and the search's thread runs
+# them side by side with it. Each twin calls its kernel (one source; the call is compiled inline), and has its own
+# cache entry (numba's cache key is the function's name and line, not its flags).
+_held = numba.njit(cache=True, nogil=False, error_model="numpy")
+
+
+@_held
+def records_below_held(sizes, minimal):
+    """`records_below`, holding the GIL."""
+    return records_below(sizes, minimal)
+
+
+@_held
+def records_in_held(sizes, chosen):
+    """`records_in`, holding the GIL."""
+    return records_in(sizes, chosen)
+
+
+@_held
+def suppress_below_held(sizes, minimal):
+    """`suppress_below`, holding the GIL."""
+    return suppress_below(sizes, minimal)
+
+
+@_held
+def best_source_held(levels, counts, n, node):
+    """`best_source`, holding the GIL."""
+    return best_source(levels, counts, n, node)
+
+
+@_held
+def pack_levels_held(node, lane, packed):
+    """`pack_levels`, holding the GIL."""
+    pack_levels(node, lane, packed)
+
+
+@_held
+def best_source_packed_held(words, counts, n, node, lane, high, packed):
+    """`best_source_packed`, holding the GIL."""
+    return best_source_packed(words, counts, n, node, lane, high, packed)

@@ -399,7 +399,7 @@ class ClassCache:
             self._hub_arrays = (levels, counts, nodes)
         levels, counts, nodes = self._hub_arrays
         if self.kernels is not None:
-            row = int(self.kernels.best_source(levels, counts, len(nodes), np.asarray(node, dtype=np.int64)))
+            row = int(self.kernels.best_source_held(levels, counts, len(nodes), np.asarray(node, dtype=np.int64)))
         else:
             below = np.all(levels <= np.asarray(node), axis=1) & np.any(levels != np.asarray(node), axis=1)
             row = int(np.flatnonzero(below)[np.argmin(counts[below])]) if below.any() else -1

@@ -131,9 +131,10 @@ class Evaluator:
         """The ring's row of the remembered specialization of `node` with the fewest classes, -1 if none; leaves
         `node` packed in `_packed` (`_remember` writes the same words into the ring)."""
         self._levels = node
-        return int(self.kernels.best_source_packed(self._source_words, self._source_counts,
-                                                   min(self._sources, self.SOURCES), np.array(node, dtype=np.int64),
-                                                   self._lane, self._high, self._packed))
+        return int(self.kernels.best_source_packed_held(self._source_words, self._source_counts,
+                                                        min(self._sources, self.SOURCES),
+                                                        np.array(node, dtype=np.int64), self._lane, self._high,
+                                                        self._packed))
 
     def _remember(self, node: Node, count: int) -> None:
         rows = self._source_rows
@@ -144,7 +145,7 @@ class Evaluator:
             rows.pop(self._source_nodes[row], None)
         if self._levels is not node:
             self._levels = node
-            self.kernels.pack_levels(np.array(node, dtype=np.int64), self._lane, self._packed)
+            self.kernels.pack_levels_held(np.array(node, dtype=np.int64), self._lane, self._packed)
         self._source_words[row] = self._packed
         self._source_counts[row] = count
         self._source_nodes[row] = node
@@ -166,7 +167,7 @@ class Evaluator:
             return True   # no class size implied: nothing to compute, nothing checked
         _, sizes = self.classes(node, hint)
         if self.kernels is not None:
-            return int(self.kernels.records_below(sizes, self.minimal_class_size)) <= self.max_suppressed
+            return int(self.kernels.records_below_held(sizes, self.minimal_class_size)) <= self.max_suppressed
         return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
 
     def evaluate(self, node: Node, hint: Node | None = None, cannot_win: Callable[[Node, float], bool] | None = None
@@ -190,7 +191,7 @@ class Evaluator:
                 suppressed, count, terms = self.kernels.suppress_and_loss_terms(
                     codes, sizes, self.minimal_class_size, self.max_suppressed, *arguments)
             else:
-                suppressed, count = self.kernels.suppress_below(sizes, self.minimal_class_size)
+                suppressed, count = self.kernels.suppress_below_held(sizes, self.minimal_class_size)
             count = int(count)
         elif self._single is not None and self.kernels is not None and (
                 fused := self._single.suppression(view, self.minimal_class_size)) is not None:
@@ -202,7 +203,7 @@ class Evaluator:
                 suppressed |= model.violating(view)
                 blocked = blocked or model.blocks_release(view)
             count = int(sizes[suppressed].sum()) if self.kernels is None else int(
-                self.kernels.records_in(sizes, suppressed))
+                self.kernels.records_in_held(sizes, suppressed))
         evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
         for model in self._risk_models:
             if not evaluation.solution:
