@@ -126,6 +126,10 @@ class ClassCache:
         self.budget = int(budget_bytes)
         self._last_view: tuple[tuple[int, ...], object] | None = None
         self._fresh: tuple[tuple[int, ...], np.ndarray | None] | None = None   # the last table from the worker
+        # Whether the worker also makes the dense form's value-major copy (`_roll_up_ahead`): only once a view
+        # handed out without it was seen to have it built (`view`): equal t-closeness and entropy l-diversity read
+        # the class-major histogram, so for them the copy would be work no one reads.
+        self._by_value = False
         # A worker thread that rolls up ahead what the search will likely ask next (`prefetch`); the compiled
         # roll-up releases the GIL, so it runs on the other core while the search does its Python work.
         self._pending: OrderedDict[tuple[int, ...], Job] = OrderedDict()
@@ -205,7 +209,10 @@ class ClassCache:
         entry = self._entry(node, hint)
         if self.dense is not None:
             # The dense form: the cached classes and histogram as they are (the models only read them), with the
-            # value-major copy when the worker thread made it.
+            # value-major copy when the worker thread made it. Until the worker makes them, a view whose copy got
+            # built was built by its reader: from then on the worker makes them (`_by_value`).
+            if not self._by_value and self._last_view is not None and self._last_view[1]._dense_built:
+                self._by_value = True
             view = ClassView(entry[0], entry[1], self.sensitive, kernels=self.dense, counts_by_class=entry[3])
             fresh = self._fresh
             if fresh is not None and fresh[0] == node and fresh[1] is not None:
@@ -515,9 +522,10 @@ class ClassCache:
         self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where, self._bound(node))
 
     def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray, bound: int = -1) -> tuple:
-        """The worker thread's job: the roll-up and, in the dense form, the value-major histogram the models will
-        read (engine.distributions.ClassView.dense_counts), so the search's thread does neither."""
-        if self.dense is None:
+        """The worker thread's job: the roll-up and, in the dense form once the models were seen to read it
+        (`_by_value`), the value-major histogram (engine.distributions.ClassView.dense_counts), so the search's
+        thread does neither."""
+        if self.dense is None or not self._by_value:
             return self._roll_up(entry, changed, where, bound=bound), None
         *new, by_value = self.dense.roll_up_dense_ahead(*entry, changed, where, self._flat[0], self._places)
         return tuple(new), by_value
