@@ -174,43 +174,6 @@ def l_diversity_entropy_violating(dense, sizes, variant, minimal, threshold, tab
     return violating
 
 
-@_jit
-def l_diversity_entropy_violating_by_class(counts, sizes, variant, minimal, threshold, table, log_table, log2,
-                                           factor):
-    """`l_diversity_entropy_violating` on the class-major histogram (classes, values) the class cache holds: the
-    same decisions, for a view whose value-major copy was not made (Flash2P's phase-2 checks of classes rolled up
-    on the search's thread): making it would cost more than this walk, class by class over contiguous rows (the
-    integer sums in registers, stored, then the bound decided over all classes in one vectorizable loop)."""
-    class_count, card = counts.shape
-    if sizes.sum() >= log_table.size:
-        return np.empty(0, np.bool_)
-    seen = np.empty(class_count, np.int32)
-    squares = np.empty(class_count, np.int64)
-    for k in range(class_count):
-        row = counts[k]
-        distinct = np.int32(0)
-        square_sum = np.int64(0)
-        for v in range(card):
-            n = row[v]
-            distinct += np.int32(n > 0)
-            square_sum += np.int64(n) * n
-        seen[k] = distinct
-        squares[k] = square_sum
-    violating = np.empty(class_count, np.bool_)
-    for k in range(class_count):
-        size = np.float64(sizes[k])
-        violating[k] = seen[k] < minimal or size * size < np.float64(squares[k]) * factor
-    for k in range(class_count):
-        if not violating[k] or seen[k] < minimal:
-            continue
-        row = counts[k]
-        weighted = 0.0
-        for v in range(card):
-            weighted += _entropy_term(row[v], table)
-        violating[k] = _entropy_bits(weighted, sizes[k], variant, log_table, log2) < threshold
-    return violating
-
-
 @_inline
 def _or_smaller(suppressed, sizes, minimal):
     """The classes to suppress, `suppressed` (a model's violations, overwritten) or smaller than `minimal`, and the
@@ -236,22 +199,11 @@ def l_diversity_entropy_suppression(dense, sizes, smallest, variant, minimal, th
     return _or_smaller(violating, sizes, smallest)
 
 
-@_jit
-def l_diversity_entropy_suppression_by_class(counts, sizes, smallest, variant, minimal, threshold, table,
-                                             log_table, log2, factor):
-    """`l_diversity_entropy_suppression` on the class-major histogram (`l_diversity_entropy_violating_by_class`)."""
-    violating = l_diversity_entropy_violating_by_class(counts, sizes, variant, minimal, threshold, table, log_table,
-                                                       log2, factor)
-    if violating.size != sizes.size:
-        return violating, np.int64(0)
-    return _or_smaller(violating, sizes, smallest)
-
-
 @_inline
 def _entropy_class(row, size, variant, minimal, threshold, table, log_table, log2, factor):
     """Whether one class (its counts per value, class-major) violates entropy l-diversity, as
-    `l_diversity_entropy_violating_by_class` decides it: fewer than `minimal` values, else the collision bound, else
-    the entropy summed exactly as `l_diversity_dense` sums it."""
+    `l_diversity_entropy_violating` decides it: fewer than `minimal` values, else the collision bound, else the
+    entropy summed exactly as `l_diversity_dense` sums it."""
     card = row.size
     distinct = np.int32(0)
     square_sum = np.int64(0)
@@ -273,9 +225,10 @@ def _entropy_class(row, size, variant, minimal, threshold, table, log_table, log
 @_jit
 def l_diversity_entropy_violating_bounded(counts, sizes, variant, minimal, threshold, table, log_table, log2,
                                           factor):
-    """`l_diversity_entropy_violating_by_class` (class-major counts), class by class, with the classes of fewer
-    than `minimal` records decided violating unread (they hold fewer than `minimal` values): the same decisions
-    (ADULT l=3: two classes in three). The tables must cover every class read (log_table holds 0 .. its size - 1,
+    """`l_diversity_entropy_violating` on the class-major histogram (classes, values) the class cache holds, class
+    by class over contiguous rows (no value-major copy needed), with the classes of fewer than `minimal` records
+    decided violating unread (they hold fewer than `minimal` values): the same decisions (ADULT l=3: two classes in
+    three). The tables must cover every class read (log_table holds 0 .. its size - 1,
     and the margin in `factor` is taken for as many records); where a class read is larger, nothing is decided and
     an empty array is returned, as by the other kernels."""
     class_count = sizes.size
@@ -416,8 +369,7 @@ def _equal_decisions(acc, counts, size, q, t):
     fast sum decides, inside it the class is summed again exactly as the numpy reference does (counts is
     class-major: counts[k, v]; the value-major caller passes a transposed view)."""
     class_count, card = counts.shape
-    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
-    above, below = t + margin, t - margin
+    above, below = _equal_band(card, t)
     violating = np.empty(class_count, np.bool_)
     for k in range(class_count):
         d = (1.0 + acc[k]) / 2.0
@@ -426,12 +378,24 @@ def _equal_decisions(acc, counts, size, q, t):
         elif d < below:
             violating[k] = False
         else:
-            row = counts[k]
-            exact = 0.0
-            for v in range(card):
-                exact += _equal_term(row[v], size[k], q[v])
-            violating[k] = not ((1.0 + exact) / 2.0 <= t)
+            violating[k] = _equal_exact_violates(counts[k], size[k], q, t)
     return violating
+
+
+@_inline
+def _equal_band(card, t):
+    """The band around `t` where a fast sum over `card` values does not decide: (above, below)."""
+    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
+    return t + margin, t - margin
+
+
+@_inline
+def _equal_exact_violates(row, size, q, t):
+    """One class (counts per value, `size` as a float) summed again exactly as the numpy reference sums it."""
+    exact = 0.0
+    for v in range(row.size):
+        exact += _equal_term(row[v], size, q[v])
+    return not ((1.0 + exact) / 2.0 <= t)
 
 
 @_jit
@@ -440,47 +404,6 @@ def t_closeness_equal_suppression(dense, sizes, q, t, minimal):
     `minimal`) and the records they hold: what the evaluator computes as (sizes < minimal) | violating and the
     sum of their sizes, in one call."""
     return _or_smaller(t_closeness_equal_violating(dense, sizes, q, t), sizes, minimal)
-
-
-@_jit
-def t_closeness_equal_violating_by_class(counts, sizes, q, t):
-    """`t_closeness_equal_violating` on the class-major histogram (classes, values) the class cache holds: the
-    same decisions, for a view whose value-major copy was not made (a table rolled up on the search's thread):
-    the transpose would cost about what the decision does (ADULT t-closeness: 13 us beside 14). Four classes at a
-    time, each first sum running value by value with the class's reciprocal as the value-major pass runs it (the
-    same bits), four independent sums side by side; then the same margin and the same exact re-sum."""
-    class_count, card = counts.shape
-    reciprocal = np.empty(class_count, np.float64)
-    for k in range(class_count):
-        reciprocal[k] = 1.0 / np.float64(sizes[k])
-    acc = np.empty(class_count, np.float64)
-    k = 0
-    while k + 4 <= class_count:
-        row0, row1, row2, row3 = counts[k], counts[k + 1], counts[k + 2], counts[k + 3]
-        r0, r1, r2, r3 = reciprocal[k], reciprocal[k + 1], reciprocal[k + 2], reciprocal[k + 3]
-        a0 = a1 = a2 = a3 = 0.0
-        for v in range(card):
-            qv = q[v]
-            a0 += np.abs(qv - np.float64(row0[v]) * r0) - qv
-            a1 += np.abs(qv - np.float64(row1[v]) * r1) - qv
-            a2 += np.abs(qv - np.float64(row2[v]) * r2) - qv
-            a3 += np.abs(qv - np.float64(row3[v]) * r3) - qv
-        acc[k], acc[k + 1], acc[k + 2], acc[k + 3] = a0, a1, a2, a3
-        k += 4
-    while k < class_count:
-        row = counts[k]
-        a = 0.0
-        for v in range(card):
-            a += np.abs(q[v] - np.float64(row[v]) * reciprocal[k]) - q[v]
-        acc[k] = a
-        k += 1
-    return _equal_decisions(acc, counts, _float_sizes(sizes), q, t)
-
-
-@_jit
-def t_closeness_equal_suppression_by_class(counts, sizes, q, t, minimal):
-    """`t_closeness_equal_suppression` on the class-major histogram (`t_closeness_equal_violating_by_class`)."""
-    return _or_smaller(t_closeness_equal_violating_by_class(counts, sizes, q, t), sizes, minimal)
 
 
 def equal_smallest_read(q: np.ndarray, t: float) -> int:
@@ -512,8 +435,8 @@ def equal_smallest_read(q: np.ndarray, t: float) -> int:
 @_inline
 def _equal_class(row, size, q, t, above, below):
     """Whether one class (its counts per value, class-major) violates the equal distance: the first sum of
-    `t_closeness_equal_violating_by_class` (its terms in value order, with the class's reciprocal) decides outside
-    the margin [below, above] around t, inside it the exact re-sum of `_equal_decisions`."""
+    `t_closeness_equal_violating` (its terms in value order, with the class's reciprocal: the same bits) decides
+    outside the band [below, above] around t, inside it the exact re-sum of `_equal_decisions`."""
     card = row.size
     reciprocal = 1.0 / np.float64(size)
     a = 0.0
@@ -525,20 +448,16 @@ def _equal_class(row, size, q, t, above, below):
         return True
     if d < below:
         return False
-    exact = 0.0
-    for v in range(card):
-        exact += _equal_term(row[v], np.float64(size), q[v])
-    return not ((1.0 + exact) / 2.0 <= t)
+    return _equal_exact_violates(row, np.float64(size), q, t)
 
 
 @_jit
 def t_closeness_equal_violating_bounded(counts, sizes, q, t, smallest_read):
-    """`t_closeness_equal_violating_by_class` (class-major counts) with classes of fewer than `smallest_read`
-    records decided violating by their size alone (`equal_smallest_read`), unread: the same decisions. Class by
-    class (the classes read are a few, the rest cost a comparison)."""
+    """`t_closeness_equal_violating` on the class-major histogram (classes, values) the class cache holds, with
+    classes of fewer than `smallest_read` records decided violating by their size alone (`equal_smallest_read`),
+    unread: the same decisions. Class by class (the classes read are a few, the rest cost a comparison)."""
     class_count, card = counts.shape
-    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
-    above, below = t + margin, t - margin
+    above, below = _equal_band(card, t)
     violating = np.empty(class_count, np.bool_)
     for k in range(class_count):
         n = sizes[k]
@@ -551,8 +470,7 @@ def t_closeness_equal_suppression_bounded(counts, sizes, q, t, minimal, smallest
     """The classes to suppress (`t_closeness_equal_violating_bounded`, or smaller than `minimal`) and the records
     they hold, in one pass: a class below either size is suppressed unread."""
     class_count, card = counts.shape
-    margin = (EQUAL_MARGIN_ULPS * card + EQUAL_MARGIN_ULPS) * 2.0 ** -53
-    above, below = t + margin, t - margin
+    above, below = _equal_band(card, t)
     smallest = max(smallest_read, minimal)
     suppressed = np.empty(class_count, np.bool_)
     total = np.int64(0)

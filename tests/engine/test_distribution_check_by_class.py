@@ -1,9 +1,8 @@
 """t-closeness (equal distance) decided on the class cache's class-major histogram (engine.privacy.
-_distribution_kernels.t_closeness_equal_violating_by_class / _suppression_by_class), which a view rolled up on the
-search's thread holds without a value-major copy: the same decisions as the value-major kernels and the exact
-distance, at the edges (t equal to a class's distance to the last bit, and one ulp either side), with class counts
-that are and are not multiples of the four classes summed side by side; and the model, handed a view in either
-layout, suppresses what the reference path does."""
+_distribution_kernels.t_closeness_equal_violating_bounded / _suppression_bounded, here reading every class), which a
+view rolled up on the search's thread holds without a value-major copy: the same decisions as the value-major
+kernels and the exact distance, at the edges (t equal to a class's distance to the last bit, and one ulp either
+side); and the model, handed a view in either layout, suppresses what the reference path does."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +22,7 @@ def test_class_major_decision_equals_the_exact_distance_at_the_edges(seed):
 
     rng = np.random.default_rng(50 + seed)
     card = int(rng.integers(1, 40))
-    classes = int(rng.integers(1, 400)) if seed else 7   # 7: a block of four and a rest of three
+    classes = int(rng.integers(1, 400)) if seed else 7   # seed 0: a handful of classes
     q = rng.dirichlet(np.full(card, 0.5))
     dense = (rng.random((card, classes)) < rng.uniform(0.1, 0.9)) * rng.geometric(0.05, (card, classes))
     dense[rng.integers(0, card, classes), np.arange(classes)] += 1   # no empty class
@@ -34,10 +33,10 @@ def test_class_major_decision_equals_the_exact_distance_at_the_edges(seed):
     near = 0
     for t in edge_thresholds(distance, rng) + list(rng.uniform(0, 1, 5)) + [0.0, 1.0]:
         expected = exact(dense, sizes, q, t)[1]
-        assert np.array_equal(compiled.t_closeness_equal_violating_by_class(by_class, sizes, q, t), expected), t
+        assert np.array_equal(compiled.t_closeness_equal_violating_bounded(by_class, sizes, q, t, 1), expected), t
         assert np.array_equal(compiled.t_closeness_equal_violating(dense, sizes, q, t), expected), t
         for minimal in (1, 3):
-            chosen, total = compiled.t_closeness_equal_suppression_by_class(by_class, sizes, q, t, minimal)
+            chosen, total = compiled.t_closeness_equal_suppression_bounded(by_class, sizes, q, t, minimal, 1)
             assert np.array_equal(chosen, expected | (sizes < minimal))
             assert int(total) == int(sizes[chosen].sum())
         near += int(np.sum(np.abs(distance - t) < 1e-12))

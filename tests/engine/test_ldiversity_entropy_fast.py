@@ -116,7 +116,7 @@ def test_grassberger_terms_exceed_log2_n_so_the_bound_needs_the_excess():
     wrong = compiled.l_diversity_entropy_violating(dense, sizes, 2, 2, threshold, term_table, log_table, LOG2,
                                                    no_excess)
     assert wrong.tolist() == [False]
-    wrong = compiled.l_diversity_entropy_violating_by_class(np.ascontiguousarray(dense.T), sizes, 2, 2, threshold,
+    wrong = compiled.l_diversity_entropy_violating_bounded(np.ascontiguousarray(dense.T), sizes, 2, 2, threshold,
                                                             term_table, log_table, LOG2, no_excess)
     assert wrong.tolist() == [False]
 
