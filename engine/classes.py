@@ -291,14 +291,9 @@ class ClassCache:
                 rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
             if deltas is None or entry is self._base_entry:
                 return self._roll_up(entry, changed, where, deltas, rows)
-            # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
             filled = int(np.count_nonzero(~deltas[1][rows]))
             new = self._roll_up(entry, changed, where, deltas, rows)
-            if filled:
-                self.hub_nbytes += filled * deltas[0].shape[1] * 8
-                if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
-                    self.hub_nbytes -= self._hub_size(source) - self._size(self._hubs[source])
-                    self._hub_deltas[source] = None
+            self._count_hub_rows(source, filled, deltas[0].shape[1])
             return new
         codes, sizes, key = entry
         maps = [None if lo == hi else self._map(i, lo, hi) for i, (lo, hi) in enumerate(zip(source, node))]
@@ -441,13 +436,19 @@ class ClassCache:
         new = self.kernels.roll_up_base_levels(codes, sizes, key, levels, self._starts3, self._flat[0], self.radix,
                                                self._cards2, 0, held[0], ready, held[3])[:3]
         if not base:
-            filled = int(np.count_nonzero(ready)) - before
-            if filled:   # a hub's rows are memory once the roll-up fills them: counted then, within the hubs' cap
-                self.hub_nbytes += filled * held[0].shape[1] * 8
-                if not self._make_room(0, source):   # the hub alone is over the cap with its rows: rows go
-                    self.hub_nbytes -= self._hub_size(source) - self._size(self._hubs[source])
-                    self._hub_deltas[source] = None
+            self._count_hub_rows(source, int(np.count_nonzero(ready)) - before, held[0].shape[1])
         return new
+
+    def _count_hub_rows(self, hub: tuple[int, ...], filled: int, width: int) -> None:
+        """A warmed table's rows of kept key updates are memory once a roll-up fills them: `filled` new rows of
+        `width` int64 are counted then, within the hubs' cap; when the hub alone is over the cap with its rows,
+        the rows go (the hub stays)."""
+        if not filled:
+            return
+        self.hub_nbytes += filled * width * 8
+        if not self._make_room(0, hub):
+            self.hub_nbytes -= self._hub_size(hub) - self._size(self._hubs[hub])
+            self._hub_deltas[hub] = None
 
     def _bound(self, node: tuple[int, ...]) -> int:
         """At most how many classes `node` can have: the product of its levels' cardinalities (the joint form's
