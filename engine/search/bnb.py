@@ -91,11 +91,7 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
             if bound is None:
                 bound = quality.bound(successor)
             key = max(bound, class_bound)
-            # incumbent.rules_out(successor, key), its common answers inline (Incumbent.key is (loss, ...)): none
-            # without an incumbent, and a key other than the incumbent's loss decides by comparison alone
-            best = incumbent.key
-            if (best is not None and (key > best[0] if key != best[0] else incumbent.rules_out(successor, key))) \
-                    or is_ruled_out(successor):
+            if incumbent.rules_out(successor, key) or is_ruled_out(successor):
                 ruled_out.tag(successor)
                 counters["pruned_by_bound"] += 1
                 continue
