@@ -115,7 +115,7 @@ class LDiversityModel(ClassModel):
         if value_major:
             kernel = compiled.l_diversity_entropy_suppression
         else:
-            kernel = compiled.l_diversity_entropy_suppression_bounded
+            kernel = compiled.l_diversity_entropy_suppression_bounded_held
             self._fast = (classes.sensitive[0], kernel)
         suppressed, total = self._with_entropy_arguments(kernel, dense, classes.sizes, value_major, minimal)
         return suppressed, int(total)
@@ -151,7 +151,7 @@ class LDiversityModel(ClassModel):
         from . import _distribution_kernels as compiled
 
         kernel = (compiled.l_diversity_entropy_violating if value_major
-                  else compiled.l_diversity_entropy_violating_bounded)
+                  else compiled.l_diversity_entropy_violating_bounded_held)
         return self._with_entropy_arguments(kernel, dense, sizes, value_major)
 
     def _entropy_decision_arguments(self, values: int, records: int) -> tuple:

@@ -160,8 +160,8 @@ class TClosenessModel(ClassModel):
 
             q = self._prepare(sensitive)["q"]
             equal = self._equal = (sensitive, q, compiled.equal_smallest_read(q, self.t),
-                                   compiled.t_closeness_equal_violating_bounded,
-                                   compiled.t_closeness_equal_suppression_bounded,
+                                   compiled.t_closeness_equal_violating_bounded_held,
+                                   compiled.t_closeness_equal_suppression_bounded_held,
                                    compiled.t_closeness_equal_violating, compiled.t_closeness_equal_suppression)
         if classes.counts_by_class is not None:
             return classes.counts_by_class, True, equal
