@@ -72,21 +72,19 @@ def base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows):
 @numba.njit(inline="always", nogil=True)
 def class_codes(codes, member, u, changed, starts, maps):
     """The codes (d, u) int32 of the u merged classes, each taken from its first input (member[t]) and mapped through
-    the code map at maps[starts[c]] for every attribute changed[c] that changes level (none: `changed` empty). A
-    changed attribute's row is gathered and mapped in the same pass (one write per code, not a copy then a map)."""
+    the code map at maps[starts[c]] for every attribute changed[c] that changes level (none: `changed` empty).
+    Class by class (the d codes of member[t], then the next class's): one index read per class instead of one per
+    code, and the d rows read and written as d nearly sequential streams (FARS's 610 roll-ups of a search: 13.5
+    instead of 18 ms; ADULT's 841: 38 instead of 46 ms); then the changed rows mapped in place."""
     d = codes.shape[0]
     new_codes = np.empty((d, u), np.int32)
-    mapped = np.full(d, -1, np.int64)   # per attribute, where its code map starts, -1 when it keeps its level
+    for t in range(u):
+        j = member[t]
+        for i in range(d):
+            new_codes[i, t] = codes[i, j]
     for c in range(changed.size):
-        mapped[changed[c]] = starts[c]
-    for i in range(d):
-        row = codes[i]
-        out = new_codes[i]
-        start = mapped[i]
-        if start < 0:
-            for t in range(u):
-                out[t] = row[member[t]]
-        else:
-            for t in range(u):
-                out[t] = maps[start + row[member[t]]]
+        out = new_codes[changed[c]]
+        start = starts[c]
+        for t in range(u):
+            out[t] = maps[start + out[t]]
     return new_codes
