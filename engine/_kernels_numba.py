@@ -85,6 +85,43 @@ def loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalizatio
     the suppressed records, (sum - floor) / span where the span is positive (else 0), clipped to [0, 1]. The same
     IEEE operations in the same order as the numpy reference (no fastmath, so no fused multiply-add): its bits."""
     kept, removed = kept_weighted_sums(codes, sizes, suppressed, weights, offsets)
+    return _terms_of_kept(kept, removed, domain, generalization, suppression, floor, span, positive)
+
+
+@_jit
+def suppress_and_loss_terms(codes, sizes, minimal, limit, weights, offsets, domain, generalization, suppression,
+                            floor, span, positive):
+    """`suppress_below`, then, when some records are suppressed and no more than `limit`, Loss's terms of that
+    suppression (`loss_terms`; an empty array otherwise): a size-only check with Loss in one call."""
+    u = sizes.size
+    suppressed = np.empty(u, np.bool_)
+    kept_classes = np.empty(u, np.int64)   # the kept classes' numbers, found in the same pass (no branch)
+    total = np.int64(0)
+    n = 0
+    for t in range(u):
+        s = sizes[t]
+        small = s < minimal
+        suppressed[t] = small
+        kept_classes[n] = t
+        n += not small
+        total += s * small
+    if total == 0 or total > limit:
+        return suppressed, total, np.empty(0, np.float64)
+    # `kept_weighted_sums` over the kept classes only, without a branch per class on whether it is kept (ADULT
+    # k=5 suppresses most classes, a branch the processor mispredicts): the same integer sums, 15 % cheaper
+    d = codes.shape[0]
+    kept = np.zeros(d, np.int64)
+    for k in range(n):
+        t = kept_classes[k]
+        s = sizes[t]
+        for i in range(d):
+            kept[i] += s * weights[offsets[i] + codes[i, t]]
+    return suppressed, total, _terms_of_kept(kept, total, domain, generalization, suppression, floor, span, positive)
+
+
+@numba.njit(inline="always", nogil=True)
+def _terms_of_kept(kept, removed, domain, generalization, suppression, floor, span, positive):
+    """`loss_terms`'s normalization of the kept sums, written once for both."""
     d = kept.size
     out = np.empty(d, np.float64)
     penalty = suppression * np.float64(removed)
@@ -93,19 +130,6 @@ def loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalizatio
         value = (total - floor[i]) / span[i] if positive[i] else 0.0
         out[i] = min(max(value, 0.0), 1.0)
     return out
-
-
-@_jit
-def suppress_and_loss_terms(codes, sizes, minimal, limit, weights, offsets, domain, generalization, suppression,
-                            floor, span, positive):
-    """`suppress_below`, then, when some records are suppressed and no more than `limit`, Loss's terms of that
-    suppression (`loss_terms`; an empty array otherwise): a size-only check with Loss in one call."""
-    suppressed, total = suppress_below(sizes, minimal)
-    if total == 0 or total > limit:
-        return suppressed, total, np.empty(0, np.float64)
-    terms = loss_terms(codes, sizes, suppressed, weights, offsets, domain, generalization, suppression, floor, span,
-                       positive)
-    return suppressed, total, terms
 
 
 @_jit
