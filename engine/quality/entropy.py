@@ -8,6 +8,8 @@ everything to one value, -sum_v cnt(v) log2(cnt(v) / n); the loss is the mean ov
 The terms with suppression are computed in one compiled call once numba is loaded (engine._entropy_numba, which
 replays numpy's log2 and OpenBLAS's dot product order and is used only where it agrees with them in the process);
 the numpy code here stays the reference, and both give the same bits (tests/engine/test_entropy_compiled.py).
+Where numpy's log2 or BLAS kernel is not the one that single pass replays (AVX-512 CPUs), two compiled calls around
+numpy's own log2 give the same bits (`_terms_of_numpy_logs`, tests/engine/test_entropy_numpy_logs.py).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from .sums import add_reduce, add_reduce_columns, numpy_order
 
 LAYOUT_MEMO_LIMIT = 1 << 16   # transformations whose value layout `_layout` remembers
 _FAST_AGREES: bool | None = None   # engine._entropy_numba.agrees_with_numpy(), asked once per process
+_DOT_ORDER = 0   # without that single pass: engine._entropy_numba.dot_order(), asked once per process
+_THREADS = 0     # and the BLAS thread count whose split engine._entropy_numba replays (0: none verified)
 
 
 class NonUniformEntropy(QualityModel):
@@ -41,6 +45,8 @@ class NonUniformEntropy(QualityModel):
         self._normalized_terms: list[list[float]] | None = None   # `lower_bound`
         self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
         self._fast = None   # `_fast_terms`: engine._entropy_numba and its tables, or False where it does not apply
+        self._dot_order = 0   # `_fast_terms` in two compiled calls around numpy's log2 (`_terms_of_numpy_logs`)
+        self._threads = 0     # the thread count whose split of long dot products those calls replay (0: none)
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         # raw / maximum where the maximum is positive, else 0: the division by a divisor with 1 in place of the
@@ -147,6 +153,8 @@ class NonUniformEntropy(QualityModel):
         if fast is False:
             return None
         module, cardinalities, generalization, totals, starts = fast
+        if self._dot_order:   # numpy's logs, the dot products replayed in this BLAS's order
+            return self._terms_of_numpy_logs(module, levels, codes, sizes, suppressed)
         terms, removed, waiting, pending, values, logs, bounds = module.entropy_terms(
             codes, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization, self._maximum,
             totals, starts)
@@ -160,17 +168,47 @@ class NonUniformEntropy(QualityModel):
                     terms[1, i] = raw / maximum
         return terms
 
+    def _terms_of_numpy_logs(self, module, levels, codes, sizes, suppressed) -> np.ndarray:
+        """`_fast_terms` where numpy's log2 is not the C library's: the compiled counts and layout of the present
+        values, numpy's log2 over all of them in one call (the reference's call, elementwise: the same bits), the
+        dot products replayed compiled; an attribute beyond DOT_LIMIT values gets numpy's own dot product."""
+        _, cardinalities, generalization, totals, starts = self._fast
+        level_vector = np.array(levels, dtype=np.int64)
+        removed, values, bounds = module.suppressed_values(codes, sizes, suppressed, level_vector, cardinalities,
+                                                           totals, starts)
+        logs = np.log2(float(removed) / values) if removed else values
+        threads = self._threads
+        if threads and module.blas_threads() != threads:   # not the count verified: long dot products to numpy
+            threads = 0
+        terms, pending = module.terms_of_logs(values, logs, bounds, level_vector, generalization, self._maximum,
+                                              self._dot_order, threads)
+        if pending.any():
+            for i in np.flatnonzero(pending).tolist():
+                start, end = int(bounds[i]), int(bounds[i + 1])
+                raw = float(np.dot(values[start:end], logs[start:end]))
+                maximum = float(self._maximum[i])
+                if maximum > 0:
+                    terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
+                    terms[1, i] = raw / maximum
+        return terms
+
     def _load_fast(self):
         """(engine._entropy_numba, cardinality per attribute and level, generalization term per attribute and
         level, the records per value of every attribute and level in one vector, where each attribute and level
         starts in it) as the kernel reads them, or False where its order does not replay numpy's here."""
         from .. import _entropy_numba
 
-        global _FAST_AGREES
+        global _FAST_AGREES, _DOT_ORDER, _THREADS
         if _FAST_AGREES is None:
             _FAST_AGREES = bool(_entropy_numba.agrees_with_numpy())
-        if not _FAST_AGREES:
+            # no single pass: the dot order alone (numpy's logs taken in between), if one is replayed here, and
+            # the BLAS's thread count whose split of long dot products it replays too
+            _DOT_ORDER = 0 if _FAST_AGREES else _entropy_numba.dot_order()
+            threads = _entropy_numba.blas_threads() if _DOT_ORDER else 0
+            _THREADS = threads if threads and _entropy_numba.threads_agree(_DOT_ORDER, threads) else 0
+        if not _FAST_AGREES and not _DOT_ORDER:
             return False
+        self._dot_order, self._threads = _DOT_ORDER, _THREADS
         height = max(a.levels for a in self.table.attributes)
         cardinalities = np.zeros((self.d, height), dtype=np.int64)
         generalization = np.zeros((self.d, height), dtype=np.float64)
