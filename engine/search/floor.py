@@ -29,7 +29,11 @@ from .evaluator import Evaluator
 Node = tuple[int, ...]
 MAX_FLOOR_ENTRIES = 1 << 22     # transformations x attributes of the floor array (32 MiB of float64)
 MARGIN = 1e-12                  # the bound is lowered by this (relative) so that rounding never prunes a tie
-HUBS = True                     # roll up common specializations of the rank's candidates first (`_Hubs`)
+# Roll up common specializations of the rank's candidates first (`_Hubs`): off, since the base's roll-ups with
+# their kept key updates got cheap enough that warming the hubs costs more than reading the hubs' fewer classes
+# saves (s33, search CPU alternated in one process: ADULT k=5 entropy 0.178 s without, 0.200 s with; FARS
+# k=5 entropy 0.116 / 0.130 s; ADULT k=2 2 % and FARS k=2 10 % equal; CUP never qualified for hubs)
+HUBS = False
 HUB_MIN_CANDIDATES = 256        # admissible transformations below which hubs are not tried (their probes cost more)
 HUB_USEFUL = 0.9                # an attribute orders hubs when its top level alone leaves at most this share of classes
 HUB_MIN_SHARE = 4               # candidates of a rank that must lie above a hub before it is rolled up
