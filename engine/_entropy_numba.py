@@ -263,22 +263,24 @@ def suppressed_values(codes, sizes, suppressed, levels, cardinalities, totals, s
 
 @_jit
 def terms_of_logs(values, logs, bounds, levels, generalization, maximum, order, threads):
-    """`entropy_terms`' (terms, pending) from the laid-out values and numpy's logs: per attribute the dot product
+    """`entropy_terms`' (terms, pending, waiting) from the laid-out values and numpy's logs: per attribute the dot product
     of its run in `order`'s sequence, split as OpenBLAS splits it over `threads` threads (`_threaded_dot`); with
     `threads` 0 (a thread count not verified) an attribute of more than DOT_LIMIT values is left pending (numpy's
-    own dot product, by the caller)."""
+    own dot product, by the caller; `waiting` counts them)."""
     d = bounds.size - 1
     raw = np.zeros(d, np.float64)
     pending = np.zeros(d, np.bool_)
+    waiting = 0
     for i in range(d):
         start, end = bounds[i], bounds[i + 1]
         if threads == 0 and end - start > DOT_LIMIT:
             pending[i] = True
+            waiting += 1
         else:
             raw[i] = _threaded_dot(values, logs, start, end, order, threads)
     out = np.empty((2, d), np.float64)
     _normalized(out, raw, levels, generalization, maximum)
-    return out, pending
+    return out, pending, waiting
 
 
 THREADED = 10000   # OpenBLAS's ddot runs on one thread up to this length, split over its threads above

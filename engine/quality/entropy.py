@@ -46,7 +46,8 @@ class NonUniformEntropy(QualityModel):
         self._python_sum = False   # `lower_bound` sums in Python floats (engine.quality.sums agrees with numpy)
         self._fast = None   # `_fast_terms`: engine._entropy_numba and its tables, or False where it does not apply
         self._dot_order = 0   # `_fast_terms` in two compiled calls around numpy's log2 (`_terms_of_numpy_logs`)
-        self._threads = 0     # the thread count whose split of long dot products those calls replay (0: none)
+        self._threads = 0     # the thread count whose split of long dot products those calls replay (0: none),
+                              # OpenBLAS's when the model loaded them (`_load_fast`)
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         # raw / maximum where the maximum is positive, else 0: the division by a divisor with 1 in place of the
@@ -177,12 +178,9 @@ class NonUniformEntropy(QualityModel):
         removed, values, bounds = module.suppressed_values(codes, sizes, suppressed, level_vector, cardinalities,
                                                            totals, starts)
         logs = np.log2(float(removed) / values) if removed else values
-        threads = self._threads
-        if threads and module.blas_threads() != threads:   # not the count verified: long dot products to numpy
-            threads = 0
-        terms, pending = module.terms_of_logs(values, logs, bounds, level_vector, generalization, self._maximum,
-                                              self._dot_order, threads)
-        if pending.any():
+        terms, pending, waiting = module.terms_of_logs(values, logs, bounds, level_vector, generalization,
+                                                       self._maximum, self._dot_order, self._threads)
+        if waiting:
             for i in np.flatnonzero(pending).tolist():
                 start, end = int(bounds[i]), int(bounds[i + 1])
                 raw = float(np.dot(values[start:end], logs[start:end]))
@@ -208,7 +206,10 @@ class NonUniformEntropy(QualityModel):
             _THREADS = threads if threads and _entropy_numba.threads_agree(_DOT_ORDER, threads) else 0
         if not _FAST_AGREES and not _DOT_ORDER:
             return False
-        self._dot_order, self._threads = _DOT_ORDER, _THREADS
+        # the thread count verified, if OpenBLAS runs with it now (asked once per model, i.e. once per search:
+        # a ctypes call per check costs more than the terms); else long dot products go to numpy
+        threads = _THREADS if _THREADS and _entropy_numba.blas_threads() == _THREADS else 0
+        self._dot_order, self._threads = _DOT_ORDER, threads
         height = max(a.levels for a in self.table.attributes)
         cardinalities = np.zeros((self.d, height), dtype=np.int64)
         generalization = np.zeros((self.d, height), dtype=np.float64)
