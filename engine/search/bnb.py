@@ -49,13 +49,18 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     counting = getattr(progress, "bar", progress) is not None
     ahead = evaluator.ahead   # engine.search.ahead_policy
     bounds: dict = quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
-    queue: list[tuple[float, int, Node, Node | None]] = []
-    seen: set[Node] = set()
+    # A node is seen once queued (or filtered out); seen nodes are kept as their number in the lattice's mixed
+    # radix (`_strides`), carried in the queue after the node (never compared: nodes are unique), so that a successor
+    # already seen, most of them, costs an addition and an int look-up instead of building and hashing its tuple.
+    strides = _strides(upper)
+    queue: list[tuple[float, int, Node, Node | None, int]] = []
+    seen: set[int] = set()
     for node in seeds:
-        seen.add(node)
-        heapq.heappush(queue, (quality.bound(node), sum(node), node, None))
+        index = sum(level * place for level, place in zip(node, strides))
+        seen.add(index)
+        heapq.heappush(queue, (quality.bound(node), sum(node), node, None, index))
     while queue:
-        bound, _, node, parent = heapq.heappop(queue)
+        bound, total, node, parent, index = heapq.heappop(queue)
         if bound > incumbent.loss:
             break   # every transformation left is bounded below by `bound`
         if incumbent.rules_out(node, bound) or is_ruled_out(node):
@@ -82,11 +87,15 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
             if not evaluation.solution and not evaluation.abandoned and (privacy is Monotonicity.FULL or (
                     privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
                 failing.tag(node)
-        # lattice.successors, inline (one attribute one level up, in attribute order)
-        for successor in [node[:i] + (level + 1,) + node[i + 1:] for i, level in enumerate(node) if level < upper[i]]:
-            if successor in seen or (admissible is not None and not admissible(successor)):
+        # lattice.successors, inline (one attribute one level up, in attribute order); a seen one is skipped by its
+        # number before its tuple is built
+        for i, level in enumerate(node):
+            if level >= upper[i] or index + strides[i] in seen:
                 continue
-            seen.add(successor)
+            successor = node[:i] + (level + 1,) + node[i + 1:]
+            if admissible is not None and not admissible(successor):
+                continue
+            seen.add(index + strides[i])
             bound = bounds.get(successor)   # QualityModel.bound's memo, read directly
             if bound is None:
                 bound = quality.bound(successor)
@@ -95,8 +104,19 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
                 ruled_out.tag(successor)
                 counters["pruned_by_bound"] += 1
                 continue
-            heapq.heappush(queue, (key, sum(successor), successor, node))
+            heapq.heappush(queue, (key, total + 1, successor, node, index + strides[i]))   # its sum of levels
     return counters
+
+
+def _strides(upper: Node) -> tuple[int, ...]:
+    """The place of each attribute in the mixed radix (upper + 1 per attribute, the last attribute lowest) that
+    numbers the lattice's nodes one to one: a node's number is sum(level x place), its successor's in attribute i
+    that number plus place i."""
+    strides, place = [], 1
+    for top in reversed(upper):
+        strides.append(place)
+        place *= top + 1
+    return tuple(reversed(strides))
 
 
 def _membership(tags, lattice: Lattice) -> Callable[[Node], bool]:
