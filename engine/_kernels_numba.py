@@ -387,3 +387,124 @@ def pack_levels_held(node, lane, packed):
 def best_source_packed_held(words, counts, n, node, lane, high, packed):
     """`best_source_packed`, holding the GIL."""
     return best_source_packed(words, counts, n, node, lane, high, packed)
+
+
+# Lazy class tables (engine.classes.LazyCodes): a table holds, per class, the number of one of its base classes (its
+# "origin", the first base class of its first member) instead of its d codes. Attribute i's codes at level lv are
+# then rows[select[i, lv]][origin]: a level row holds the base classes' codes at that level. A roll-up reads the
+# changed attributes' codes through the origins and writes one int32 per new class instead of d codes (the codes'
+# copy was a third to half of the eager roll-up); readers gather the codes they need (`gather_codes`).
+
+
+@_jit
+def roll_up_levels_lazy(rows, select, origin, sizes, key, levels, starts, maps, places, cards, minimal):
+    """`roll_up_levels` of a lazy table (origins into the level rows `rows`, select[i, lv] attribute i's row at level
+    lv): the same keys, sizes, order and records below `minimal`; returns the new classes' origins instead of their
+    codes."""
+    m = origin.size
+    changed, where, bound = _level_changes(levels, starts, cards, m)
+    keys = key.copy()
+    for c in range(changed.size):
+        i = changed[c]
+        row = rows[select[i, levels[i]]]
+        start = where[c]
+        place = places[i]
+        for j in range(m):
+            v = np.int64(row[origin[j]])
+            keys[j] += (maps[start + v] - v) * place
+    return _merge_origin(origin, sizes, keys, minimal, bound)
+
+
+@_jit
+def roll_up_base_levels_lazy(codes, origin, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready,
+                             rows):
+    """`roll_up_base_levels` (a source with kept key updates: the base, or a warmed table with its codes gathered)
+    returning the new classes' origins (origin[first member]) instead of their codes."""
+    changed, where, bound = _level_changes(levels, starts, cards, codes.shape[1])
+    d = changed.size
+    picked = np.empty(d, np.int64)
+    half = levels.size // 2
+    for c in range(d):
+        picked[c] = rows[changed[c], levels[half + changed[c]]]
+    keys = base_keys(codes, key, changed, where, maps, places, deltas, ready, picked)
+    return _merge_origin(origin, sizes, keys, minimal, bound)
+
+
+@_jit
+def _merge_origin(origin, sizes, keys, minimal, bound):
+    """`_merge` writing each new class's origin (its first member's) instead of its codes."""
+    m = keys.size
+    cap = m if bound < 0 or bound > m else bound
+    bits = table_bits(cap)
+    if bits <= SPARSER_BITS:
+        bits += 1
+    index = new_index(bits)
+    new_keys = np.empty(cap, np.int64)
+    new_sizes = np.empty(cap, np.int64)
+    new_origin = np.empty(cap, np.int32)
+    u = 0
+    for j in range(m):
+        k = keys[j]
+        slot = find(index, new_keys, k, bits)
+        t = index[slot]
+        if t >= 0:
+            new_sizes[t] += sizes[j]
+        else:
+            if u == cap:
+                raise ValueError("roll-up: more classes than the product of the target levels' cardinalities")
+            index[slot] = u
+            new_keys[u] = k
+            new_sizes[u] = sizes[j]
+            new_origin[u] = origin[j]
+            u += 1
+    below = np.int64(0)
+    for t in range(u):
+        if new_sizes[t] < minimal:
+            below += new_sizes[t]
+    if u == cap:
+        return new_origin, new_sizes, new_keys, below
+    return new_origin[:u].copy(), new_sizes[:u].copy(), new_keys[:u].copy(), below
+
+
+@_jit
+def gather_codes(rows, picked, origin):
+    """A lazy table's codes (d, u) int32: codes[i, t] = rows[picked[i]][origin[t]] (picked[i]: attribute i's row at
+    the table's level)."""
+    d = picked.size
+    u = origin.size
+    out = np.empty((d, u), np.int32)
+    for i in range(d):
+        row = rows[picked[i]]
+        for t in range(u):
+            out[i, t] = row[origin[t]]
+    return out
+
+
+@_jit
+def suppress_and_loss_terms_lazy(rows, picked, origin, sizes, minimal, limit, weights, offsets, domain,
+                                 generalization, suppression, floor, span, positive):
+    """`suppress_and_loss_terms` of a lazy table: the kept classes' codes read through their origins (the same
+    integer sums, so the same bits)."""
+    u = sizes.size
+    suppressed = np.empty(u, np.bool_)
+    kept_classes = np.empty(u, np.int64)
+    total = np.int64(0)
+    n = 0
+    for t in range(u):
+        s = sizes[t]
+        small = s < minimal
+        suppressed[t] = small
+        kept_classes[n] = t
+        n += not small
+        total += s * small
+    if total == 0 or total > limit:
+        return suppressed, total, np.empty(0, np.float64)
+    d = picked.size
+    kept = np.zeros(d, np.int64)
+    for k in range(n):
+        t = kept_classes[k]
+        s = sizes[t]
+        o = origin[t]
+        for i in range(d):
+            kept[i] += s * weights[offsets[i] + rows[picked[i], o]]
+    return suppressed, total, _terms_of_kept(kept, total, domain, generalization, suppression, floor, span, positive)

@@ -31,12 +31,66 @@ from .grouping import _KEY_LIMIT, combined_key, group, roll_up, roll_up_keyed
 if TYPE_CHECKING:
     from .encoding import EncodedTable
 
-__all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "combined_key", "group", "roll_up", "roll_up_keyed"]
+__all__ = ["PREFETCH_PENDING", "ClassCache", "Evaluation", "LazyCodes", "codes_of", "combined_key", "group", "roll_up",
+           "roll_up_keyed"]
 
 PREFETCH_PENDING = 4   # roll-ups started ahead and not yet asked for, at most
 BASE_DELTA_BYTES = 64 << 20   # the base classes' key updates per attribute and level (compiled path), at most
 DENSE_BASE_BYTES = 64 << 20   # the dense form's base histogram (base classes x values x 4 bytes), at most
 HUB_BYTES = 32 << 20   # the warmed tables (`warm`) with their filled key updates, at most (and a quarter of the budget)
+LEVEL_ROWS_BYTES = 64 << 20   # lazy tables' level rows (base classes x attribute levels x 4 bytes), at most
+
+
+class LazyCodes:
+    """The codes of a lazy class table (compiled path, `ClassCache.enable_lazy`): per class the number of one of its
+    base classes (its origin), and the table's levels. Attribute i's codes are rows[select[i, levels[i]]][origin]
+    (engine._kernels_numba.gather_codes): a roll-up writes one int32 per class instead of d codes, and only readers
+    that need codes pay for them, when they read them."""
+
+    __slots__ = ("origin", "levels", "rows", "select", "kernels", "kept")
+
+    def __init__(self, origin: np.ndarray, levels: tuple[int, ...], rows: np.ndarray, select: np.ndarray,
+                 kernels, kept: np.ndarray | None = None) -> None:
+        self.origin = origin
+        self.levels = levels
+        self.rows = rows
+        self.select = select
+        self.kernels = kernels
+        self.kept = kept   # the codes gathered once and kept (`keeping`), else None
+
+    def keeping(self) -> "LazyCodes":
+        """The same table with its codes gathered and kept: a warmed table (`ClassCache.warm`), whose roll-ups
+        with kept key updates read its codes."""
+        return LazyCodes(self.origin, self.levels, self.rows, self.select, self.kernels, self.array())
+
+    @property
+    def nbytes(self) -> int:
+        """What the table holds beyond the shared level rows (the cache's budget counts this)."""
+        return self.origin.nbytes + (0 if self.kept is None else self.kept.nbytes)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.levels), self.origin.size
+
+    @property
+    def picked(self) -> np.ndarray:
+        """Each attribute's level row at the table's levels."""
+        return self.select[np.arange(len(self.levels)), self.levels]
+
+    def array(self) -> np.ndarray:
+        """The codes (attributes, classes) int32, gathered now (the eager table's codes, bit for bit)."""
+        if self.kept is not None:
+            return self.kept
+        return self.kernels.gather_codes(self.rows, self.picked, self.origin)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        codes = self.array()
+        return codes if dtype is None else codes.astype(dtype)
+
+
+def codes_of(codes) -> np.ndarray:
+    """A table's codes as an array, gathered when the table is lazy (`LazyCodes`)."""
+    return codes.array() if isinstance(codes, LazyCodes) else codes
 
 
 @dataclass
@@ -56,6 +110,22 @@ class Evaluation:
     loss: float | None = None
     details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
     abandoned: bool = False   # evaluation stopped early: it provably cannot beat the best solution known
+
+
+def _evaluation_codes(self: Evaluation) -> np.ndarray:
+    """`Evaluation.codes`: a lazy table's codes are gathered on first read and kept (readers that compare them by
+    identity, as Non-Uniform Entropy's last terms, see one array)."""
+    codes = self.__dict__["_codes"]
+    if isinstance(codes, LazyCodes):
+        codes = self.__dict__["_codes"] = codes.array()
+    return codes
+
+
+def _set_evaluation_codes(self: Evaluation, codes) -> None:
+    self.__dict__["_codes"] = codes
+
+
+Evaluation.codes = property(_evaluation_codes, _set_evaluation_codes)
 
 
 def _below(lower: tuple[int, ...], upper: tuple[int, ...]) -> bool:
@@ -149,6 +219,37 @@ class ClassCache:
         self._hub_deltas: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, list[list[int]], np.ndarray]] = {}
         self.hub_nbytes = 0
         self._hub_arrays: tuple[np.ndarray, np.ndarray, list] | None = None
+        self._lazy: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # `enable_lazy`
+
+    def enable_lazy(self) -> bool:
+        """Keep rolled-up tables lazy (`LazyCodes`: one origin per class instead of d codes) from now on: the
+        compiled path outside the dense form and without sensitive attributes, before any table is cached, with the
+        level rows (every base class's code at every attribute level, int32) within LEVEL_ROWS_BYTES and a quarter
+        of the budget. For readers that mostly ask for sizes (the evaluator's size-only checks); `classes` still
+        hands out codes. Returns whether tables are now lazy."""
+        if self._lazy is not None:
+            return True
+        if self.kernels is None or self.dense is not None or self.sensitive or self._cache or self._hubs \
+                or self._pending:
+            return False
+        codes = self.base[1]
+        m = codes.shape[1]
+        count = sum(len(cards) for cards in self.cards)
+        if count * m * 4 > min(LEVEL_ROWS_BYTES, self.budget // 4):
+            return False
+        rows = np.empty((count, m), dtype=np.int32)
+        select = self._padded([[0] * len(cards) for cards in self.cards], 0)
+        r = 0
+        for i, cards in enumerate(self.cards):
+            for level in range(len(cards)):
+                rows[r] = codes[i] if level == 0 else self._map(i, 0, level)[codes[i]]
+                select[i, level] = r
+                r += 1
+        self._lazy = (rows, select, np.arange(m, dtype=np.int32))
+        return True
+
+    def _lazy_table(self, origin: np.ndarray, node: tuple[int, ...]) -> LazyCodes:
+        return LazyCodes(origin, node, self._lazy[0], self._lazy[1], self.kernels)
 
     def _dense_form(self, records: int) -> None:
         """Switch to the dense form when it pays: the base joint classes grouped into quasi-identifier classes with
@@ -198,9 +299,15 @@ class ClassCache:
         appearance in the input."""
         if not self.sensitive or self.dense is not None:
             entry = self._entry(node, hint)
-            return entry[0], entry[1]
+            return codes_of(entry[0]), entry[1]
         view = self.view(node, hint)
         return view.codes, view.sizes
+
+    def class_sizes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> np.ndarray:
+        """The sizes of `node`'s quasi-identifier classes (`classes` without gathering a lazy table's codes)."""
+        if not self.sensitive or self.dense is not None:
+            return self._entry(node, hint)[1]
+        return self.view(node, hint).sizes
 
     def view(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None):
         """The classes of `node` with their sensitive-value distributions (engine.distributions.ClassView)."""
@@ -314,6 +421,8 @@ class ClassCache:
             entry = self._cache.get(key)
             if entry is None:
                 entry = self._compute(key, None)
+            if isinstance(entry[0], LazyCodes):   # its roll-ups with kept key updates read its codes
+                entry = (entry[0].keeping(),) + entry[1:]
             size = self._size(entry)
             if self._make_room(size, None):
                 self._hubs[key] = entry
@@ -428,6 +537,8 @@ class ClassCache:
                 held = (held[0], held[1], None, self._delta_rows2)
         elif self._hubs and source in self._hubs:
             held = self._hub_deltas[source] if source in self._hub_deltas else self._new_hub_deltas(source)
+        if self._lazy is not None:
+            return self._roll_up_lazy(node, entry, levels, held, base, source)
         if held is None:
             return self.kernels.roll_up_levels(codes, sizes, key, levels, self._starts3, self._flat[0], self.radix,
                                                self._cards2, 0)[:3]
@@ -438,6 +549,31 @@ class ClassCache:
         if not base:
             self._count_hub_rows(source, int(np.count_nonzero(ready)) - before, held[0].shape[1])
         return new
+
+    def _origin(self, codes) -> np.ndarray:
+        """A source table's origins: a lazy table's own, the base's are the base classes themselves."""
+        return codes.origin if isinstance(codes, LazyCodes) else self._lazy[2]
+
+    def _roll_up_lazy(self, node: tuple[int, ...], entry: tuple, levels: np.ndarray, held, base: bool,
+                      source: tuple[int, ...]) -> tuple:
+        """`_roll_up_levels` for lazy tables (`enable_lazy`): the new table's origins instead of its codes, from a
+        lazy table or the base (whose origins are the base classes), with the kept key updates of the base or of a
+        warmed table (whose codes are gathered for them: the updates' rows are filled from codes)."""
+        codes, sizes, key = entry
+        origin = self._origin(codes)
+        if held is None:
+            rows, select = self._lazy[0], self._lazy[1]
+            new = self.kernels.roll_up_levels_lazy(rows, select, origin, sizes, key, levels, self._starts3,
+                                                   self._flat[0], self.radix, self._cards2, 0)
+            return self._lazy_table(new[0], node), new[1], new[2]
+        ready = held[1]
+        before = 0 if base else int(np.count_nonzero(ready))
+        new = self.kernels.roll_up_base_levels_lazy(codes_of(codes), origin, sizes, key, levels, self._starts3,
+                                                    self._flat[0], self.radix, self._cards2, 0, held[0], ready,
+                                                    held[3])
+        if not base:
+            self._count_hub_rows(source, int(np.count_nonzero(ready)) - before, held[0].shape[1])
+        return self._lazy_table(new[0], node), new[1], new[2]
 
     def _count_hub_rows(self, hub: tuple[int, ...], filled: int, width: int) -> None:
         """A warmed table's rows of kept key updates are memory once a roll-up fills them: `filled` new rows of
@@ -520,7 +656,19 @@ class ClassCache:
         changed, where = self._changes(source, node)
         while len(self._pending) >= PREFETCH_PENDING:
             self._pending.pop(next(iter(self._pending))).cancel()   # dropped: the worker skips it if not started
+        if self._lazy is not None:
+            levels = np.array(source + node, dtype=np.int64)
+            self._pending[node] = self._worker.submit(self._roll_up_ahead_lazy, node, entry, levels)
+            return
         self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where, self._bound(node))
+
+    def _roll_up_ahead_lazy(self, node: tuple[int, ...], entry: tuple, levels: np.ndarray) -> tuple:
+        """The worker thread's job for lazy tables (`enable_lazy`): the lazy roll-up from any source, without kept
+        key updates (the main thread fills those)."""
+        rows, select = self._lazy[0], self._lazy[1]
+        new = self.kernels.roll_up_levels_lazy(rows, select, self._origin(entry[0]), entry[1], entry[2], levels,
+                                               self._starts3, self._flat[0], self.radix, self._cards2, 0)
+        return (self._lazy_table(new[0], node), new[1], new[2]), None
 
     def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray, bound: int = -1) -> tuple:
         """The worker thread's job: the roll-up and, in the dense form once the models were seen to read it

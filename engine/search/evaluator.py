@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import kernels
-from ..classes import ClassCache, Evaluation
+from ..classes import ClassCache, Evaluation, LazyCodes, codes_of
 from ..encoding import EncodedTable
 from ..privacy.configuration import PrivacyConfiguration
 from ..quality.base import QualityModel
@@ -79,12 +79,22 @@ class Evaluator:
         self._loss_terms = self.kernels is not None and self._size_only and not self._risk_models \
             and self.max_suppressed > 0
         self._lru = self.cache._cache
+        # Size-only checks without risk models read codes only for the loss of some solutions: the class cache then
+        # keeps lazy tables (engine.classes.LazyCodes, one origin per class instead of d codes), and the compiled
+        # decision with Loss's terms reads the kept classes' codes through their origins.
+        self._lazy = self._plain and not self._risk_models and self.cache.enable_lazy()
 
     @property
     def checked(self) -> int:
         return len(self.seen)
 
     def classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`node`'s classes (codes, sizes), counted as checked."""
+        codes, sizes = self._classes(node, hint)
+        return codes_of(codes), sizes
+
+    def _classes(self, node: Node, hint: Node | None = None) -> tuple[np.ndarray | LazyCodes, np.ndarray]:
+        """`classes` with a lazy table's codes as they are (engine.classes.LazyCodes)."""
         self.seen.add(node)
         if self._plain:
             return self._plain_classes(node, hint)
@@ -165,7 +175,7 @@ class Evaluator:
         """At most the allowed number of records lie in classes smaller than the smallest class size implied."""
         if self.minimal_class_size <= 1:
             return True   # no class size implied: nothing to compute, nothing checked
-        _, sizes = self.classes(node, hint)
+        _, sizes = self._classes(node, hint)
         if self.kernels is not None:
             return int(self.kernels.records_below_held(sizes, self.minimal_class_size)) <= self.max_suppressed
         return int(sizes[sizes < self.minimal_class_size].sum()) <= self.max_suppressed
@@ -175,7 +185,7 @@ class Evaluator:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
         if self._plain:
-            codes, sizes = self.classes(node, hint)
+            codes, sizes = self._classes(node, hint)
         else:
             self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
@@ -187,7 +197,11 @@ class Evaluator:
         if self.kernels is not None and self._size_only:
             # without suppression allowed (or with a risk model) the terms would never be used
             arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
-            if arguments is not None:   # the decision and the loss's terms in one call
+            if arguments is not None and isinstance(codes, LazyCodes):   # the kept classes' codes via origins
+                suppressed, count, terms = self.kernels.suppress_and_loss_terms_lazy(
+                    codes.rows, codes.picked, codes.origin, sizes, self.minimal_class_size, self.max_suppressed,
+                    *arguments)
+            elif arguments is not None:   # the decision and the loss's terms in one call
                 suppressed, count, terms = self.kernels.suppress_and_loss_terms(
                     codes, sizes, self.minimal_class_size, self.max_suppressed, *arguments)
             else:
@@ -205,6 +219,8 @@ class Evaluator:
             count = int(sizes[suppressed].sum()) if self.kernels is None else int(
                 self.kernels.records_in_held(sizes, suppressed))
         evaluation = Evaluation(node, codes, sizes, suppressed, count, count <= self.max_suppressed and not blocked)
+        if self._risk_models:
+            codes = evaluation.codes   # gathered if lazy (risk models never run with lazy tables: `_lazy`)
         for model in self._risk_models:
             if not evaluation.solution:
                 break

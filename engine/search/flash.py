@@ -328,7 +328,7 @@ class FlashSearch:
         if self.prune_by_bound and self.incumbent.best is not None:
             class_bound = self.class_bounds.get(node)   # set when the check evaluated the node fully
             if class_bound is None:
-                class_bound = self.quality.lower_bound_from_classes(self.evaluator.cache.classes(node)[1])
+                class_bound = self.quality.lower_bound_from_classes(self.evaluator.cache.class_sizes(node))
             level_bound = self._bound_item(node) if self._bound_item is not None else self.quality.bound(node)
             bound = max(level_bound, class_bound)
             if self.incumbent.rules_out(node, bound):
@@ -571,7 +571,7 @@ class FlashSearch:
             if prune and incumbent.best is not None:
                 class_bound = class_bounds.get(node)   # set when the check evaluated the node fully
                 if class_bound is None:
-                    class_bound = quality.lower_bound_from_classes(evaluator.cache.classes(node)[1])
+                    class_bound = quality.lower_bound_from_classes(evaluator.cache.class_sizes(node))
                 level_bound = bound_item(index) if bound_item is not None else quality.bound(node)
                 bound = max(level_bound, class_bound)
                 if incumbent.rules_out(node, bound):
