@@ -508,3 +508,29 @@ def suppress_and_loss_terms_lazy(rows, picked, origin, sizes, minimal, limit, we
         for i in range(d):
             kept[i] += s * weights[offsets[i] + rows[picked[i], o]]
     return suppressed, total, _terms_of_kept(kept, total, domain, generalization, suppression, floor, span, positive)
+
+
+@_jit
+def level_rows(codes, starts, maps, heights):
+    """A lazy table's level rows from the base classes' codes (d, m): attribute i's row at level lv (lv below
+    heights[i]) is its codes mapped from level 0 through the code map at maps[starts[i, 0, lv]] (level 0: the codes
+    themselves), int32, rows in order of attribute then level; select[i, lv] is that row's number (0 beyond)."""
+    d, m = codes.shape
+    count = 0
+    for i in range(d):
+        count += heights[i]
+    rows = np.empty((count, m), np.int32)
+    select = np.zeros((d, starts.shape[1]), np.int64)
+    r = 0
+    for i in range(d):
+        for level in range(heights[i]):
+            select[i, level] = r
+            if level == 0:
+                for j in range(m):
+                    rows[r, j] = codes[i, j]
+            else:
+                start = starts[i, 0, level]
+                for j in range(m):
+                    rows[r, j] = maps[start + codes[i, j]]
+            r += 1
+    return rows, select

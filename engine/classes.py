@@ -237,14 +237,9 @@ class ClassCache:
         count = sum(len(cards) for cards in self.cards)
         if count * m * 4 > min(LEVEL_ROWS_BYTES, self.budget // 4):
             return False
-        rows = np.empty((count, m), dtype=np.int32)
-        select = self._padded([[0] * len(cards) for cards in self.cards], 0)
-        r = 0
-        for i, cards in enumerate(self.cards):
-            for level in range(len(cards)):
-                rows[r] = codes[i] if level == 0 else self._map(i, 0, level)[codes[i]]
-                select[i, level] = r
-                r += 1
+        self._flat_maps()
+        heights = np.array([len(cards) for cards in self.cards], dtype=np.int64)
+        rows, select = self.kernels.level_rows(codes, self._starts3, self._flat[0], heights)
         self._lazy = (rows, select, np.arange(m, dtype=np.int32))
         return True
 
@@ -537,7 +532,12 @@ class ClassCache:
                 held = (held[0], held[1], None, self._delta_rows2)
         elif self._hubs and source in self._hubs:
             held = self._hub_deltas[source] if source in self._hub_deltas else self._new_hub_deltas(source)
-        if self._lazy is not None:
+        lazy = self._lazy
+        if lazy is not None and held is None:   # the common lazy roll-up, with no further Python call
+            new = self.kernels.roll_up_levels_lazy(lazy[0], lazy[1], lazy[2] if base else codes.origin, sizes, key,
+                                                   levels, self._starts3, self._flat[0], self.radix, self._cards2, 0)
+            return LazyCodes(new[0], node, lazy[0], lazy[1], self.kernels), new[1], new[2]
+        if lazy is not None:
             return self._roll_up_lazy(node, entry, levels, held, base, source)
         if held is None:
             return self.kernels.roll_up_levels(codes, sizes, key, levels, self._starts3, self._flat[0], self.radix,
