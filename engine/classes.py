@@ -9,6 +9,10 @@ values together (a class per combination) and projects them onto quasi-identifie
 `DENSE_BASE_BYTES`) holds the quasi-identifier classes with their (classes, values) int32 histogram and rolls both
 up together (engine._distribution_numba.roll_up_dense): fewer classes to hash, no projection and no histogram per
 check, the same classes, sizes, order and counts.
+Lazy tables (`enable_lazy`; the evaluator's size-only checks without sensitive attributes or risk models on the
+compiled path): a rolled-up table holds, per class, the number of one base class of it (its origin, `LazyCodes`)
+instead of its codes, which are level rows (every base class's code per attribute level) read through the origins;
+a roll-up writes one int32 per class instead of d codes, and readers gather the codes they need.
 `combined_key`, `group`, `roll_up` and `roll_up_keyed` are re-exported from engine.grouping for existing callers.
 """
 from __future__ import annotations
