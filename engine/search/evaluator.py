@@ -81,8 +81,11 @@ class Evaluator:
         self._lru = self.cache._cache
         # Size-only checks without risk models read codes only for the loss of some solutions: the class cache then
         # keeps lazy tables (engine.classes.LazyCodes, one origin per class instead of d codes), and the compiled
-        # decision with Loss's terms reads the kept classes' codes through their origins.
-        self._lazy = self._plain and not self._risk_models and self.cache.enable_lazy()
+        # decision with Loss's terms reads the kept classes' codes through their origins. Not without suppression:
+        # those searches are short (ADULT k=3: 193 checks of small tables) and the level rows' fixed cost (ADULT
+        # 27 x 19,502 int32, built and paged in per search) measured more than their roll-ups save (engine_bench
+        # adult-k3-nosupp 8.5-9.1 -> 10.1-15 ms a search).
+        self._lazy = self._plain and not self._risk_models and self.max_suppressed > 0 and self.cache.enable_lazy()
 
     @property
     def checked(self) -> int:
