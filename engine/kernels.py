@@ -28,6 +28,11 @@ import os
 REFERENCE_ENV = "SAFESHARE_REFERENCE_PATH"
 COMPILED_ENV = "SAFESHARE_COMPILED_PATH"
 THREADS_ENV = "SAFESHARE_SEARCH_THREADS"
+# Rolling up ahead on a worker thread (Flash2P's floor sweep, branch and bound) only when asked for ("1"): since the
+# roll-ups got cheap (lazy class tables, round 3) the two threads' GIL hand-overs cost the search more than the
+# roll-ups it moves, at every load measured on this 2-core machine (2026-11-27, threads off / on: ADULT k=5
+# 0.24-0.25 / 0.31-0.33 s, ADULT t-closeness 0.41 / 0.60-0.62 s, CUP k=5 Entropy 0.28-0.32 / 0.43-0.47 s)
+ROLL_AHEAD_ENV = "SAFESHARE_ROLL_AHEAD"
 # Lattice size x records from which a search loads numba: ADULT's 12,960 transformations x 30,162 records (3.9e8)
 # save more than the load costs; the small tables of the tests (< 1e5) finish before numba would be imported.
 MIN_WORK = 1e8
@@ -89,6 +94,13 @@ def threads_allowed() -> bool:
     """Whether a search may roll up ahead on a worker thread (engine.classes.ClassCache.prefetch): unless
     SAFESHARE_SEARCH_THREADS is "1" (or "0"); the results are the same either way."""
     return os.environ.get(THREADS_ENV, "") not in ("0", "1")
+
+
+def roll_ahead_allowed() -> bool:
+    """Whether a search rolls up ahead on a worker thread: only where SAFESHARE_ROLL_AHEAD is "1" (and threads are
+    allowed). Off by default: measured, the hand-overs cost more than the roll-ups moved (ROLL_AHEAD_ENV's comment);
+    the results are the same either way."""
+    return threads_allowed() and os.environ.get(ROLL_AHEAD_ENV, "") == "1"
 
 
 def enabled() -> bool:

@@ -313,11 +313,12 @@ def search(table: EncodedTable, models: Sequence[PrivacyModel] | PrivacyConfigur
     chosen = resolve_algorithm(configuration, quality, algorithm, lattice.size)
     deadline = Deadline(time_limit, memory_mb)
     cache_mb = DEFAULT_CACHE_MB if memory_mb is None else memory_mb * CACHE_SHARE
-    # Only Flash2P's floor sweep and the branch and bound roll up ahead; Flash and the heuristics `auto` may pick
-    # instead never do, so they start no worker thread (ADULT k = 3: a thread start and join, 0.3-1 ms of 15 ms).
+    # Only Flash2P's floor sweep and the branch and bound roll up ahead, and only when asked for
+    # (kernels.roll_ahead_allowed); Flash and the heuristics `auto` may pick instead never do, so they start no
+    # worker thread (ADULT k = 3: a thread start and join, 0.3-1 ms of 15 ms).
     evaluator = Evaluator(table, configuration, quality, cache_bytes=int(cache_mb * (1 << 20)),
                           compiled=kernels.for_search(lattice.size, table.n),
-                          parallel=kernels.threads_allowed() and chosen in ROLLS_AHEAD)
+                          parallel=kernels.roll_ahead_allowed() and chosen in ROLLS_AHEAD)
     incumbent = Incumbent(quality, started=deadline.started)
     bar = Progress(lattice.size, progress, "transformations")
     options = dict(options or {})

@@ -87,6 +87,7 @@ def test_switching_modes_check_by_check_changes_nothing(monkeypatch, example):
     runs = {}
     for label, pattern in (("sequential", None), ("alternate", [True, False]), ("runs", [True] * 3 + [False] * 3)):
         monkeypatch.setenv(kernels.THREADS_ENV, "1" if pattern is None else "")
+        monkeypatch.setenv(kernels.ROLL_AHEAD_ENV, "0" if pattern is None else "1")
         if pattern is not None:
             modes = itertools.cycle(pattern)
             monkeypatch.setattr(AheadPolicy, "tick", lambda self, modes=modes: self.available and next(modes))

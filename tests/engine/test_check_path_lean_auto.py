@@ -143,6 +143,7 @@ def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algor
     from engine import kernels
 
     monkeypatch.delenv(kernels.THREADS_ENV, raising=False)
+    monkeypatch.setenv(kernels.ROLL_AHEAD_ENV, "1")
     seen = []
 
     class Recording(module.Evaluator):
@@ -156,3 +157,27 @@ def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algor
     quality = make_quality_model("loss", encoded)
     result = search(encoded, [KAnonymity(3)], quality, limit, algorithm=algorithm, time_limit=1e6)
     assert result.optimal and seen == [rolls_ahead]
+
+
+@pytest.mark.parametrize("algorithm", ["flash2p", "bnb"])
+def test_no_worker_thread_unless_rolling_ahead_is_asked_for(monkeypatch, algorithm):
+    """Rolling up ahead is off by default (kernels.ROLL_AHEAD_ENV: the GIL hand-overs cost more than the cheap
+    roll-ups moved): even the searches that could roll up ahead start no worker thread."""
+    import engine.search as module
+    from engine import kernels
+
+    monkeypatch.delenv(kernels.THREADS_ENV, raising=False)
+    monkeypatch.delenv(kernels.ROLL_AHEAD_ENV, raising=False)
+    seen = []
+
+    class Recording(module.Evaluator):
+        def __init__(self, *args, parallel=False, **kwargs):
+            seen.append(parallel)
+            super().__init__(*args, parallel=parallel, **kwargs)
+
+    monkeypatch.setattr(module, "Evaluator", Recording)
+    frame, hierarchies = wide_table(5, 300, 4)
+    encoded = encode_table(frame, hierarchies)
+    result = search(encoded, [KAnonymity(3)], make_quality_model("loss", encoded), 0.1, algorithm=algorithm,
+                    time_limit=1e6)
+    assert result.optimal and seen == [False]

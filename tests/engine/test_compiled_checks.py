@@ -210,6 +210,7 @@ def test_rolling_up_ahead_on_a_worker_thread_changes_nothing(monkeypatch, k, lim
     runs = {}
     for threads in ("", "1"):
         monkeypatch.setenv(kernels.THREADS_ENV, threads)
+        monkeypatch.setenv(kernels.ROLL_AHEAD_ENV, "1")
         runs[threads] = search(table, [KAnonymity(k)], make_quality_model(model, table), limit)
     parallel, sequential = runs[""], runs["1"]
     assert parallel.best.levels == sequential.best.levels and parallel.best.loss == sequential.best.loss

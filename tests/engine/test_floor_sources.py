@@ -163,6 +163,7 @@ def sweep(monkeypatch, table, k: int, limit: float, hubs: bool, ahead: bool) -> 
         patch.setattr(floor_module, "HUB_MIN_SHARE", 2)
         patch.setattr(floor_module, "PREFETCH_MIN_CLASSES", 0 if ahead else 1 << 62)
         patch.setenv(kernels.THREADS_ENV, "2" if ahead else "1")
+        patch.setenv(kernels.ROLL_AHEAD_ENV, "1" if ahead else "0")
         quality = make_quality_model("non_uniform_entropy", table)
         result = search(table, [KAnonymity(k)], quality, limit, algorithm="flash2p")
     best = result.best
