@@ -404,16 +404,10 @@ def agrees_with_numpy(samples: int = 3, seed: int = 11) -> bool:
     """Whether `_blas_dot` gives np.dot(values, np.log2(total / values))'s bits on random counts of every length
     up to 64 and of lengths up to DOT_LIMIT (blocks and tails of every size): the order replayed is this process's
     BLAS and libm's."""
-    rng = np.random.default_rng(seed)
-    lengths = [(n, samples) for n in range(1, 65)]
-    lengths += [(int(n), 1) for n in rng.integers(65, DOT_LIMIT, 8)] + [(DOT_LIMIT, 1)]
-    for n, repeats in lengths:
-        for _ in range(repeats):
-            counts = rng.integers(1, 10 ** int(rng.integers(1, 7)), n).astype(np.int64)
-            total = float(counts.sum() + int(rng.integers(0, 1000)))
-            values = counts.astype(np.float64)
-            if float(blas_dot_of_logs(counts, total)) != float(np.dot(values, np.log2(total / values))):
-                return False
+    for counts, total in _samples(samples, seed):
+        values = counts.astype(np.float64)
+        if float(blas_dot_of_logs(counts, total)) != float(np.dot(values, np.log2(total / values))):
+            return False
     return True
 
 

@@ -306,7 +306,17 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
     for it (a roll-up of ADULT's 19,502 base classes to a node of 480 code combinations hashes into 1,024 slots
     in L1 instead of 65,536, with no 256 KB table to clear). A key beyond the bound would mean codes outside
     their cardinalities: refused rather than probing a full table."""
-    m = codes.shape[1]
+    new_sizes, new_keys, member, u, below = _merged(sizes, keys, minimal, bound)
+    new_codes = class_codes(codes, member, u, changed, starts, maps)
+    return new_codes, new_sizes, new_keys, below
+
+
+@numba.njit(inline="always", nogil=True)
+def _merged(sizes, keys, minimal, bound):
+    """The merge both forms share: (sizes, keys, first member of each merged class, their number u, records in
+    classes below `minimal`); sizes and keys are the classes' own arrays when every slot of the cap was used, else
+    copies of their first u entries."""
+    m = keys.size
     cap = m if bound < 0 or bound > m else bound
     bits = table_bits(cap)
     if bits <= SPARSER_BITS:   # a quarter full at most: fewer collisions, each a second dependent read (the keys)
@@ -330,14 +340,13 @@ def _merge(codes, sizes, keys, changed, starts, maps, minimal, bound):
             new_sizes[u] = sizes[j]
             member[u] = j
             u += 1
-    new_codes = class_codes(codes, member, u, changed, starts, maps)
     below = np.int64(0)
     for t in range(u):
         if new_sizes[t] < minimal:
             below += new_sizes[t]
     if u == cap:   # every slot used: the arrays are the classes' own (no copy)
-        return new_codes, new_sizes, new_keys, below
-    return new_codes, new_sizes[:u].copy(), new_keys[:u].copy(), below
+        return new_sizes, new_keys, member, u, below
+    return new_sizes[:u].copy(), new_keys[:u].copy(), member, u, below
 
 
 # GIL-holding twins of the small kernels the search's thread calls once a check (suffix `_held`).
@@ -433,37 +442,11 @@ def roll_up_base_levels_lazy(codes, origin, sizes, key, levels, starts, maps, pl
 @_jit
 def _merge_origin(origin, sizes, keys, minimal, bound):
     """`_merge` writing each new class's origin (its first member's) instead of its codes."""
-    m = keys.size
-    cap = m if bound < 0 or bound > m else bound
-    bits = table_bits(cap)
-    if bits <= SPARSER_BITS:
-        bits += 1
-    index = new_index(bits)
-    new_keys = np.empty(cap, np.int64)
-    new_sizes = np.empty(cap, np.int64)
-    new_origin = np.empty(cap, np.int32)
-    u = 0
-    for j in range(m):
-        k = keys[j]
-        slot = find(index, new_keys, k, bits)
-        t = index[slot]
-        if t >= 0:
-            new_sizes[t] += sizes[j]
-        else:
-            if u == cap:
-                raise ValueError("roll-up: more classes than the product of the target levels' cardinalities")
-            index[slot] = u
-            new_keys[u] = k
-            new_sizes[u] = sizes[j]
-            new_origin[u] = origin[j]
-            u += 1
-    below = np.int64(0)
+    new_sizes, new_keys, member, u, below = _merged(sizes, keys, minimal, bound)
+    new_origin = np.empty(u, np.int32)
     for t in range(u):
-        if new_sizes[t] < minimal:
-            below += new_sizes[t]
-    if u == cap:
-        return new_origin, new_sizes, new_keys, below
-    return new_origin[:u].copy(), new_sizes[:u].copy(), new_keys[:u].copy(), below
+        new_origin[t] = origin[member[t]]
+    return new_origin, new_sizes, new_keys, below
 
 
 @_jit

@@ -134,16 +134,17 @@ def test_the_search_without_the_samples_finds_the_same_optimum_with_fewer_checks
     assert sampled.best.levels == unlimited.best.levels and sampled.checked >= unlimited.checked
 
 
-@pytest.mark.parametrize("algorithm, limit, rolls_ahead", [("flash", 0.0, False), ("flash2p", 0.1, True),
-                                                           ("bnb", 0.1, True), ("auto", 0.0, False)])
-def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algorithm, limit, rolls_ahead):
-    """Flash never asks the class cache to roll up ahead, so its evaluator starts no worker thread (a thread start
-    and join per search); Flash2P's floor sweep and the branch and bound may."""
+def worker_asked_for(monkeypatch, algorithm: str, limit: float, roll_ahead: str | None) -> list[bool]:
+    """Whether the search's evaluator was given a worker thread (`parallel`), with SAFESHARE_ROLL_AHEAD set to
+    `roll_ahead` (None: unset) and SAFESHARE_SEARCH_THREADS unset."""
     import engine.search as module
     from engine import kernels
 
     monkeypatch.delenv(kernels.THREADS_ENV, raising=False)
-    monkeypatch.setenv(kernels.ROLL_AHEAD_ENV, "1")
+    if roll_ahead is None:
+        monkeypatch.delenv(kernels.ROLL_AHEAD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(kernels.ROLL_AHEAD_ENV, roll_ahead)
     seen = []
 
     class Recording(module.Evaluator):
@@ -156,28 +157,20 @@ def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algor
     encoded = encode_table(frame, hierarchies)
     quality = make_quality_model("loss", encoded)
     result = search(encoded, [KAnonymity(3)], quality, limit, algorithm=algorithm, time_limit=1e6)
-    assert result.optimal and seen == [rolls_ahead]
+    assert result.optimal
+    return seen
+
+
+@pytest.mark.parametrize("algorithm, limit, rolls_ahead", [("flash", 0.0, False), ("flash2p", 0.1, True),
+                                                           ("bnb", 0.1, True), ("auto", 0.0, False)])
+def test_only_searches_that_roll_up_ahead_get_a_worker_thread(monkeypatch, algorithm, limit, rolls_ahead):
+    """Flash never asks the class cache to roll up ahead, so its evaluator starts no worker thread (a thread start
+    and join per search); Flash2P's floor sweep and the branch and bound may."""
+    assert worker_asked_for(monkeypatch, algorithm, limit, "1") == [rolls_ahead]
 
 
 @pytest.mark.parametrize("algorithm", ["flash2p", "bnb"])
 def test_no_worker_thread_unless_rolling_ahead_is_asked_for(monkeypatch, algorithm):
     """Rolling up ahead is off by default (kernels.ROLL_AHEAD_ENV: the GIL hand-overs cost more than the cheap
     roll-ups moved): even the searches that could roll up ahead start no worker thread."""
-    import engine.search as module
-    from engine import kernels
-
-    monkeypatch.delenv(kernels.THREADS_ENV, raising=False)
-    monkeypatch.delenv(kernels.ROLL_AHEAD_ENV, raising=False)
-    seen = []
-
-    class Recording(module.Evaluator):
-        def __init__(self, *args, parallel=False, **kwargs):
-            seen.append(parallel)
-            super().__init__(*args, parallel=parallel, **kwargs)
-
-    monkeypatch.setattr(module, "Evaluator", Recording)
-    frame, hierarchies = wide_table(5, 300, 4)
-    encoded = encode_table(frame, hierarchies)
-    result = search(encoded, [KAnonymity(3)], make_quality_model("loss", encoded), 0.1, algorithm=algorithm,
-                    time_limit=1e6)
-    assert result.optimal and seen == [False]
+    assert worker_asked_for(monkeypatch, algorithm, 0.1, None) == [False]
