@@ -1,5 +1,8 @@
 """When rolling up ahead on the worker thread pays: measured, not assumed.
 
+The worker runs only where asked for (SAFESHARE_ROLL_AHEAD=1, engine.kernels.roll_ahead_allowed): since the
+roll-ups got cheap, the hand-overs below cost more than the roll-ups moved on the machine measured, at every load.
+
 On a quiet machine the search's thread and the worker (engine.ahead, engine.classes.ClassCache.prefetch) run on two
 cores, and a roll-up done ahead costs the search nothing. On a loaded one (other processes on the cores) the two
 threads hand the GIL back and forth, and a thread the OS preempts while it holds the GIL stalls the other: ADULT
