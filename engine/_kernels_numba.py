@@ -262,11 +262,10 @@ def roll_up_levels(codes, sizes, key, levels, starts, maps, places, cards, minim
     return _merge(codes, sizes, keys, changed, where, maps, minimal, bound)
 
 
-@_jit
-def roll_up_base_levels(codes, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready, rows):
-    """`roll_up_base` told by level vectors (as `roll_up_levels`): rows[i, level] is the row of `deltas` holding
-    attribute i's key updates at `level` (engine.classes.ClassCache._delta_layout). The same classes as
-    `roll_up_base`."""
+@numba.njit(inline="always", nogil=True)
+def _base_level_keys(codes, key, levels, starts, maps, places, cards, deltas, ready, rows):
+    """The new keys of a roll-up from a source with kept key updates, told by level vectors, with the changed
+    attributes, where their code maps start and the target's class bound: both forms' (codes, origins) first half."""
     changed, where, bound = _level_changes(levels, starts, cards, codes.shape[1])
     d = changed.size
     picked = np.empty(d, np.int64)
@@ -274,6 +273,16 @@ def roll_up_base_levels(codes, sizes, key, levels, starts, maps, places, cards, 
     for c in range(d):
         picked[c] = rows[changed[c], levels[half + changed[c]]]
     keys = base_keys(codes, key, changed, where, maps, places, deltas, ready, picked)
+    return keys, changed, where, bound
+
+
+@_jit
+def roll_up_base_levels(codes, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready, rows):
+    """`roll_up_base` told by level vectors (as `roll_up_levels`): rows[i, level] is the row of `deltas` holding
+    attribute i's key updates at `level` (engine.classes.ClassCache._delta_layout). The same classes as
+    `roll_up_base`."""
+    keys, changed, where, bound = _base_level_keys(codes, key, levels, starts, maps, places, cards, deltas, ready,
+                                                   rows)
     return _merge(codes, sizes, keys, changed, where, maps, minimal, bound)
 
 
@@ -438,13 +447,8 @@ def roll_up_base_levels_lazy(codes, origin, sizes, key, levels, starts, maps, pl
                              rows):
     """`roll_up_base_levels` (a source with kept key updates: the base, or a warmed table with its codes gathered)
     returning the new classes' origins (origin[first member]) instead of their codes."""
-    changed, where, bound = _level_changes(levels, starts, cards, codes.shape[1])
-    d = changed.size
-    picked = np.empty(d, np.int64)
-    half = levels.size // 2
-    for c in range(d):
-        picked[c] = rows[changed[c], levels[half + changed[c]]]
-    keys = base_keys(codes, key, changed, where, maps, places, deltas, ready, picked)
+    keys, changed, where, bound = _base_level_keys(codes, key, levels, starts, maps, places, cards, deltas, ready,
+                                                   rows)
     return _merge_origin(origin, sizes, keys, minimal, bound)
 
 
