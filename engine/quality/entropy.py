@@ -160,14 +160,20 @@ class NonUniformEntropy(QualityModel):
             codes, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization, self._maximum,
             totals, starts)
         if waiting:   # more values than the kernel replays: numpy's own dot product, as the reference's
-            for i in np.flatnonzero(pending).tolist():
-                start, end = int(bounds[i]), int(bounds[i + 1])
-                raw = float(np.dot(values[start:end], logs[start:end]))
-                maximum = float(self._maximum[i])
-                if maximum > 0:   # else the kernel's zeros stand, as the reference's
-                    terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
-                    terms[1, i] = raw / maximum
+            self._numpy_dots(terms, pending, values, logs, bounds, levels, generalization)
         return terms
+
+    def _numpy_dots(self, terms, pending, values, logs, bounds, levels, generalization) -> None:
+        """The terms of the attributes left `pending` (more values than the compiled calls replay), from numpy's own
+        dot product of their laid-out values and log terms, as the reference's; where an attribute's maximum is 0
+        the compiled zeros stand, as the reference's."""
+        for i in np.flatnonzero(pending).tolist():
+            start, end = int(bounds[i]), int(bounds[i + 1])
+            raw = float(np.dot(values[start:end], logs[start:end]))
+            maximum = float(self._maximum[i])
+            if maximum > 0:
+                terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
+                terms[1, i] = raw / maximum
 
     def _terms_of_numpy_logs(self, module, levels, codes, sizes, suppressed) -> np.ndarray:
         """`_fast_terms` where numpy's log2 is not the C library's: the compiled counts and layout of the present
@@ -181,13 +187,7 @@ class NonUniformEntropy(QualityModel):
         terms, pending, waiting = module.terms_of_logs(values, logs, bounds, level_vector, generalization,
                                                        self._maximum, self._dot_order, self._threads)
         if waiting:
-            for i in np.flatnonzero(pending).tolist():
-                start, end = int(bounds[i]), int(bounds[i + 1])
-                raw = float(np.dot(values[start:end], logs[start:end]))
-                maximum = float(self._maximum[i])
-                if maximum > 0:
-                    terms[0, i] = (float(generalization[i, levels[i]]) + raw) / maximum
-                    terms[1, i] = raw / maximum
+            self._numpy_dots(terms, pending, values, logs, bounds, levels, generalization)
         return terms
 
     def _load_fast(self):
