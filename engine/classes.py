@@ -132,6 +132,16 @@ def _set_evaluation_codes(self: Evaluation, codes) -> None:
 Evaluation.codes = property(_evaluation_codes, _set_evaluation_codes)
 
 
+def _evaluation_held_codes(self: Evaluation):
+    """`Evaluation.held_codes`: the codes as the class table holds them, a lazy table (`LazyCodes`) not gathered,
+    for readers that read it through its origins (Non-Uniform Entropy's compiled terms); the array once `codes`
+    gathered it."""
+    return self.__dict__["_codes"]
+
+
+Evaluation.held_codes = property(_evaluation_held_codes)
+
+
 def _below(lower: tuple[int, ...], upper: tuple[int, ...]) -> bool:
     """Every level of `lower` at most `upper`'s (a specialization or the node itself), with no Python frame per
     level."""

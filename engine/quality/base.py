@@ -57,6 +57,13 @@ class QualityModel(ABC):
             self._loaded = kernels.loaded()
         return self._loaded
 
+    def codes_to_read(self, evaluation) -> np.ndarray:
+        """An evaluation's codes in the form this model's `loss`, `attribute_losses` and `suppression_terms` read:
+        the array (Evaluation.codes, gathered once if the table is lazy). A model that reads a lazy class table
+        through its origins (engine.classes.LazyCodes) takes the table as the cache holds it instead
+        (Evaluation.held_codes), so that a check gathers no (d, u) codes for it."""
+        return evaluation.codes
+
     def loss_without_suppression(self, levels: Levels) -> float | None:
         """The loss when no record is suppressed, where it depends on the levels alone (None: it needs the classes).
         Must equal `loss(...)` with nothing suppressed, to the last bit: the search uses either."""

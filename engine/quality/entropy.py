@@ -10,11 +10,15 @@ replays numpy's log2 and OpenBLAS's dot product order and is used only where it 
 the numpy code here stays the reference, and both give the same bits (tests/engine/test_entropy_compiled.py).
 Where numpy's log2 or BLAS kernel is not the one that single pass replays (AVX-512 CPUs), two compiled calls around
 numpy's own log2 give the same bits (`_terms_of_numpy_logs`, tests/engine/test_entropy_numpy_logs.py).
+On a lazy class table (engine.classes.LazyCodes, which the search hands over as it is: `codes_to_read`) those calls
+read the counted classes' codes through their origins (`_table`), so a check gathers no (d, u) codes
+(tests/engine/test_entropy_lazy_terms.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..classes import LazyCodes, codes_of
 from ..encoding import EncodedTable
 from .base import Levels, QualityModel
 from .sums import add_reduce, add_reduce_columns, numpy_order
@@ -48,6 +52,11 @@ class NonUniformEntropy(QualityModel):
         self._dot_order = 0   # `_fast_terms` in two compiled calls around numpy's log2 (`_terms_of_numpy_logs`)
         self._threads = 0     # the thread count whose split of long dot products those calls replay (0: none),
                               # OpenBLAS's when the model loaded them (`_load_fast`)
+
+    def codes_to_read(self, evaluation):
+        """The table as the cache holds it (a lazy one not gathered): the compiled terms read only the counted
+        classes' codes, through their origins (`_table`); the reference path gathers them (`_suppression_raw`)."""
+        return evaluation.held_codes
 
     def _normalize(self, raw: np.ndarray) -> np.ndarray:
         # raw / maximum where the maximum is positive, else 0: the division by a divisor with 1 in place of the
@@ -112,6 +121,7 @@ class NonUniformEntropy(QualityModel):
         raw = np.zeros(self.d)
         total = float(sizes[suppressed].sum())
         if total > 0:
+            codes = codes_of(codes)   # a lazy table's codes, gathered
             # s_w for all attributes in one bincount (codes offset per attribute), taken from whichever side has
             # fewer classes: the suppressed classes directly, or the precomputed totals minus the kept classes.
             cards, offsets, offsets64, total_values = self._layout(levels)
@@ -156,9 +166,11 @@ class NonUniformEntropy(QualityModel):
         module, cardinalities, generalization, totals, starts = fast
         if self._dot_order:   # numpy's logs, the dot products replayed in this BLAS's order
             return self._terms_of_numpy_logs(module, levels, codes, sizes, suppressed)
-        terms, removed, waiting, pending, values, logs, bounds = module.entropy_terms(
-            codes, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization, self._maximum,
-            totals, starts)
+        lazy, table = _table(codes)
+        terms, removed, waiting, pending, values, logs, bounds = (
+            module.entropy_terms_lazy if lazy else module.entropy_terms)(
+            *table, sizes, suppressed, np.array(levels, dtype=np.int64), cardinalities, generalization,
+            self._maximum, totals, starts)
         if waiting:   # more values than the kernel replays: numpy's own dot product, as the reference's
             self._numpy_dots(terms, pending, values, logs, bounds, levels, generalization)
         return terms
@@ -181,8 +193,9 @@ class NonUniformEntropy(QualityModel):
         dot products replayed compiled; an attribute beyond DOT_LIMIT values gets numpy's own dot product."""
         _, cardinalities, generalization, totals, starts = self._fast
         level_vector = np.array(levels, dtype=np.int64)
-        removed, values, bounds = module.suppressed_values(codes, sizes, suppressed, level_vector, cardinalities,
-                                                           totals, starts)
+        lazy, table = _table(codes)
+        removed, values, bounds = (module.suppressed_values_lazy if lazy else module.suppressed_values)(
+            *table, sizes, suppressed, level_vector, cardinalities, totals, starts)
         logs = np.log2(float(removed) / values) if removed else values
         terms, pending, waiting = module.terms_of_logs(values, logs, bounds, level_vector, generalization,
                                                        self._maximum, self._dot_order, self._threads)
@@ -278,3 +291,12 @@ class NonUniformEntropy(QualityModel):
     def attribute_losses(self, levels, codes, sizes, suppressed) -> dict[str, float]:
         values = self._attribute_array(levels, codes, sizes, suppressed)
         return {a.name: float(v) for a, v in zip(self.table.attributes, values)}
+
+
+def _table(codes) -> tuple[bool, tuple]:
+    """Whether a class table is lazy (engine.classes.LazyCodes), and the compiled terms' first arguments for it:
+    (rows, select, origin) of a lazy table, whose counted classes' codes the kernels read through their origins
+    (a check then gathers no (d, u) codes: it reads only the suppressed, or the kept, classes), else (codes,)."""
+    if isinstance(codes, LazyCodes):
+        return True, (codes.rows, codes.select, codes.origin)
+    return False, (codes,)

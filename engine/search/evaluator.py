@@ -236,7 +236,8 @@ class Evaluator:
             if loss is None and terms is not None and terms.size:   # no risk model: the suppression decided above
                 loss = self.quality.loss_from_terms(terms)
             if loss is None:
-                loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+                loss = self.quality.loss(node, self.quality.codes_to_read(evaluation), evaluation.sizes,
+                                         evaluation.suppressed)
             evaluation.loss = loss
         return evaluation
 

@@ -157,7 +157,8 @@ def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, de
             progress.update(evaluator.checked - before)
             incumbent.offer(evaluation)
             if evaluation.suppressed_records:
-                terms = quality.suppression_terms(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+                terms = quality.suppression_terms(node, quality.codes_to_read(evaluation), evaluation.sizes,
+                                                  evaluation.suppressed)
                 if carried is not None:
                     carried.raise_row(int(flat[position]), terms)
                 else:
