@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine import classes, kernels
+from engine import _distribution_numba, classes, kernels
 from engine.classes import ClassCache
 from engine.encoding import encode_table
 from engine.hierarchy import Hierarchy
@@ -48,13 +48,14 @@ def assert_same_tables(dense_view, joint_view, reference_view, name: str) -> Non
     assert_same_view(dense_view, reference_view)
     assert_same_view(joint_view, reference_view)
     matrix = dense_view.dense_counts(name)
-    assert matrix is not None and matrix.dtype == np.int32 and matrix.shape == (matrix.shape[0], dense_view.class_count)
+    cells = _distribution_numba.cell_dtype(int(dense_view.sizes.sum()))   # the table's records decide the cells
+    assert matrix is not None and matrix.dtype == cells and matrix.shape == (matrix.shape[0], dense_view.class_count)
     distribution = reference_view.distribution(name)
     expected = np.zeros_like(matrix)
     expected[distribution.values, distribution.classes] = distribution.counts
     assert np.array_equal(matrix, expected)
     assert np.array_equal(matrix.sum(axis=0), dense_view.sizes)
-    assert dense_view.counts_by_class.dtype == np.int32 and np.array_equal(dense_view.counts_by_class, matrix.T)
+    assert dense_view.counts_by_class.dtype == cells and np.array_equal(dense_view.counts_by_class, matrix.T)
     joint_matrix = joint_view.dense_counts(name)
     assert joint_matrix is None or np.array_equal(joint_matrix, matrix)
 
