@@ -318,7 +318,7 @@ class GeneticSearch:
             self.incumbent.offer(evaluation)
         loss = evaluation.loss
         if loss is None:   # not a solution: ranked by the loss of what it would suppress, as in ARX
-            loss = quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+            loss = quality.loss(node, quality.codes_to_read(evaluation), evaluation.sizes, evaluation.suppressed)
         if evaluation.solution:
             self.solutions.add(node)
         first = node not in self.fitness

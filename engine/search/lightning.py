@@ -89,7 +89,8 @@ class GreedySearch:
             self.incumbent.offer(evaluation)
         loss = evaluation.loss
         if loss is None:
-            loss = self.quality.loss(node, evaluation.codes, evaluation.sizes, evaluation.suppressed)
+            loss = self.quality.loss(node, self.quality.codes_to_read(evaluation), evaluation.sizes,
+                                     evaluation.suppressed)
         self.losses[node] = loss
         self.class_bounds[node] = self.quality.lower_bound_from_classes(evaluation.sizes)
         return loss
