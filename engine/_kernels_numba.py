@@ -496,6 +496,25 @@ def suppress_and_loss_terms_lazy(rows, picked, origin, sizes, minimal, limit, we
 
 
 @_jit
+def roll_up_decide_lazy(rows, select, origin, sizes, key, levels, starts, maps, places, cards, minimal, limit,
+                        weights, offsets, domain, generalization, suppression, floor, span, positive):
+    """`roll_up_levels_lazy`, then `suppress_and_loss_terms_lazy` of the new table (each attribute's row at the
+    target's level read off `select` here): a size-only check with Loss that misses the cache in one call instead of
+    two plus the Python between (the evaluator's common check on lazy tables). Returns the new origins, sizes and
+    keys, then the suppressed classes, records and Loss's terms: the two kernels' results, bit for bit."""
+    new_origin, new_sizes, new_keys, _ = roll_up_levels_lazy(rows, select, origin, sizes, key, levels, starts, maps,
+                                                             places, cards, minimal)
+    half = levels.size // 2
+    picked = np.empty(half, np.int64)
+    for i in range(half):
+        picked[i] = select[i, levels[half + i]]
+    suppressed, total, terms = suppress_and_loss_terms_lazy(rows, picked, new_origin, new_sizes, minimal, limit,
+                                                            weights, offsets, domain, generalization, suppression,
+                                                            floor, span, positive)
+    return new_origin, new_sizes, new_keys, suppressed, total, terms
+
+
+@_jit
 def level_rows(codes, starts, maps, heights):
     """A lazy table's level rows from the base classes' codes (d, m): attribute i's row at level lv (lv below
     heights[i]) is its codes mapped from level 0 through the code map at maps[starts[i, 0, lv]] (level 0: the codes

@@ -378,6 +378,41 @@ class ClassCache:
         self._store(node, new)
         return new
 
+    def rolled_from(self, node: tuple[int, ...], source: tuple[int, ...], decision: tuple | None = None
+                    ) -> tuple | None:
+        """`_missed`'s common case in one step, for a caller that chose the source itself (the evaluator's remembered
+        specialization of `node` with the fewest classes; no sensitive tail, `node` neither cached nor rolled up
+        ahead): `node`'s table rolled up from the cached table of `source` and stored, without `_missed`'s and
+        `_source`'s layers. None where `_missed` would do more (`source` not cached, or without fewer classes than
+        the base, whose roll-ups use its kept key updates; warmed tables, which may be better sources): the caller
+        then takes `_missed(node, source)`, which picks the same source. `decision` (smallest class size, records
+        allowed to be suppressed, Loss's compiled arguments), on lazy tables: the check's suppression and Loss's
+        terms are decided in the same compiled call (`roll_up_decide_lazy`) and follow the table (suppressed,
+        records, terms)."""
+        if self._hubs:
+            return None
+        entry = self._cache.get(source)
+        if entry is None or entry[1].size >= self._base_entry[1].size:
+            return None
+        if self._flat is None:
+            self._flat_maps()
+        levels = np.array(source + node, dtype=np.int64)
+        lazy = self._lazy
+        if lazy is None:
+            new = self.kernels.roll_up_levels(entry[0], entry[1], entry[2], levels, self._starts3, self._flat[0],
+                                              self.radix, self._cards2, 0)[:3]
+            self._store(node, new)
+            return new
+        if decision is None:
+            out = self.kernels.roll_up_levels_lazy(lazy[0], lazy[1], entry[0].origin, entry[1], entry[2], levels,
+                                                   self._starts3, self._flat[0], self.radix, self._cards2, 0)
+        else:
+            out = self.kernels.roll_up_decide_lazy(lazy[0], lazy[1], entry[0].origin, entry[1], entry[2], levels,
+                                                   self._starts3, self._flat[0], self.radix, self._cards2, *decision)
+        new = (LazyCodes(out[0], node, lazy[0], lazy[1], self.kernels), out[1], out[2])
+        self._store(node, new, out[0].nbytes + out[1].nbytes + out[2].nbytes)   # `_size` of a lazy table
+        return new if decision is None else new + out[3:]
+
     def _compute(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True) -> tuple:
         """`node`'s table (node and hint with the sensitive tail) rolled up from the best source: `_entry` and
         `warm` share it."""
@@ -769,9 +804,11 @@ class ClassCache:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def _store(self, node: tuple[int, ...], entry: tuple) -> None:
-        """Cache a table (codes, sizes, key[, histogram]) within the budget."""
-        size = self._size(entry)
+    def _store(self, node: tuple[int, ...], entry: tuple, size: int = -1) -> None:
+        """Cache a table (codes, sizes, key[, histogram]) within the budget; `size`: its bytes (`_size`), when the
+        caller knows them."""
+        if size < 0:
+            size = self._size(entry)
         if size > self.budget:
             return   # larger than the whole cache: computing it again later is cheaper than breaking the bound
         while self._cache and self.nbytes + size > self.budget:

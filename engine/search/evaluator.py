@@ -100,17 +100,20 @@ class Evaluator:
         """`classes` with a lazy table's codes as they are (engine.classes.LazyCodes)."""
         self.seen.add(node)
         if self._plain:
-            return self._plain_classes(node, hint)
+            entry = self._plain_entry(node, hint)
+            return entry[0], entry[1]
         if self.kernels is None:
             return self.cache.classes(node, hint)
         codes, sizes = self.cache.classes(node, self._best_source(node, hint))
         self._remember(node, sizes.size)
         return codes, sizes
 
-    def _plain_classes(self, node: Node, hint: Node | None) -> tuple[np.ndarray, np.ndarray]:
-        """`classes` of a size-only check on the compiled path (no sensitive tail, so the cache's keys are the
-        nodes): the LRU first (a hit needs no roll-up source), then the cache's miss path from the remembered
-        specialization with the fewest classes."""
+    def _plain_entry(self, node: Node, hint: Node | None, decision: tuple | None = None) -> tuple:
+        """The cache's table of a size-only check on the compiled path (no sensitive tail, so the cache's keys are
+        the nodes): the LRU first (a hit needs no roll-up source), then a roll-up from the remembered specialization
+        with the fewest classes, straight from the cached table when it is there (`ClassCache.rolled_from`, with
+        the check's `decision` in the same compiled call on lazy tables: the suppressed classes, records and Loss's
+        terms then follow the table), else through the cache's miss path."""
         entry = self._lru.get(node)
         if entry is not None:
             self._lru.move_to_end(node)
@@ -119,14 +122,14 @@ class Evaluator:
             if self._sources and node not in cache._pending and node not in cache._hubs:
                 row = self._locate(node)
                 if row >= 0:
-                    entry = cache._missed(node, self._source_nodes[row])
+                    source = self._source_nodes[row]
+                    entry = cache.rolled_from(node, source, decision) or cache._missed(node, source)
                 else:   # no remembered table lies below; until the ring wraps, it holds every one computed
                     entry = cache._missed(node, hint, self._sources > self.SOURCES)
             else:
                 entry = cache._missed(node, hint)
-        codes, sizes = entry[0], entry[1]
-        self._remember(node, sizes.size)
-        return codes, sizes
+        self._remember(node, entry[1].size)
+        return entry
 
     def _best_source(self, node: Node, hint: Node | None) -> Node | None:
         """The remembered specialization of `node` with the fewest classes (compiled path), else `hint`. Not looked
@@ -187,8 +190,17 @@ class Evaluator:
                  ) -> Evaluation:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
+        decided = None
         if self._plain:
-            codes, sizes = self._classes(node, hint)
+            self.seen.add(node)
+            # without suppression allowed (or with a risk model) the terms would never be used
+            arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
+            decision = (self.minimal_class_size, self.max_suppressed) + arguments \
+                if arguments is not None and self._lazy else None
+            entry = self._plain_entry(node, hint, decision)
+            codes, sizes = entry[0], entry[1]
+            if len(entry) == 6:   # rolled up and decided in one call (ClassCache.rolled_from)
+                decided = entry[3:]
         else:
             self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
@@ -197,9 +209,12 @@ class Evaluator:
                 self._remember(node, sizes.size)
         blocked = False
         terms = None
-        if self.kernels is not None and self._size_only:
-            # without suppression allowed (or with a risk model) the terms would never be used
-            arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
+        if decided is not None:
+            suppressed, count, terms = decided
+            count = int(count)
+        elif self.kernels is not None and self._size_only:
+            if not self._plain:
+                arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
             if arguments is not None and isinstance(codes, LazyCodes):   # the kept classes' codes via origins
                 suppressed, count, terms = self.kernels.suppress_and_loss_terms_lazy(
                     codes.rows, codes.picked, codes.origin, sizes, self.minimal_class_size, self.max_suppressed,
