@@ -102,11 +102,14 @@ class Evaluation:
     """One transformation, evaluated: its classes, which of them are suppressed, and whether it is a solution.
 
     Lives below both the privacy models (which decide suppression) and the search (which compares evaluations), so
-    neither has to import the other.
+    neither has to import the other. Its codes have two readings: `held_codes` is the table as the class cache holds
+    it (a lazy table, `LazyCodes`, is not gathered: readers such as Non-Uniform Entropy's compiled terms read it
+    through its origins), `codes` the (attributes, classes) array, gathered on first read and kept (readers that
+    compare codes by identity see one array).
     """
 
     levels: tuple[int, ...]
-    codes: np.ndarray               # (attributes, classes) generalized codes
+    held_codes: "np.ndarray | LazyCodes"   # (attributes, classes) generalized codes, or a lazy table of them
     sizes: np.ndarray               # (classes,) records per class; classes in order of first appearance in the input
     suppressed: np.ndarray          # (classes,) bool
     suppressed_records: int
@@ -115,31 +118,17 @@ class Evaluation:
     details: dict = field(default_factory=dict)   # e.g. the risk estimate of a risk-based model
     abandoned: bool = False   # evaluation stopped early: it provably cannot beat the best solution known
 
+    @property
+    def codes(self) -> np.ndarray:
+        """The (attributes, classes) codes; a lazy table's are gathered on first read and kept."""
+        codes = self.held_codes
+        if isinstance(codes, LazyCodes):
+            codes = self.held_codes = codes.array()
+        return codes
 
-def _evaluation_codes(self: Evaluation) -> np.ndarray:
-    """`Evaluation.codes`: a lazy table's codes are gathered on first read and kept (readers that compare them by
-    identity, as Non-Uniform Entropy's last terms, see one array)."""
-    codes = self.__dict__["_codes"]
-    if isinstance(codes, LazyCodes):
-        codes = self.__dict__["_codes"] = codes.array()
-    return codes
-
-
-def _set_evaluation_codes(self: Evaluation, codes) -> None:
-    self.__dict__["_codes"] = codes
-
-
-Evaluation.codes = property(_evaluation_codes, _set_evaluation_codes)
-
-
-def _evaluation_held_codes(self: Evaluation):
-    """`Evaluation.held_codes`: the codes as the class table holds them, a lazy table (`LazyCodes`) not gathered,
-    for readers that read it through its origins (Non-Uniform Entropy's compiled terms); the array once `codes`
-    gathered it."""
-    return self.__dict__["_codes"]
-
-
-Evaluation.held_codes = property(_evaluation_held_codes)
+    @codes.setter
+    def codes(self, codes: np.ndarray) -> None:
+        self.held_codes = codes
 
 
 def _below(lower: tuple[int, ...], upper: tuple[int, ...]) -> bool:
