@@ -62,8 +62,9 @@ def load():
         except ImportError:   # pragma: no cover - numba is a core dependency; depends on the installation
             _unavailable = True
             return None
-        from . import _kernels_numba
+        from . import _heap, _kernels_numba
 
+        _heap.keep_freed_memory()   # the roll-ups' work arrays stay mapped instead of faulting in again (_heap)
         _kernels = _kernels_numba
     return _kernels
 
