@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from engine.encoding import EncodedTable, encode_table
 from engine.hierarchy import Hierarchy
 from engine.lattice import Lattice
+from engine.privacy import KAnonymity
 from engine.privacy.configuration import PrivacyConfiguration
 from engine.quality import make_quality_model
 
@@ -87,6 +88,28 @@ def seeded_table(seed: int) -> tuple[pd.DataFrame, dict[str, Hierarchy]]:
         hierarchies[name] = make_hierarchy(name, size, int(rng.integers(2, 4)), int(rng.integers(2, 4)))
         columns[name] = [f"{name}{v}" for v in rng.integers(0, size, n)]
     return pd.DataFrame(columns), hierarchies
+
+
+def size_only_case(seed: int, rng: np.random.Generator) -> tuple[EncodedTable, PrivacyConfiguration, str]:
+    """A random size-only check configuration on `seeded_table(seed)`: k-anonymity with k in 2..4, a suppression
+    limit of 0, 5, 20 or 100 %, and a quality model by the seed (Loss, Non-Uniform Entropy, Discernibility), the
+    three kinds of reader of a check's classes."""
+    frame, hierarchies = seeded_table(seed)
+    table = encode_table(frame, hierarchies)
+    k = int(rng.integers(2, 5))
+    limit = float(rng.choice([0.0, 0.05, 0.2, 1.0]))
+    model = ["loss", "non_uniform_entropy", "discernibility"][seed % 3]
+    return table, PrivacyConfiguration([KAnonymity(k)], limit), model
+
+
+def assert_same_search(a, b) -> None:
+    """Two search results (engine.search.search) agree: optimum, loss's bits, suppression, classes and the checks
+    of each phase."""
+    assert a.best.levels == b.best.levels and a.best.loss == b.best.loss
+    assert a.best.suppressed_records == b.best.suppressed_records
+    assert np.array_equal(a.best.codes, b.best.codes) and np.array_equal(a.best.sizes, b.best.sizes)
+    assert np.array_equal(a.best.suppressed, b.best.suppressed)
+    assert a.checked == b.checked and a.phases == b.phases
 
 
 def pandas_exhaustive(frame: pd.DataFrame, hierarchies: dict[str, Hierarchy], k: int, limit: float) -> dict:

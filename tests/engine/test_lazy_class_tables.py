@@ -17,7 +17,7 @@ from engine.lattice import Lattice
 from engine.privacy import KAnonymity, PrivacyConfiguration
 from engine.quality import make_quality_model
 from engine.search import Evaluator, search
-from tests.engine.lattice_tables import seeded_table
+from tests.engine.lattice_tables import assert_same_search, seeded_table, size_only_case
 
 pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing or the reference path is forced")
 
@@ -181,12 +181,7 @@ def eager_evaluator(monkeypatch):
 @pytest.mark.parametrize("seed", range(16))
 def test_checks_with_lazy_tables_equal_eager_ones(monkeypatch, seed: int) -> None:
     rng = np.random.default_rng(900 + seed)
-    frame, hierarchies = seeded_table(seed)
-    table = encode_table(frame, hierarchies)
-    k = int(rng.integers(2, 5))
-    limit = float(rng.choice([0.0, 0.05, 0.2, 1.0]))
-    model = ["loss", "non_uniform_entropy", "discernibility"][seed % 3]
-    configuration = PrivacyConfiguration([KAnonymity(k)], limit)
+    table, configuration, model = size_only_case(seed, rng)
     monkeypatch.setenv(kernels.COMPILED_ENV, "1")
     fast = Evaluator(table, configuration, make_quality_model(model, table))
     assert (fast.cache._lazy is not None) == (fast.max_suppressed > 0)   # no suppression: eager tables
@@ -225,9 +220,4 @@ def test_searches_with_lazy_tables_equal_eager_ones(monkeypatch, seed: int) -> N
             runs[lazy] = search(table, [KAnonymity(k)], make_quality_model(model, table), limit)
     if PrivacyConfiguration([KAnonymity(k)], limit).max_suppressed(table.n) > 0:
         assert any(enabled)   # lazy tables were used (not without suppression: `Evaluator._lazy`)
-    fast, eager = runs[True], runs[False]
-    assert fast.best.levels == eager.best.levels and fast.best.loss == eager.best.loss
-    assert fast.best.suppressed_records == eager.best.suppressed_records
-    assert np.array_equal(fast.best.codes, eager.best.codes) and np.array_equal(fast.best.sizes, eager.best.sizes)
-    assert np.array_equal(fast.best.suppressed, eager.best.suppressed)
-    assert fast.checked == eager.checked and fast.phases == eager.phases
+    assert_same_search(runs[True], runs[False])

@@ -12,10 +12,10 @@ from engine import kernels
 from engine.classes import ClassCache, LazyCodes, codes_of
 from engine.encoding import encode_table
 from engine.lattice import Lattice
-from engine.privacy import KAnonymity, PrivacyConfiguration
+from engine.privacy import KAnonymity
 from engine.quality import make_quality_model
 from engine.search import Evaluator, search
-from tests.engine.lattice_tables import seeded_table
+from tests.engine.lattice_tables import assert_same_search, seeded_table, size_only_case
 
 pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba is missing or the reference path is forced")
 
@@ -106,12 +106,7 @@ def test_checks_decided_with_the_roll_up_equal_separate_ones(monkeypatch, seed: 
     """The evaluator's checks (first evaluated, so they miss the cache) with the one step equal those without it:
     suppression, records, solution, loss's bits, codes and the checks counted."""
     rng = np.random.default_rng(300 + seed)
-    frame, hierarchies = seeded_table(seed)
-    table = encode_table(frame, hierarchies)
-    k = int(rng.integers(2, 5))
-    limit = float(rng.choice([0.0, 0.05, 0.2, 1.0]))
-    model = ["loss", "non_uniform_entropy", "discernibility"][seed % 3]
-    configuration = PrivacyConfiguration([KAnonymity(k)], limit)
+    table, configuration, model = size_only_case(seed, rng)
     monkeypatch.setenv(kernels.COMPILED_ENV, "1")
     fast = Evaluator(table, configuration, make_quality_model(model, table))
     with monkeypatch.context() as m:
@@ -149,9 +144,4 @@ def test_searches_with_the_one_step_equal_those_without(monkeypatch, seed: int) 
             if not one_step:
                 m.setattr(ClassCache, "rolled_from", lambda self, node, source, decision=None: None)
             runs[one_step] = search(table, [KAnonymity(k)], make_quality_model("loss", table), limit)
-    fast, plain = runs[True], runs[False]
-    assert fast.best.levels == plain.best.levels and fast.best.loss == plain.best.loss
-    assert fast.best.suppressed_records == plain.best.suppressed_records
-    assert np.array_equal(fast.best.codes, plain.best.codes) and np.array_equal(fast.best.sizes, plain.best.sizes)
-    assert np.array_equal(fast.best.suppressed, plain.best.suppressed)
-    assert fast.checked == plain.checked and fast.phases == plain.phases
+    assert_same_search(runs[True], runs[False])
