@@ -428,8 +428,17 @@ def roll_up_levels_lazy(rows, select, origin, sizes, key, levels, starts, maps, 
     """`roll_up_levels` of a lazy table (origins into the level rows `rows`, select[i, lv] attribute i's row at level
     lv): the same keys, sizes, order and records below `minimal`; returns the new classes' origins instead of their
     codes."""
+    changed, where, bound = _level_changes(levels, starts, cards, origin.size)
+    keys = lazy_keys(rows, select, origin, key, levels, changed, where, maps, places)
+    return _merge_origin(origin, sizes, keys, minimal, bound)
+
+
+@numba.njit(inline="always", nogil=True)
+def lazy_keys(rows, select, origin, key, levels, changed, where, maps, places):
+    """The keys of a lazy table's roll-up: attribute changed[c]'s codes at its source level levels[i] read through the
+    origins from its level row, mapped through the code map starting at maps[where[c]]. Both forms' lazy roll-ups
+    (`roll_up_levels_lazy`; the dense form's engine._distribution_numba.roll_up_dense_lazy) share it."""
     m = origin.size
-    changed, where, bound = _level_changes(levels, starts, cards, m)
     keys = key.copy()
     for c in range(changed.size):
         i = changed[c]
@@ -439,7 +448,7 @@ def roll_up_levels_lazy(rows, select, origin, sizes, key, levels, starts, maps, 
         for j in range(m):
             v = np.int64(row[origin[j]])
             keys[j] += (maps[start + v] - v) * place
-    return _merge_origin(origin, sizes, keys, minimal, bound)
+    return keys
 
 
 @_jit

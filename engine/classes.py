@@ -12,7 +12,9 @@ check, the same classes, sizes, order and counts.
 Lazy tables (`enable_lazy`; the evaluator's size-only checks without sensitive attributes or risk models on the
 compiled path): a rolled-up table holds, per class, the number of one base class of it (its origin, `LazyCodes`)
 instead of its codes, which are level rows (every base class's code per attribute level) read through the origins;
-a roll-up writes one int32 per class instead of d codes, and readers gather the codes they need.
+a roll-up writes one int32 per class instead of d codes, and readers gather the codes they need. The dense form's
+rolled-up tables are lazy too (`LAZY_DENSE`; engine._distribution_numba.roll_up_dense_lazy): its checks read sizes
+and histograms, and only a solution's quality model gathers codes.
 `combined_key`, `group`, `roll_up` and `roll_up_keyed` are re-exported from engine.grouping for existing callers.
 """
 from __future__ import annotations
@@ -148,6 +150,7 @@ class ClassCache:
     """
 
     DEFAULT_BUDGET_BYTES = 256 << 20
+    LAZY_DENSE = True   # the dense form's rolled-up tables lazy (`_dense_rows`); False: eager codes (tests compare)
 
     def __init__(self, table: "EncodedTable", budget_bytes: int = DEFAULT_BUDGET_BYTES, compiled=kernels.default,
                  prefetch: bool = False) -> None:
@@ -223,6 +226,7 @@ class ClassCache:
         self.hub_nbytes = 0
         self._hub_arrays: tuple[np.ndarray, np.ndarray, list] | None = None
         self._lazy: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # `enable_lazy`
+        self._dense_lazy: tuple[np.ndarray, np.ndarray, np.ndarray] | bool | None = None   # `_dense_rows`
 
     def enable_lazy(self) -> bool:
         """Keep rolled-up tables lazy (`LazyCodes`: one origin per class instead of d codes) from now on: the
@@ -245,6 +249,23 @@ class ClassCache:
         rows, select = self.kernels.level_rows(codes, self._starts3, self._flat[0], heights)
         self._lazy = (rows, select, np.arange(m, dtype=np.int32))
         return True
+
+    def _dense_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The dense form's level rows, their select table and the base's origins (as `enable_lazy`'s), decided at
+        its first roll-up (before any rolled-up table exists, so every cached table but the base is lazy or none
+        is): None when `LAZY_DENSE` is off or the rows exceed LEVEL_ROWS_BYTES or a quarter of the budget. Why
+        lazy: entropy l-diversity's and t-closeness's checks read sizes and histograms, never codes (ADULT l=3: a
+        sixth of a dense roll-up's time went to writing codes that 98 % of the tables never had read)."""
+        if self._dense_lazy is None:
+            self._dense_lazy = False
+            codes = self.base[1]
+            count = sum(len(cards) for cards in self.cards)
+            if self.LAZY_DENSE and count * codes.shape[1] * 4 <= min(LEVEL_ROWS_BYTES, self.budget // 4):
+                self._flat_maps()
+                heights = np.array([len(cards) for cards in self.cards], dtype=np.int64)
+                rows, select = self.kernels.level_rows(codes, self._starts3, self._flat[0], heights)
+                self._dense_lazy = (rows, select, np.arange(codes.shape[1], dtype=np.int32))
+        return self._dense_lazy or None
 
     def _lazy_table(self, origin: np.ndarray, node: tuple[int, ...]) -> LazyCodes:
         return LazyCodes(origin, node, self._lazy[0], self._lazy[1], self.kernels)
@@ -414,8 +435,9 @@ class ClassCache:
                 return self._roll_up_levels(source, node, entry, base)
             # the dense form (engine._distribution_numba): told by the changed attributes
             changed, where = self._changes(source, node)
+            self._dense_rows()
             if not base and (not self._hubs or source not in self._hubs):
-                return self._roll_up(entry, changed, where)   # a cached table, no kept key updates
+                return self._roll_up(entry, changed, where, node=node)   # a cached table, no kept key updates
             delta_rows = None
             if base:
                 deltas = self._base_deltas()
@@ -430,9 +452,9 @@ class ClassCache:
             if deltas is not None:
                 rows = np.array([delta_rows[i][node[i]] for i in changed.tolist()], dtype=np.int64)
             if deltas is None or entry is self._base_entry:
-                return self._roll_up(entry, changed, where, deltas, rows)
+                return self._roll_up(entry, changed, where, deltas, rows, node=node)
             filled = int(np.count_nonzero(~deltas[1][rows]))
-            new = self._roll_up(entry, changed, where, deltas, rows)
+            new = self._roll_up(entry, changed, where, deltas, rows, node=node)
             self._count_hub_rows(source, filled, deltas[0].shape[1])
             return new
         codes, sizes, key = entry
@@ -631,12 +653,15 @@ class ClassCache:
         return min(math.prod(map(list.__getitem__, self.cards, node)), 1 << 62)
 
     def _roll_up(self, entry: tuple, changed: np.ndarray, where: np.ndarray, deltas=None, rows=None,
-                 bound: int = -1) -> tuple:
+                 bound: int = -1, node: tuple[int, ...] | None = None) -> tuple:
         """The compiled roll-up of a cached table (either form); with `deltas` (the base's kept key updates and
         the rows of the changed attributes' levels) the base roll-up. Runs on the worker thread too (no deltas
-        there: the main thread fills them). `bound`: at most this many classes result (`_bound`; -1 unknown)."""
+        there: the main thread fills them). `bound`: at most this many classes result (`_bound`; -1 unknown).
+        `node`: the new table's levels (the dense form's lazy tables keep them)."""
         flat = self._flat[0]
         if self.dense is not None:
+            if self._dense_lazy:
+                return self._roll_up_dense_lazy(entry, changed, where, node, deltas, rows)
             codes, sizes, key, dense = entry
             if deltas is not None:
                 return self.dense.roll_up_dense_base(codes, sizes, key, dense, changed, where, flat, self._places,
@@ -649,6 +674,29 @@ class ClassCache:
         else:
             result = self.kernels.roll_up(codes, sizes, key, changed, where, flat, self.radix, 0, bound)
         return result[:3]
+
+    def _roll_up_dense_lazy(self, entry: tuple, changed: np.ndarray, where: np.ndarray, node: tuple[int, ...],
+                            deltas=None, rows=None, ahead: bool = False) -> tuple:
+        """`_roll_up` in the dense form with lazy tables (`_dense_rows`): the new table's origins instead of its
+        codes, from a lazy table or the base (whose origins are the base classes, at level 0), with the kept key
+        updates of the base or of a warmed table (whose codes are kept gathered, `warm`). `ahead`: with the
+        value-major histogram too (`_roll_up_ahead`)."""
+        rows_, select, base_origin = self._dense_lazy
+        codes, sizes, key, dense = entry
+        lazy = isinstance(codes, LazyCodes)
+        origin = codes.origin if lazy else base_origin   # an eager source is the base itself
+        if deltas is not None:
+            new = self.dense.roll_up_dense_base_lazy(codes_of(codes), origin, sizes, key, dense, changed, where,
+                                                     self._flat[0], self._places, deltas[0], deltas[1], rows)
+            by_value = self.dense.value_major(new[3]) if ahead else None
+        else:
+            levels = np.array(codes.levels if lazy else self.base[0], dtype=np.int64)
+            kernel = self.dense.roll_up_dense_lazy_ahead if ahead else self.dense.roll_up_dense_lazy
+            new = kernel(rows_, select, origin, sizes, key, dense, levels, changed, where, self._flat[0],
+                         self._places)
+            by_value = new[4] if ahead else None
+        table = (LazyCodes(new[0], node, rows_, select, self.kernels),) + tuple(new[1:4])
+        return (table, by_value) if ahead else table
 
     def _source(self, node: tuple[int, ...], hint: tuple[int, ...] | None, scan: bool = True
                 ) -> tuple[tuple[int, ...], tuple]:
@@ -692,13 +740,15 @@ class ClassCache:
             return
         source, entry = self._source(node, hint)
         changed, where = self._changes(source, node)
+        if self.dense is not None:
+            self._dense_rows()   # decided here, on the search's thread
         while len(self._pending) >= PREFETCH_PENDING:
             self._pending.pop(next(iter(self._pending))).cancel()   # dropped: the worker skips it if not started
         if self._lazy is not None:
             levels = np.array(source + node, dtype=np.int64)
             self._pending[node] = self._worker.submit(self._roll_up_ahead_lazy, node, entry, levels)
             return
-        self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where, self._bound(node))
+        self._pending[node] = self._worker.submit(self._roll_up_ahead, entry, changed, where, self._bound(node), node)
 
     def _roll_up_ahead_lazy(self, node: tuple[int, ...], entry: tuple, levels: np.ndarray) -> tuple:
         """The worker thread's job for lazy tables (`enable_lazy`): the lazy roll-up from any source, without kept
@@ -708,12 +758,15 @@ class ClassCache:
                                                self._starts3, self._flat[0], self.radix, self._cards2, 0)
         return (self._lazy_table(new[0], node), new[1], new[2]), None
 
-    def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray, bound: int = -1) -> tuple:
+    def _roll_up_ahead(self, entry: tuple, changed: np.ndarray, where: np.ndarray, bound: int = -1,
+                       node: tuple[int, ...] | None = None) -> tuple:
         """The worker thread's job: the roll-up and, in the dense form once the models were seen to read it
         (`_by_value`), the value-major histogram (engine.distributions.ClassView.dense_counts), so the search's
         thread does neither."""
         if self.dense is None or not self._by_value:
-            return self._roll_up(entry, changed, where, bound=bound), None
+            return self._roll_up(entry, changed, where, bound=bound, node=node), None
+        if self._dense_lazy:
+            return self._roll_up_dense_lazy(entry, changed, where, node, ahead=True)
         *new, by_value = self.dense.roll_up_dense_ahead(*entry, changed, where, self._flat[0], self._places)
         return tuple(new), by_value
 

@@ -58,7 +58,7 @@ class ClassView:
     counts. `population_sizes` is set when a research subset is declared: records of the population table per class.
     """
 
-    codes: np.ndarray
+    held_codes: np.ndarray   # the codes, or the class cache's lazy table of them (engine.classes.LazyCodes)
     sizes: np.ndarray
     sensitive: tuple = ()                          # EncodedSensitive, in table order
     joint_class: np.ndarray | None = None          # (joint,) QI class of every joint class
@@ -79,6 +79,15 @@ class ClassView:
     _dense_built: bool = False
     _distributions: dict[str, SparseDistribution] = field(default_factory=dict)
     _population: "PopulationCounts | None" = None
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The codes (attributes, classes) as an array: a lazy table's (the dense form's, engine.classes) gathered
+        once, on first request (the distribution-based models never ask; a solution's quality model does)."""
+        codes = self.held_codes
+        if not isinstance(codes, np.ndarray):
+            codes = self.held_codes = codes.array()
+        return codes
 
     @property
     def class_count(self) -> int:

@@ -204,7 +204,7 @@ class Evaluator:
         else:
             self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
-            codes, sizes = view.codes, view.sizes
+            codes, sizes = view.held_codes, view.sizes   # a lazy table not gathered (Evaluation.codes does)
             if self.kernels is not None:
                 self._remember(node, sizes.size)
         blocked = False
