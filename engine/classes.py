@@ -316,11 +316,18 @@ class ClassCache:
     def classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The quasi-identifier classes of `node`: codes (attributes, classes) and sizes, in order of first
         appearance in the input."""
+        codes, sizes = self.held_classes(node, hint)
+        return codes_of(codes), sizes
+
+    def held_classes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None
+                     ) -> tuple["np.ndarray | LazyCodes", np.ndarray]:
+        """`classes` with a lazy table's codes as the cache holds them (`LazyCodes`, not gathered): for callers that
+        may read only the sizes (the evaluator's size-only first phase of Flash2P in the dense form)."""
         if not self.sensitive or self.dense is not None:
             entry = self._entry(node, hint)
-            return codes_of(entry[0]), entry[1]
+            return entry[0], entry[1]
         view = self.view(node, hint)
-        return view.codes, view.sizes
+        return view.held_codes, view.sizes
 
     def class_sizes(self, node: tuple[int, ...], hint: tuple[int, ...] | None = None) -> np.ndarray:
         """The sizes of `node`'s quasi-identifier classes (`classes` without gathering a lazy table's codes)."""

@@ -104,7 +104,7 @@ class Evaluator:
             return entry[0], entry[1]
         if self.kernels is None:
             return self.cache.classes(node, hint)
-        codes, sizes = self.cache.classes(node, self._best_source(node, hint))
+        codes, sizes = self.cache.held_classes(node, self._best_source(node, hint))
         self._remember(node, sizes.size)
         return codes, sizes
 

@@ -211,3 +211,17 @@ def test_searches_with_lazy_dense_tables_equal_eager_ones_on_adult(monkeypatch, 
     assert fast.best.suppressed_records == eager.best.suppressed_records
     assert np.array_equal(fast.best.suppressed, eager.best.suppressed)
     assert fast.checked == eager.checked
+
+
+def test_held_classes_hand_out_the_lazy_table_ungathered(monkeypatch):
+    """`held_classes` (the evaluator's sizes-first reads) gives the lazy table as held; `classes` its gathered codes,
+    equal to the reference's."""
+    table = random_table(3, 1)
+    cache, _, reference = lazy_dense(monkeypatch, table, budget=1 << 20)
+    for node in [tuple(node) for node in lattice_of(table)][1:]:
+        held, sizes = cache.held_classes(node)
+        assert isinstance(held, LazyCodes) and held.kept is None
+        codes, same_sizes = cache.classes(node)
+        expected_codes, expected_sizes = reference.classes(node)
+        assert np.array_equal(codes, expected_codes) and codes.dtype == expected_codes.dtype
+        assert sizes is same_sizes and np.array_equal(sizes, expected_sizes)
