@@ -21,6 +21,7 @@ from engine.privacy.ldiversity import LDiversityModel
 from engine.privacy.tcloseness import TClosenessModel
 from engine.quality import make_quality_model
 from engine.search import search
+from tests.engine.lattice_tables import assert_same_search
 from tests.engine.test_dense_class_cache import assert_same_tables, three_caches
 from tests.engine.test_distribution_kernels import (adult_table, assert_same_decision, lattice_of, models_for,
                                                     random_table)
@@ -206,11 +207,7 @@ def test_searches_with_lazy_dense_tables_equal_eager_ones_on_adult(monkeypatch, 
         before = len(calls)
         runs[lazy] = search(table, [KAnonymity(2), model], make_quality_model("loss", table), 0.05)
         assert (len(calls) > before) == lazy   # the lazy kernel ran in the lazy search only
-    fast, eager = runs[True], runs[False]
-    assert fast.best.levels == eager.best.levels and fast.best.loss == eager.best.loss
-    assert fast.best.suppressed_records == eager.best.suppressed_records
-    assert np.array_equal(fast.best.suppressed, eager.best.suppressed)
-    assert fast.checked == eager.checked
+    assert_same_search(runs[True], runs[False])
 
 
 def test_held_classes_hand_out_the_lazy_table_ungathered(monkeypatch):
