@@ -23,6 +23,7 @@ from engine.quality import make_quality_model
 from engine.search import search
 from tests.engine.lattice_tables import assert_same_search
 from tests.engine.test_dense_class_cache import assert_same_tables, three_caches
+from tests.engine.test_lazy_class_tables import assert_rolled_from_warmed_equal
 from tests.engine.test_distribution_kernels import (adult_table, assert_same_decision, lattice_of, models_for,
                                                     random_table)
 
@@ -107,19 +108,7 @@ def test_lazy_dense_roll_ups_from_warmed_tables(monkeypatch, seed):
     lazy, _, _ = lazy_dense(monkeypatch, table, budget=1 << 20)
     eager = eager_dense(monkeypatch, table, 1 << 20)
     nodes = [tuple(node) for node in lattice_of(table)]
-    rng = np.random.default_rng(seed)
-    for index in rng.choice(len(nodes), min(3, len(nodes)), replace=False):
-        hub = nodes[int(index)]
-        assert lazy.warm(hub) == eager.warm(hub)
-        held = lazy._hubs[hub][0]
-        assert not isinstance(held, LazyCodes) or held.kept is not None
-    for _ in range(2):   # the second pass reads the kept key updates the first filled
-        for index in rng.permutation(len(nodes)):
-            node = nodes[int(index)]
-            got, expected = lazy._compute(node, None), eager._compute(node, None)
-            for a, b in zip(got[1:], expected[1:]):
-                assert np.array_equal(a, b) and a.dtype == b.dtype
-            assert np.array_equal(codes_of(got[0]), expected[0])
+    assert_rolled_from_warmed_equal(lazy, eager, nodes, np.random.default_rng(seed))
 
 
 def test_lazy_dense_tables_rolled_up_ahead(monkeypatch):
