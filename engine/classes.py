@@ -239,32 +239,30 @@ class ClassCache:
         if self.kernels is None or self.dense is not None or self.sensitive or self._cache or self._hubs \
                 or self._pending:
             return False
+        self._lazy = self._base_level_rows()
+        return self._lazy is not None
+
+    def _base_level_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """What a lazy table reads through (both forms'): the level rows (every base class's code at every attribute
+        level, int32), their select table and the base's origins (the base classes themselves); None when the rows
+        would exceed LEVEL_ROWS_BYTES or a quarter of the budget."""
         codes = self.base[1]
         m = codes.shape[1]
         count = sum(len(cards) for cards in self.cards)
         if count * m * 4 > min(LEVEL_ROWS_BYTES, self.budget // 4):
-            return False
+            return None
         self._flat_maps()
         heights = np.array([len(cards) for cards in self.cards], dtype=np.int64)
         rows, select = self.kernels.level_rows(codes, self._starts3, self._flat[0], heights)
-        self._lazy = (rows, select, np.arange(m, dtype=np.int32))
-        return True
+        return rows, select, np.arange(m, dtype=np.int32)
 
     def _dense_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The dense form's level rows, their select table and the base's origins (as `enable_lazy`'s), decided at
-        its first roll-up (before any rolled-up table exists, so every cached table but the base is lazy or none
-        is): None when `LAZY_DENSE` is off or the rows exceed LEVEL_ROWS_BYTES or a quarter of the budget. Why
-        lazy: entropy l-diversity's and t-closeness's checks read sizes and histograms, never codes (ADULT l=3: a
-        sixth of a dense roll-up's time went to writing codes that 98 % of the tables never had read)."""
+        """The dense form's `_base_level_rows`, decided at its first roll-up (before any rolled-up table exists, so
+        every cached table but the base is lazy or none is): None when `LAZY_DENSE` is off or the rows exceed the
+        cap. Why lazy: entropy l-diversity's and t-closeness's checks read sizes and histograms, never codes (ADULT
+        l=3: a sixth of a dense roll-up's time went to writing codes that 98 % of the tables never had read)."""
         if self._dense_lazy is None:
-            self._dense_lazy = False
-            codes = self.base[1]
-            count = sum(len(cards) for cards in self.cards)
-            if self.LAZY_DENSE and count * codes.shape[1] * 4 <= min(LEVEL_ROWS_BYTES, self.budget // 4):
-                self._flat_maps()
-                heights = np.array([len(cards) for cards in self.cards], dtype=np.int64)
-                rows, select = self.kernels.level_rows(codes, self._starts3, self._flat[0], heights)
-                self._dense_lazy = (rows, select, np.arange(codes.shape[1], dtype=np.int32))
+            self._dense_lazy = (self.LAZY_DENSE and self._base_level_rows()) or False
         return self._dense_lazy or None
 
     def _lazy_table(self, origin: np.ndarray, node: tuple[int, ...]) -> LazyCodes:

@@ -190,11 +190,11 @@ class Evaluator:
                  ) -> Evaluation:
         """`cannot_win(node, loss)` (the search's incumbent test) lets risk-based suppression stop once a loss it is
         sure to reach already loses; the evaluation is then `abandoned`, not a solution."""
+        self.seen.add(node)
+        # Loss's compiled arguments: without suppression allowed (or with a risk model) the terms are never used
+        arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
         decided = None
         if self._plain:
-            self.seen.add(node)
-            # without suppression allowed (or with a risk model) the terms would never be used
-            arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
             decision = (self.minimal_class_size, self.max_suppressed) + arguments \
                 if arguments is not None and self._lazy else None
             entry = self._plain_entry(node, hint, decision)
@@ -202,7 +202,6 @@ class Evaluator:
             if len(entry) == 6:   # rolled up and decided in one call (ClassCache.rolled_from)
                 decided = entry[3:]
         else:
-            self.seen.add(node)
             view = self.cache.view(node, hint if self.kernels is None else self._best_source(node, hint))
             codes, sizes = view.held_codes, view.sizes   # a lazy table not gathered (Evaluation.codes does)
             if self.kernels is not None:
@@ -213,8 +212,6 @@ class Evaluator:
             suppressed, count, terms = decided
             count = int(count)
         elif self.kernels is not None and self._size_only:
-            if not self._plain:
-                arguments = self.quality.compiled_loss_arguments(node) if self._loss_terms else None
             if arguments is not None and isinstance(codes, LazyCodes):   # the kept classes' codes via origins
                 suppressed, count, terms = self.kernels.suppress_and_loss_terms_lazy(
                     codes.rows, codes.picked, codes.origin, sizes, self.minimal_class_size, self.max_suppressed,
