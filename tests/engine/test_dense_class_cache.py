@@ -65,6 +65,15 @@ def disclosure_models(name: str) -> list:
             BetaLikenessModel(name, 0.5, "basic")]
 
 
+def twice_shuffled_with_hints(nodes: list, rng):
+    """(node, hint): every node twice over, in two shuffled orders, each with the node before it as hint (a small
+    budget evicts, so the sources vary: the hint, a direct specialization, the base)."""
+    for _ in range(2):
+        rng.shuffle(nodes)
+        for position, node in enumerate(nodes):
+            yield node, nodes[position - 1] if position else None
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_dense_form_equals_joint_form_and_reference(monkeypatch, seed):
     """Every node of random tables, twice over in shuffled orders with the previous node as hint (a small budget
@@ -74,22 +83,19 @@ def test_dense_form_equals_joint_form_and_reference(monkeypatch, seed):
     dense, joint, reference = three_caches(monkeypatch, table)
     nodes = [tuple(node) for node in lattice_of(table)]
     rng = np.random.default_rng(seed)
-    for _ in range(2):
-        rng.shuffle(nodes)
-        for position, node in enumerate(nodes):
-            hint = nodes[position - 1] if position else None
-            if rng.random() < 0.5:   # the classes alone first (the first phase of Flash2P asks for sizes only)
-                codes, sizes = dense.classes(node, hint)
-                expected_codes, expected_sizes = reference.classes(node, hint)
-                assert np.array_equal(codes, expected_codes) and codes.dtype == expected_codes.dtype
-                assert np.array_equal(sizes, expected_sizes) and sizes.dtype == expected_sizes.dtype
-            views = dense.view(node, hint), joint.view(node, hint), reference.view(node, hint)
-            assert_same_tables(*views, name)
-            for model in models_for(name):
-                assert_same_decision(model, views[0], views[2])
-            for model in disclosure_models(name):
-                assert np.array_equal(model.violating(views[0]), model.violating(views[2])), model.describe()
-            assert dense.nbytes <= dense.budget
+    for node, hint in twice_shuffled_with_hints(nodes, rng):
+        if rng.random() < 0.5:   # the classes alone first (the first phase of Flash2P asks for sizes only)
+            codes, sizes = dense.classes(node, hint)
+            expected_codes, expected_sizes = reference.classes(node, hint)
+            assert np.array_equal(codes, expected_codes) and codes.dtype == expected_codes.dtype
+            assert np.array_equal(sizes, expected_sizes) and sizes.dtype == expected_sizes.dtype
+        views = dense.view(node, hint), joint.view(node, hint), reference.view(node, hint)
+        assert_same_tables(*views, name)
+        for model in models_for(name):
+            assert_same_decision(model, views[0], views[2])
+        for model in disclosure_models(name):
+            assert np.array_equal(model.violating(views[0]), model.violating(views[2])), model.describe()
+        assert dense.nbytes <= dense.budget
 
 
 def test_dense_form_on_adult(monkeypatch):
@@ -125,6 +131,15 @@ def test_every_node_from_the_base(monkeypatch, seed):
     assert len(dense) == 0 and (dense._deltas[1].all() or len(lattice_of(table)) == 1)
 
 
+def prefetched_in_turn(cache, nodes: list, rng):
+    """Every node once in random order, each after the worker was asked to roll three random nodes up ahead (some
+    still pending, some done, some the node itself)."""
+    for index in rng.permutation(len(nodes)):
+        for other in rng.choice(len(nodes), 3):
+            cache.prefetch(nodes[int(other)])
+        yield nodes[int(index)]
+
+
 def test_roll_up_dense_base_equals_roll_up_dense(monkeypatch):
     from engine import _distribution_numba as compiled
 
@@ -156,10 +171,7 @@ def test_prefetched_dense_roll_ups_are_the_tables_asked_for(monkeypatch):
     nodes = [tuple(node) for node in lattice_of(table)]
     rng = np.random.default_rng(8)
     try:
-        for index in rng.permutation(len(nodes)):
-            for other in rng.choice(len(nodes), 3):
-                ahead.prefetch(nodes[int(other)])
-            node = nodes[int(index)]
+        for node in prefetched_in_turn(ahead, nodes, rng):
             assert_same_tables(ahead.view(node), joint.view(node), reference.view(node), name)
             plain.view(node)
         assert len(ahead._pending) <= 4 and set(ahead._cache) == set(plain._cache)

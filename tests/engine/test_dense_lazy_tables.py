@@ -22,7 +22,8 @@ from engine.privacy.tcloseness import TClosenessModel
 from engine.quality import make_quality_model
 from engine.search import search
 from tests.engine.lattice_tables import assert_same_search
-from tests.engine.test_dense_class_cache import assert_same_tables, three_caches
+from tests.engine.test_dense_class_cache import (assert_same_tables, prefetched_in_turn, three_caches,
+                                                 twice_shuffled_with_hints)
 from tests.engine.test_lazy_class_tables import assert_rolled_from_warmed_equal
 from tests.engine.test_distribution_kernels import (adult_table, assert_same_decision, lattice_of, models_for,
                                                     random_table)
@@ -70,17 +71,14 @@ def test_lazy_dense_tables_equal_eager_ones_and_the_reference(monkeypatch, seed)
     eager = eager_dense(monkeypatch, table, lazy.budget)
     nodes = [tuple(node) for node in lattice_of(table)]
     rng = np.random.default_rng(seed)
-    for _ in range(2):
-        rng.shuffle(nodes)
-        for position, node in enumerate(nodes):
-            hint = nodes[position - 1] if position else None
-            views = lazy.view(node, hint), joint.view(node, hint), reference.view(node, hint)
-            eager.view(node, hint)
-            assert_same_entry(lazy, eager, node)
-            assert_same_tables(*views, name)
-            for model in models_for(name)[::2]:
-                assert_same_decision(model, views[0], views[2])
-            assert lazy.nbytes <= lazy.budget
+    for node, hint in twice_shuffled_with_hints(nodes, rng):
+        views = lazy.view(node, hint), joint.view(node, hint), reference.view(node, hint)
+        eager.view(node, hint)
+        assert_same_entry(lazy, eager, node)
+        assert_same_tables(*views, name)
+        for model in models_for(name)[::2]:
+            assert_same_decision(model, views[0], views[2])
+        assert lazy.nbytes <= lazy.budget
     assert lazy._dense_lazy and eager._dense_lazy is False
 
 
@@ -122,10 +120,7 @@ def test_lazy_dense_tables_rolled_up_ahead(monkeypatch):
     nodes = [tuple(node) for node in lattice_of(table)]
     rng = np.random.default_rng(8)
     try:
-        for index in rng.permutation(len(nodes)):
-            for other in rng.choice(len(nodes), 3):
-                ahead.prefetch(nodes[int(other)])
-            node = nodes[int(index)]
+        for node in prefetched_in_turn(ahead, nodes, rng):
             view = ahead.view(node)
             assert_same_tables(view, joint.view(node), reference.view(node), name)
             eager.view(node)
