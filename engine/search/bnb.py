@@ -15,6 +15,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from ..lattice import Lattice
 from ..privacy.configuration import Monotonicity
 from ..quality.base import QualityModel
@@ -23,15 +25,18 @@ from .evaluator import Evaluator
 from .tags import ExplicitTags, make_tags
 
 Node = tuple[int, ...]
+READER_LIMIT = 1 << 22   # transformations: up to this a search without a caller's reader makes its level bounds
 
 
 def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
                      progress: Progress, start: Iterable[Node] | None = None,
-                     admissible: Callable[[Node], bool] | None = None, known: dict[Node, float] | None = None
-                     ) -> dict:
+                     admissible: Callable[[Node], bool] | None = None, known: dict[Node, float] | None = None,
+                     admissible_flags: np.ndarray | None = None, bound_item: Callable | None = None) -> dict:
     """Run to completion (or the deadline); returns counters. `admissible` filters successors (Flash2P: the region
     already known to satisfy the minimal class size); `known` maps transformations already evaluated and offered
-    to the incumbent to the bound from their classes."""
+    to the incumbent to the bound from their classes. `admissible_flags`: the same filter as booleans in the
+    lattice's flat C order (`admissible` of a node is its flag), read by index instead of calling `admissible`;
+    `bound_item`: `QualityModel.level_bound_reader`'s reader when the caller has one (made here otherwise)."""
     quality = evaluator.quality
     configuration = evaluator.configuration
     privacy = configuration.privacy_monotonicity
@@ -45,6 +50,10 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     # quality model that has one, the progress bar's count only when there is a bar.
     is_ruled_out = _membership(ruled_out, lattice)
     is_failing = _membership(failing, lattice)
+    # Where the tags' flags are indexed by the node's number itself (`_flat`): membership is a byte read by that
+    # number, the level bounds one array read (`level_bound_reader`, `bound`'s bits), and a ruled-out successor
+    # is tagged by number (compiled where the kernels are loaded), so a successor costs no tuple until queued.
+    flat = _flat(evaluator, lattice, ruled_out, failing, admissible, admissible_flags, bound_item)
     from_classes = type(quality).lower_bound_from_classes is not QualityModel.lower_bound_from_classes
     counting = getattr(progress, "bar", progress) is not None
     ahead = evaluator.ahead   # engine.search.ahead_policy
@@ -59,6 +68,9 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
         index = sum(level * place for level, place in zip(node, strides))
         seen.add(index)
         heapq.heappush(queue, (quality.bound(node), sum(node), node, None, index))
+    if flat is not None:
+        return _flat_loop(evaluator, incumbent, deadline, progress, queue, seen, strides, upper, known, counters,
+                          failing, flat, from_classes, counting)
     while queue:
         bound, total, node, parent, index = heapq.heappop(queue)
         if bound > incumbent.loss:
@@ -125,3 +137,120 @@ def _membership(tags, lattice: Lattice) -> Callable[[Node], bool]:
     if isinstance(tags, ExplicitTags) and not any(lattice.lower):
         return tags.flags.item
     return tags.__contains__
+
+
+class _Flat:
+    """What `_flat_loop` reads by a node's number: the ruled-out, failing and admissible flags as bytes, the level
+    bound reader, and how to tag a ruled-out node's up-set by its number."""
+
+    def __init__(self, ruled_out: ExplicitTags, failing: ExplicitTags, admissible: memoryview | None,
+                 bound_item: Callable, tag_ruled_out: Callable[[int, Node], None]) -> None:
+        self.ruled_out = ruled_out.buffer
+        self.failing = failing.buffer
+        self.admissible = admissible
+        self.bound_item = bound_item
+        self.tag_ruled_out = tag_ruled_out
+
+
+def _flat(evaluator: Evaluator, lattice: Lattice, ruled_out, failing, admissible, admissible_flags,
+          bound_item) -> _Flat | None:
+    """`_Flat` where the tags are explicit and indexed by the levels (every lower level 0), the admissible region
+    (if any) is given as flags and the quality model has a level bound reader; None elsewhere (the loop by
+    tuples, the reference)."""
+    if not (isinstance(ruled_out, ExplicitTags) and isinstance(failing, ExplicitTags)) or any(lattice.lower):
+        return None
+    if admissible is not None and admissible_flags is None:
+        return None
+    if bound_item is None:
+        bound_item = evaluator.quality.level_bound_reader(lattice.upper) if lattice.size <= READER_LIMIT else None
+        if bound_item is None:
+            return None
+    flags = None if admissible_flags is None else memoryview(admissible_flags.reshape(-1)).cast("B")
+    tag = ruled_out.tag
+    if evaluator.kernels is not None:   # the up-set by number, the same flags as ExplicitTags.tag's slices
+        from .. import _flash_numba
+
+        up_set = _flash_numba.tag_up_set
+        row = ruled_out.flags.reshape(-1)
+        dims = np.array([ruled_out.flags.shape, _strides(lattice.upper)], dtype=np.int64).reshape(2, -1)
+
+        def tag_number(index: int, node: Node) -> None:
+            up_set(row, index, dims)
+    else:
+        def tag_number(index: int, node: Node) -> None:
+            tag(node)
+    return _Flat(ruled_out, failing, flags, bound_item, tag_number)
+
+
+def _flat_loop(evaluator: Evaluator, incumbent: Incumbent, deadline: Deadline, progress: Progress, queue: list,
+               seen: set[int], strides: tuple[int, ...], upper: Node, known: dict[Node, float] | None,
+               counters: dict, failing, flat: _Flat, from_classes: bool, counting: bool) -> dict:
+    """`branch_and_bound`'s loop on nodes numbered in the lattice's mixed radix (`_flat`): the same pops, checks,
+    tags, counts and pushes in the same order, with flags read by number, bounds read from the level bound array,
+    `incumbent.rules_out`'s common case (a bound not equal to the incumbent's loss) inline, and a successor's tuple
+    built only when it is queued."""
+    quality = evaluator.quality
+    privacy = evaluator.configuration.privacy_monotonicity
+    ahead = evaluator.ahead
+    rules_out = incumbent.rules_out
+    ruled, failing_flags, admissible = flat.ruled_out, flat.failing, flat.admissible
+    bound_item, tag_ruled_out = flat.bound_item, flat.tag_ruled_out
+    heappush, heappop = heapq.heappush, heapq.heappop
+    axes = tuple(zip(range(len(upper)), upper, strides))
+    partial = privacy is Monotonicity.PARTIAL
+    full = privacy is Monotonicity.FULL
+    monotone = privacy is not Monotonicity.NONE
+    while queue:
+        bound, total, node, parent, index = heappop(queue)
+        key = incumbent.key
+        if key is not None and bound >= key[0]:
+            if bound > key[0]:
+                break   # every transformation left is bounded below by `bound`
+            if rules_out(node, bound):
+                continue
+        if ruled[index]:
+            continue
+        if deadline.passed():
+            counters["complete"] = False
+            break
+        class_bound = 0.0
+        if known is not None and node in known:
+            class_bound = known[node]
+        elif monotone and failing_flags[index]:
+            counters["pruned_by_privacy"] += 1
+        else:
+            if ahead.tick() and queue:
+                evaluator.prefetch(queue[0][2], queue[0][3])
+            before = evaluator.checked if counting else 0
+            evaluation = evaluator.evaluate(node, parent, rules_out)
+            if counting:
+                progress.update(evaluator.checked - before)
+            if from_classes:
+                class_bound = quality.lower_bound_from_classes(evaluation.sizes)
+            incumbent.offer(evaluation)
+            if not evaluation.solution and not evaluation.abandoned and (full or (
+                    partial and not evaluator.m_anonymous(node))):
+                failing.tag(node)
+        key = incumbent.key
+        for i, top, stride in axes:
+            level = node[i]
+            successor_index = index + stride
+            if level >= top or successor_index in seen:
+                continue
+            if admissible is not None and not admissible[successor_index]:
+                continue
+            seen.add(successor_index)
+            successor_bound = bound_item(successor_index)
+            successor_key = successor_bound if successor_bound >= class_bound else class_bound
+            if key is not None and successor_key >= key[0] and (
+                    successor_key > key[0] or rules_out(node[:i] + (level + 1,) + node[i + 1:], successor_key)):
+                tag_ruled_out(successor_index, node[:i] + (level + 1,) + node[i + 1:])
+                counters["pruned_by_bound"] += 1
+                continue
+            if ruled[successor_index]:
+                tag_ruled_out(successor_index, node[:i] + (level + 1,) + node[i + 1:])
+                counters["pruned_by_bound"] += 1
+                continue
+            heappush(queue, (successor_key, total + 1, node[:i] + (level + 1,) + node[i + 1:], node,
+                             successor_index))
+    return counters

@@ -736,7 +736,7 @@ class FlashSearch:
             seeds = [n for n in self.anonymous.minimal() if not self.insufficient_quality(n)]
             second = branch_and_bound(self.evaluator, lattice, self.incumbent, self.deadline, self.progress,
                                       start=seeds, admissible=lambda n: n in self.anonymous,
-                                      known=self.class_bounds)
+                                      known=self.class_bounds, admissible_flags=flags, bound_item=self._bound_item)
         if self.two_phase and self.complete:
             counters["pruned_by_bound"] += second["pruned_by_bound"]
             counters["complete"] = second["complete"]
