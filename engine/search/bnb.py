@@ -141,10 +141,11 @@ def _membership(tags, lattice: Lattice) -> Callable[[Node], bool]:
 
 class _Flat:
     """What `_flat_loop` reads by a node's number: the ruled-out, failing and admissible flags as bytes, the level
-    bound reader, and how to tag a ruled-out node's up-set by its number."""
+    bound reader, and how to tag a ruled-out successor's up-set (its number, its node, the attribute raised: the
+    successor's tuple is built only where the tags are set by slices)."""
 
     def __init__(self, ruled_out: ExplicitTags, failing: ExplicitTags, admissible: memoryview | None,
-                 bound_item: Callable, tag_ruled_out: Callable[[int, Node], None]) -> None:
+                 bound_item: Callable, tag_ruled_out: Callable[[int, Node, int], None]) -> None:
         self.ruled_out = ruled_out.buffer
         self.failing = failing.buffer
         self.admissible = admissible
@@ -174,11 +175,11 @@ def _flat(evaluator: Evaluator, lattice: Lattice, ruled_out, failing, admissible
         row = ruled_out.flags.reshape(-1)
         dims = np.array([ruled_out.flags.shape, _strides(lattice.upper)], dtype=np.int64).reshape(2, -1)
 
-        def tag_number(index: int, node: Node) -> None:
+        def tag_number(index: int, node: Node, axis: int) -> None:
             up_set(row, index, dims)
     else:
-        def tag_number(index: int, node: Node) -> None:
-            tag(node)
+        def tag_number(index: int, node: Node, axis: int) -> None:
+            tag(node[:axis] + (node[axis] + 1,) + node[axis + 1:])
     return _Flat(ruled_out, failing, flags, bound_item, tag_number)
 
 
@@ -242,13 +243,14 @@ def _flat_loop(evaluator: Evaluator, incumbent: Incumbent, deadline: Deadline, p
             seen.add(successor_index)
             successor_bound = bound_item(successor_index)
             successor_key = successor_bound if successor_bound >= class_bound else class_bound
-            if key is not None and successor_key >= key[0] and (
-                    successor_key > key[0] or rules_out(node[:i] + (level + 1,) + node[i + 1:], successor_key)):
-                tag_ruled_out(successor_index, node[:i] + (level + 1,) + node[i + 1:])
+            # A flagged successor lies in the up-set of a tagged node, so its own up-set is flagged already:
+            # tagging it again (as the loop on tuples does) changes no flag
+            if ruled[successor_index]:
                 counters["pruned_by_bound"] += 1
                 continue
-            if ruled[successor_index]:
-                tag_ruled_out(successor_index, node[:i] + (level + 1,) + node[i + 1:])
+            if key is not None and successor_key >= key[0] and (
+                    successor_key > key[0] or rules_out(node[:i] + (level + 1,) + node[i + 1:], successor_key)):
+                tag_ruled_out(successor_index, node, i)
                 counters["pruned_by_bound"] += 1
                 continue
             heappush(queue, (successor_key, total + 1, node[:i] + (level + 1,) + node[i + 1:], node,
