@@ -25,7 +25,8 @@ from .evaluator import Evaluator
 from .tags import ExplicitTags, make_tags
 
 Node = tuple[int, ...]
-READER_LIMIT = 1 << 22   # transformations: up to this a search without a caller's reader makes its level bounds
+READER_LIMIT = 1 << 20   # transformations: up to this (8 MB of float64) a search without a caller's reader makes its
+#                          level bounds at once (the loop on tuples keeps a bound per queued node in a memo instead)
 
 
 def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumbent, deadline: Deadline,
