@@ -48,24 +48,28 @@ def rolled_keys(codes, key, changed, starts, maps, places):
 
 @numba.njit(inline="always", nogil=True)
 def base_keys(codes, key, changed, starts, maps, places, deltas, ready, rows):
-    """`rolled_keys` from the base classes with the updates kept: deltas[rows[c]] holds, per base class, what
-    attribute changed[c] adds to the key at its new level, filled on first use (ready) and kept by the caller, so a
-    search that rolls up from the base many times adds contiguous rows instead of gathering through the maps."""
+    """`rolled_keys` from the base classes with the updates kept: deltas[rows[c]] holds, per base class, how much
+    attribute changed[c]'s code moves at its new level (mapped code - code; the key moves by that x its place),
+    filled on first use (ready) and kept by the caller, so a search that rolls up from the base many times adds
+    contiguous rows instead of gathering through the maps. Code moves rather than key moves: they fit the narrow
+    integer the caller picks (int16 while every cardinality is at most 32,768, engine.classes.ClassCache
+    ._delta_layout; int32 always), where FARS's key moves need int64: a quarter of the bytes read per base
+    roll-up, for a multiply per class that the vector unit hides. The keys are the same integers."""
     m = codes.shape[1]
     keys = key.copy()
     for c in range(changed.size):
         r = rows[c]
         delta = deltas[r]
+        place = places[changed[c]]
         if not ready[r]:
             row = codes[changed[c]]
             start = starts[c]
-            place = places[changed[c]]
             for j in range(m):
                 v = np.int64(row[j])
-                delta[j] = (maps[start + v] - v) * place
+                delta[j] = maps[start + v] - v
             ready[r] = True
         for j in range(m):
-            keys[j] += delta[j]
+            keys[j] += np.int64(delta[j]) * place
     return keys
 
 

@@ -514,24 +514,29 @@ class ClassCache:
         if self.kernels is None:
             return None
         self._hub_deltas[hub] = None   # unless made below
-        delta_rows, count = self._delta_layout(hub)
+        delta_rows, count, dtype = self._delta_layout(hub)
         # Allocated, not touched: a row takes memory when the compiled roll-up first fills it (counted then).
         if not self._make_room(count, hub):
             return None
-        deltas = (np.empty((count, self._hubs[hub][1].size), dtype=np.int64), np.zeros(count, dtype=np.bool_),
+        deltas = (np.empty((count, self._hubs[hub][1].size), dtype=dtype), np.zeros(count, dtype=np.bool_),
                   delta_rows, self._padded(delta_rows))
         self._hub_deltas[hub] = deltas
         self.hub_nbytes += count
         return deltas
 
-    def _delta_layout(self, levels: tuple[int, ...]) -> tuple[list[list[int]], int]:
+    def _delta_layout(self, levels: tuple[int, ...]) -> tuple[list[list[int]], int, type]:
         """Where the key updates of a source at `levels` (the base or a hub) keep each attribute's levels above
-        its own: per attribute and level, a row number (-1 at and below the source's level), and how many rows."""
-        rows, count = [], 0
+        its own: per attribute and level, a row number (-1 at and below the source's level), how many rows, and
+        their integer type. A row holds code moves (mapped code - code, engine._keys_numba.base_keys), within
+        +-(cardinality - 1): int16 while every cardinality at and above the source's levels is at most 32,768 (a
+        quarter of int64's bytes read per base roll-up), int32 otherwise (codes are int32)."""
+        rows, count, widest = [], 0, 1
         for level, cards in zip(levels, self.cards):
             rows.append([-1] * (level + 1) + list(range(count, count + len(cards) - level - 1)))
             count += len(cards) - level - 1
-        return rows, count
+            if len(cards) > level + 1:   # rows above the source's level: codes below these cardinalities
+                widest = max([widest, *cards[level:]])
+        return rows, count, (np.int16 if widest - 1 <= np.iinfo(np.int16).max else np.int32)
 
     def _hub_size(self, hub: tuple[int, ...]) -> int:
         """Bytes a warmed table holds, with the rows of key updates filled so far (before it is released)."""
@@ -539,7 +544,7 @@ class ClassCache:
         deltas = self._hub_deltas.get(hub)   # None: none yet, or none kept (over the cap)
         if deltas is None:
             return size
-        return size + deltas[1].nbytes + int(np.count_nonzero(deltas[1])) * deltas[0].shape[1] * 8
+        return size + deltas[1].nbytes + int(np.count_nonzero(deltas[1])) * deltas[0].shape[1] * deltas[0].itemsize
 
     def merged_share(self, axis: int, level: int, sample: int = 4096) -> float | None:
         """An estimate, from every k-th base class (about `sample` of them), of the share of the base classes that
@@ -642,11 +647,11 @@ class ClassCache:
 
     def _count_hub_rows(self, hub: tuple[int, ...], filled: int, width: int) -> None:
         """A warmed table's rows of kept key updates are memory once a roll-up fills them: `filled` new rows of
-        `width` int64 are counted then, within the hubs' cap; when the hub alone is over the cap with its rows,
+        `width` entries are counted then, within the hubs' cap; when the hub alone is over the cap with its rows,
         the rows go (the hub stays)."""
         if not filled:
             return
-        self.hub_nbytes += filled * width * 8
+        self.hub_nbytes += filled * width * self._hub_deltas[hub][0].itemsize
         if not self._make_room(0, hub):
             self.hub_nbytes -= self._hub_size(hub) - self._size(self._hubs[hub])
             self._hub_deltas[hub] = None
@@ -789,13 +794,13 @@ class ClassCache:
         compiled roll-up on first use, `roll_up_base`), and which rows are filled; None when they would take more
         than BASE_DELTA_BYTES or a quarter of the cache's budget. Outside the cache's bound, like the base."""
         if self._deltas is None:
-            self._delta_rows, count = self._delta_layout(self.base[0])
+            self._delta_rows, count, dtype = self._delta_layout(self.base[0])
             self._delta_rows2 = self._padded(self._delta_rows)   # as an array, for roll_up_base_levels
             m = self.base[2].size   # base classes of the cache's form
-            if count * m * 8 > min(BASE_DELTA_BYTES, self.budget // 4):
+            if count * m * np.dtype(dtype).itemsize > min(BASE_DELTA_BYTES, self.budget // 4):
                 self._deltas = False
             else:
-                self._deltas = (np.empty((count, m), dtype=np.int64), np.zeros(count, dtype=np.bool_))
+                self._deltas = (np.empty((count, m), dtype=dtype), np.zeros(count, dtype=np.bool_))
         return self._deltas or None
 
     def _changes(self, source: tuple[int, ...], node: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
