@@ -95,7 +95,7 @@ def test_cache_with_hubs_equals_the_reference(seed: int) -> None:
         if held is None:
             continue
         assert held[3].shape == (len(hub), max(len(c) for c in fast.cards))
-        rows_bytes = int(np.count_nonzero(held[1])) * held[0].shape[1] * 8
+        rows_bytes = int(np.count_nonzero(held[1])) * held[0].shape[1] * held[0].itemsize
         assert fast._hub_size(hub) == fast._size(fast._hubs[hub]) + held[1].nbytes + rows_bytes
     assert fast.hub_nbytes == sum(fast._hub_size(h) for h in fast._hubs)
     assert any(held is not None and held[1].any() for held in fast._hub_deltas.values())   # hub rows were used
