@@ -78,10 +78,10 @@ def new_index(bits):
 def find(index, keys, key, bits):
     """The slot of the index table holding the number t of the class with keys[t] == key, or the empty slot where
     it goes (index[slot] < 0): linear probing from the key's Fibonacci hash in a table of 2^bits slots."""
-    mask = (np.int64(1) << bits) - 1
-    slot = np.int64((np.uint64(key) * GOLDEN) >> np.uint64(64 - bits))
+    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+    slot = (np.uint64(key) * GOLDEN) >> np.uint64(64 - bits)
     while True:
         t = index[slot]
-        if t < 0 or keys[t] == key:
+        if t < 0 or keys[np.uint64(t)] == key:
             return slot
-        slot = (slot + 1) & mask
+        slot = (slot + np.uint64(1)) & mask

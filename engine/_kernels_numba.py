@@ -349,7 +349,7 @@ def _merged(sizes, keys, minimal, bound):
         slot = find(index, new_keys, k, bits)
         t = index[slot]
         if t >= 0:
-            new_sizes[t] += sizes[j]
+            new_sizes[np.uint64(t)] += sizes[j]
         else:
             if u == cap:
                 raise ValueError("roll-up: more classes than the product of the target levels' cardinalities")
@@ -446,8 +446,8 @@ def lazy_keys(rows, select, origin, key, levels, changed, where, maps, places):
         start = where[c]
         place = places[i]
         for j in range(m):
-            v = np.int64(row[origin[j]])
-            keys[j] += (maps[start + v] - v) * place
+            v = np.int64(row[np.uint64(origin[j])])
+            keys[j] += (maps[np.uint64(start + v)] - v) * place
     return keys
 
 
@@ -467,7 +467,7 @@ def _merge_origin(origin, sizes, keys, minimal, bound):
     new_sizes, new_keys, member, u, below = _merged(sizes, keys, minimal, bound)
     new_origin = np.empty(u, np.int32)
     for t in range(u):
-        new_origin[t] = origin[member[t]]
+        new_origin[t] = origin[np.uint64(member[t])]
     return new_origin, new_sizes, new_keys, below
 
 
@@ -498,9 +498,9 @@ def suppress_and_loss_terms_lazy(rows, picked, origin, sizes, minimal, limit, we
     for k in range(n):
         t = kept_classes[k]
         s = sizes[t]
-        o = origin[t]
+        o = np.uint64(origin[t])
         for i in range(d):
-            kept[i] += s * weights[offsets[i] + rows[picked[i], o]]
+            kept[i] += s * weights[np.uint64(offsets[i] + rows[picked[i], o])]
     return suppressed, total, _terms_of_kept(kept, total, domain, generalization, suppression, floor, span, positive)
 
 

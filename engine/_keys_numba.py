@@ -42,7 +42,7 @@ def rolled_keys(codes, key, changed, starts, maps, places):
         place = places[i]
         for j in range(m):
             v = np.int64(row[j])
-            keys[j] += (maps[start + v] - v) * place
+            keys[j] += (maps[np.uint64(start + v)] - v) * place
     return keys
 
 
@@ -83,12 +83,12 @@ def class_codes(codes, member, u, changed, starts, maps):
     d = codes.shape[0]
     new_codes = np.empty((d, u), np.int32)
     for t in range(u):
-        j = member[t]
+        j = np.uint64(member[t])
         for i in range(d):
             new_codes[i, t] = codes[i, j]
     for c in range(changed.size):
         out = new_codes[changed[c]]
         start = starts[c]
         for t in range(u):
-            out[t] = maps[start + out[t]]
+            out[t] = maps[np.uint64(start + out[t])]
     return new_codes
