@@ -14,6 +14,11 @@ instead (`new_index`, `find`): one int32 per slot, the number of the class whose
 from that array. A quarter of the pair table's bytes (FARS's 8,641 base classes: 128 KB instead of 512 KB, inside
 the core's L2 cache), so a roll-up merges about a quarter faster; the classes and their order are the same.
 
+`find` keeps its slots unsigned and reads a class's key at an unsigned number: numba adds a negative-index
+wraparound (a compare and a select) to every index of a signed type, and these never are negative; with the
+callers' other known non-negative indices unsigned too (engine._kernels_numba, engine._keys_numba), FARS's and
+ADULT's lazy roll-ups measured 5-15 % faster, same results.
+
 numba's cache checks only the cached function's own file: after a change here, clear the callers' caches
 (`__pycache__/*.nbi|*.nbc` of engine/) or they keep the old probe.
 """

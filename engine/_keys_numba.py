@@ -7,6 +7,9 @@ The joint roll-ups (engine._kernels_numba) and the dense form's (engine._distrib
 take each merged class's codes from its first input (`class_codes`); `inline="always"` puts these loops in each
 kernel, so sharing them costs nothing per class.
 
+Indices read from arrays (codes into the maps, first members) are cast to np.uint64: numba then emits no
+negative-index wraparound for them (engine._hash_numba).
+
 numba's cache checks only the cached function's own file: after a change here, clear the callers' caches
 (`__pycache__/*.nbi|*.nbc` of engine/) or they keep the old loops.
 """
