@@ -1,8 +1,9 @@
-"""The dense roll-ups' histogram merge on machine words (engine._distribution_numba._add_rows): rows of whole uint32
-words, at most ROW_WORDS of them, are added as words at a width fixed when compiled (`_add_words`), others cell by
-cell. Every roll-up kernel must give numpy's scatter-add of the source rows, in the source's cells, for every row
-width on each side of the word path (odd and even cards, int16 and int32 cells), and with counts up to the cell
-type's largest value next to each other in a word (a carry across cells would change the neighbour)."""
+"""The dense roll-ups' histogram merge on machine words (engine._distribution_numba._merged_dense): rows of whole
+uint32 words, at most ROW_WORDS of them, are summed as words during the grouping, at a width fixed when compiled
+(`_hash_by_width`), others cell by cell after it. Every roll-up kernel must give numpy's scatter-add of the source
+rows, in the source's cells, for every row width on each side of the word path (odd and even cards, int16 and int32
+cells), and with counts up to the cell type's largest value next to each other in a word (a carry across cells would
+change the neighbour)."""
 from __future__ import annotations
 
 import numpy as np
