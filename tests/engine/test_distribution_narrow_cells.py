@@ -1,6 +1,6 @@
 """The class cache's dense histogram in int16 cells (engine._distribution_numba.cell_dtype): tables of at most
 NARROW_RECORDS records group, roll up and decide on int16 cells, larger ones on int32, with the same classes, counts
-and decisions bit for bit; and the flat row merge (`_add_rows`) equals numpy's scatter-add."""
+and decisions bit for bit; and the row merge of `_merged_dense` equals numpy's scatter-add."""
 from __future__ import annotations
 
 import numpy as np
