@@ -57,7 +57,6 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
     flat = _flat(evaluator, lattice, ruled_out, failing, admissible, admissible_flags, bound_item)
     from_classes = type(quality).lower_bound_from_classes is not QualityModel.lower_bound_from_classes
     counting = getattr(progress, "bar", progress) is not None
-    ahead = evaluator.ahead   # engine.search.ahead_policy
     bounds: dict = quality.__dict__.setdefault("_bound_memo", {})   # see QualityModel.bound
     # A node is seen once queued (or filtered out); seen nodes are kept as their number in the lattice's mixed
     # radix (`_strides`), carried in the queue after the node (never compared: nodes are unique), so that a successor
@@ -87,19 +86,7 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
         elif privacy is not Monotonicity.NONE and is_failing(node):
             counters["pruned_by_privacy"] += 1
         else:
-            # the likely next check rolls up on the worker thread meanwhile, while that pays (measured per check)
-            if ahead.tick() and queue:
-                evaluator.prefetch(queue[0][2], queue[0][3])
-            before = evaluator.checked if counting else 0
-            evaluation = evaluator.evaluate(node, parent, incumbent.rules_out)
-            if counting:
-                progress.update(evaluator.checked - before)
-            if from_classes:
-                class_bound = quality.lower_bound_from_classes(evaluation.sizes)
-            incumbent.offer(evaluation)
-            if not evaluation.solution and not evaluation.abandoned and (privacy is Monotonicity.FULL or (
-                    privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
-                failing.tag(node)
+            class_bound = _check(evaluator, incumbent, failing, node, parent, queue, progress, counting, from_classes)
         # lattice.successors, inline (one attribute one level up, in attribute order); a seen one is skipped by its
         # number before its tuple is built
         for i, level in enumerate(node):
@@ -119,6 +106,27 @@ def branch_and_bound(evaluator: Evaluator, lattice: Lattice, incumbent: Incumben
                 continue
             heapq.heappush(queue, (key, total + 1, successor, node, index + strides[i]))   # its sum of levels
     return counters
+
+
+def _check(evaluator: Evaluator, incumbent: Incumbent, failing, node: Node, parent: Node | None, queue: list,
+           progress: Progress, counting: bool, from_classes: bool) -> float:
+    """One check, as both loops make it: the likely next check rolled up on the worker thread meanwhile while that
+    pays (measured per check, engine.search.ahead_policy), the evaluation offered to the incumbent, and a node that
+    fails tagged where privacy's monotonicity carries the failure to its specializations. Returns the bound on
+    the loss of its generalizations that its classes give (0 for a quality model without one)."""
+    if evaluator.ahead.tick() and queue:
+        evaluator.prefetch(queue[0][2], queue[0][3])
+    before = evaluator.checked if counting else 0
+    evaluation = evaluator.evaluate(node, parent, incumbent.rules_out)
+    if counting:
+        progress.update(evaluator.checked - before)
+    class_bound = evaluator.quality.lower_bound_from_classes(evaluation.sizes) if from_classes else 0.0
+    incumbent.offer(evaluation)
+    privacy = evaluator.configuration.privacy_monotonicity
+    if not evaluation.solution and not evaluation.abandoned and (privacy is Monotonicity.FULL or (
+            privacy is Monotonicity.PARTIAL and not evaluator.m_anonymous(node))):
+        failing.tag(node)
+    return class_bound
 
 
 def _strides(upper: Node) -> tuple[int, ...]:
@@ -191,16 +199,12 @@ def _flat_loop(evaluator: Evaluator, incumbent: Incumbent, deadline: Deadline, p
     tags, counts and pushes in the same order, with flags read by number, bounds read from the level bound array,
     `incumbent.rules_out`'s common case (a bound not equal to the incumbent's loss) inline, and a successor's tuple
     built only when it is queued."""
-    quality = evaluator.quality
     privacy = evaluator.configuration.privacy_monotonicity
-    ahead = evaluator.ahead
     rules_out = incumbent.rules_out
     ruled, failing_flags, admissible = flat.ruled_out, flat.failing, flat.admissible
     bound_item, tag_ruled_out = flat.bound_item, flat.tag_ruled_out
     heappush, heappop = heapq.heappush, heapq.heappop
     axes = tuple(zip(range(len(upper)), upper, strides))
-    partial = privacy is Monotonicity.PARTIAL
-    full = privacy is Monotonicity.FULL
     monotone = privacy is not Monotonicity.NONE
     while queue:
         bound, total, node, parent, index = heappop(queue)
@@ -221,18 +225,7 @@ def _flat_loop(evaluator: Evaluator, incumbent: Incumbent, deadline: Deadline, p
         elif monotone and failing_flags[index]:
             counters["pruned_by_privacy"] += 1
         else:
-            if ahead.tick() and queue:
-                evaluator.prefetch(queue[0][2], queue[0][3])
-            before = evaluator.checked if counting else 0
-            evaluation = evaluator.evaluate(node, parent, rules_out)
-            if counting:
-                progress.update(evaluator.checked - before)
-            if from_classes:
-                class_bound = quality.lower_bound_from_classes(evaluation.sizes)
-            incumbent.offer(evaluation)
-            if not evaluation.solution and not evaluation.abandoned and (full or (
-                    partial and not evaluator.m_anonymous(node))):
-                failing.tag(node)
+            class_bound = _check(evaluator, incumbent, failing, node, parent, queue, progress, counting, from_classes)
         key = incumbent.key
         for i, top, stride in axes:
             level = node[i]
