@@ -20,7 +20,7 @@ import numpy as np
 
 from ._hash_numba import find, grow, new_index, new_table, probe, table_bits
 from ._keys_numba import base_keys, class_codes, radix_keys, rolled_keys
-from ._kernels_numba import lazy_keys
+from ._kernels_numba import lazy_keys, origins_of
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -316,10 +316,7 @@ def _merge_dense_origin(origin, sizes, keys, counts):
     """`_merge_dense` writing each new class's origin (its first member's, engine.classes.LazyCodes) instead of its
     d codes: the lazy dense roll-ups' second half."""
     new_sizes, new_keys, new_counts, member, u = _merged_dense(sizes, keys, counts)
-    new_origin = np.empty(u, np.int32)
-    for t in range(u):
-        new_origin[t] = origin[member[t]]
-    return new_origin, new_sizes, new_keys, new_counts
+    return origins_of(origin, member, u), new_sizes, new_keys, new_counts
 
 
 ROW_WORDS = 8   # the dense merge sums rows of at most this many uint32 words (32 bytes: 16 int16 or 8 int32 cells) as words

@@ -465,10 +465,17 @@ def roll_up_base_levels_lazy(codes, origin, sizes, key, levels, starts, maps, pl
 def _merge_origin(origin, sizes, keys, minimal, bound):
     """`_merge` writing each new class's origin (its first member's) instead of its codes."""
     new_sizes, new_keys, member, u, below = _merged(sizes, keys, minimal, bound)
+    return origins_of(origin, member, u), new_sizes, new_keys, below
+
+
+@numba.njit(inline="always", nogil=True)
+def origins_of(origin, member, u):
+    """The u merged classes' origins: each one's first member's (both forms' lazy merges share it; the dense form's
+    is engine._distribution_numba._merge_dense_origin)."""
     new_origin = np.empty(u, np.int32)
     for t in range(u):
         new_origin[t] = origin[np.uint64(member[t])]
-    return new_origin, new_sizes, new_keys, below
+    return new_origin
 
 
 @_jit
