@@ -8,9 +8,10 @@ machine's scaling itself, so that anyone on another machine can see whether the 
     compute   one dependent integer loop over n values, split in two halves on two threads (numba's OpenMP layer)
               against both halves on one: what the second core gives work that needs no memory traffic
     roll-up   the searches' own base roll-ups (`roll_up_base_levels_lazy`, captured from one search of each
-              configuration), each split by rows into two halves grouped on two threads and then merged in first
-              appearance order (the same classes, checked against the serial kernel before timing), against the
-              serial kernel: what the second core gives the work that is 55-80 % of a check
+              configuration), each split by rows into two halves, grouped and then merged in first appearance order
+              (the same classes, checked against the engine's kernel before timing), the split run on one thread
+              and on two: their ratio is what the second core gives the work that is 55-80 % of a check, and the
+              engine's kernel beside them what the split itself costs
     ahead     warm search seconds with rolling up ahead on and off, alternating in separate processes
               (`engine_bench.py`, the fastest of --repeat warm runs)
 
@@ -123,8 +124,7 @@ def build_kernels():
                 u += 1
         return u
 
-    @numba.njit(parallel=True, nogil=True, error_model="numpy")
-    def base_roll_up_two(codes, origin, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready,
+    def base_roll_up_split(codes, origin, sizes, key, levels, starts, maps, places, cards, minimal, deltas, ready,
                          rows):
         """`roll_up_base_levels_lazy` with its rows in two halves grouped on two threads, then the second half's
         classes merged into the first's in their order: the same classes, numbered by first appearance."""
@@ -192,7 +192,11 @@ def build_kernels():
                 below += sizes_a[t]
         return origins_of(origin, first_a, u), sizes_a[:u].copy(), keys_a[:u].copy(), below
 
-    return chain_one, chain_two, base_roll_up_two
+    # the same split on one thread (prange is range outside a parallel kernel) and on two: their ratio is what the
+    # second core gives this work; the split's own cost (two tables, the merge) shows against the engine's kernel
+    split_one = numba.njit(nogil=True, error_model="numpy")(base_roll_up_split)
+    split_two = numba.njit(parallel=True, nogil=True, error_model="numpy")(base_roll_up_split)
+    return chain_one, chain_two, split_one, split_two
 
 
 def captured_base_roll_ups(name: str) -> list[tuple]:
@@ -232,7 +236,7 @@ def compute_figures(chain_one, chain_two) -> list[dict[str, Any]]:
     return rows
 
 
-def roll_up_figures(names: list[str], base_roll_up_two) -> list[dict[str, Any]]:
+def roll_up_figures(names: list[str], split_one, split_two) -> list[dict[str, Any]]:
     from engine import kernels
 
     compiled = kernels.load()
@@ -242,18 +246,23 @@ def roll_up_figures(names: list[str], base_roll_up_two) -> list[dict[str, Any]]:
         if not calls:
             rows.append({"configuration": name, "calls": 0})
             continue
-        one_total = two_total = 0.0
+        engine_total = one_total = two_total = 0.0
         for arguments in calls:
             serial = compiled.roll_up_base_levels_lazy(*arguments)
-            split = base_roll_up_two(*arguments)
-            if not all(np.array_equal(a, b) for a, b in zip(serial[:3], split[:3])) or serial[3] != split[3]:
-                raise AssertionError(f"{name}: the split roll-up's classes differ from the serial kernel's")
-            one_total += median_microseconds(compiled.roll_up_base_levels_lazy, arguments)
-            two_total += median_microseconds(base_roll_up_two, arguments)
-        rows.append({"configuration": name, "calls": len(calls), "source_classes": int(calls[0][2].size),
-                     "one_thread_us_per_call": round(one_total / len(calls), 1),
-                     "two_threads_us_per_call": round(two_total / len(calls), 1),
-                     "speed_up": round(one_total / two_total, 2)})
+            for split in (split_one, split_two):
+                out = split(*arguments)
+                if not all(np.array_equal(a, b) for a, b in zip(serial[:3], out[:3])) or serial[3] != out[3]:
+                    raise AssertionError(f"{name}: the split roll-up's classes differ from the serial kernel's")
+            engine_total += median_microseconds(compiled.roll_up_base_levels_lazy, arguments)
+            one_total += median_microseconds(split_one, arguments)
+            two_total += median_microseconds(split_two, arguments)
+        calls_made = len(calls)
+        rows.append({"configuration": name, "calls": calls_made, "source_classes": int(calls[0][2].size),
+                     "engine_us_per_call": round(engine_total / calls_made, 1),
+                     "split_one_thread_us_per_call": round(one_total / calls_made, 1),
+                     "split_two_threads_us_per_call": round(two_total / calls_made, 1),
+                     "second_core_speed_up": round(one_total / two_total, 2),
+                     "speed_up_over_engine": round(engine_total / two_total, 2)})
     return rows
 
 
@@ -292,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
     if thread_safe_layer():
-        chain_one, chain_two, base_roll_up_two = build_kernels()
+        chain_one, chain_two, split_one, split_two = build_kernels()
         figures["compute"] = compute_figures(chain_one, chain_two)
-        figures["roll_up"] = roll_up_figures(args.configurations, base_roll_up_two)
+        figures["roll_up"] = roll_up_figures(args.configurations, split_one, split_two)
     else:
         figures["compute"] = figures["roll_up"] = "numba's OpenMP threading layer is not available (libgomp)"
     if not args.skip_ahead:
