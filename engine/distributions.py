@@ -174,14 +174,23 @@ class ClassView:
         return self._population
 
 
-@dataclass(frozen=True)
 class PopulationCounts:
     """With a research subset: per released class, the population records it matches (`sizes`), and the population
     records whose generalized values match no class of the subset (classes of the population table holding no
-    subset record: ARX's entries with count 0), as (sizes of those classes)."""
+    subset record: ARX's entries with count 0), as (sizes of those classes).
 
-    sizes: np.ndarray
-    unmatched_sizes: np.ndarray
+    `unmatched_sizes` may be given as a function that computes them on first read: only delta-presence with a lower
+    bound reads them, and grouping the unmatched tuples was half of a compiled count (engine.subset)."""
+
+    def __init__(self, sizes: np.ndarray, unmatched_sizes: np.ndarray | Callable[[], np.ndarray]) -> None:
+        self.sizes = sizes
+        self._unmatched = unmatched_sizes
+
+    @property
+    def unmatched_sizes(self) -> np.ndarray:
+        if callable(self._unmatched):
+            self._unmatched = self._unmatched()
+        return self._unmatched
 
 
 def project(joint_codes: np.ndarray, joint_sizes: np.ndarray, attributes: int, cardinalities: list[int],

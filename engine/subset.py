@@ -4,7 +4,9 @@
 classes of a transformation of the subset, how many population records fall into each, and how many fall into
 generalized tuples that hold no subset record (ARX's classes with count 0). The population is grouped once into its
 distinct tuples; per transformation each tuple's generalized codes are looked up in the subset's code space (a label
-the subset never shows maps to -1) and matched to the subset's classes by key.
+the subset never shows gets a code past the subset's) and matched to the subset's classes by key. Once numba is
+loaded (engine.kernels) that match runs compiled (engine._population_numba), from rows of every tuple's codes per
+attribute and level built once; the numpy code stays the reference it is tested against.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import kernels
 from .classes import combined_key, group
 from .distributions import PopulationCounts
 from .encoding import EncodedTable
@@ -106,10 +109,52 @@ class PopulationTable:
         cards = [int(c.max()) + 1 for c in codes]
         self.codes, self.counts, _ = group(np.stack(codes), np.ones(self.records, dtype=np.int64), cards)
         self.lookups = lookups
+        self._rows: tuple[np.ndarray, np.ndarray] | None = None   # `level_rows`, built on the first compiled count
+
+    def level_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct tuple's generalized code per attribute and level, int32 (one row each, attribute by
+        attribute), and select[i, level], the row of attribute i at that level: the compiled count reads one row
+        per attribute instead of gathering through the lookups at every check."""
+        if self._rows is None:
+            heights = [len(per_level) for per_level in self.lookups]
+            select = np.zeros((len(heights), max(heights, default=0)), dtype=np.int64)
+            rows = []
+            for i, (per_level, column) in enumerate(zip(self.lookups, self.codes)):
+                for level, lookup in enumerate(per_level):
+                    select[i, level] = len(rows)
+                    rows.append(lookup[column].astype(np.int32))
+            self._rows = (np.stack(rows) if rows else np.zeros((0, self.counts.size), np.int32), select)
+        return self._rows
+
+    def places(self, levels: tuple[int, ...]) -> np.ndarray | None:
+        """Each attribute's place in a mixed-radix key over the widths at `levels` (last attribute 1), or None when
+        their product passes 2^62 (the count then takes the reference path, which re-densifies its keys)."""
+        places = np.ones(len(levels), dtype=np.int64)
+        span = 1
+        for i in range(len(levels) - 1, -1, -1):
+            places[i] = span
+            span *= self.widths[i][levels[i]]
+            if span >= 1 << 62:
+                return None
+        return places
 
     def counts_for(self, levels: tuple[int, ...], classes) -> PopulationCounts:
         """Population records per class of `classes` (the subset's classes at `levels`), and the sizes of the
-        population's generalized tuples that match no subset class."""
+        population's generalized tuples that match no subset class (in order of first appearance): compiled where
+        numba is loaded, the numpy reference otherwise."""
+        compiled = kernels.default()
+        places = self.places(levels) if compiled is not None else None
+        if places is not None:
+            from ._population_numba import population_counts, unmatched_sizes
+
+            rows, select = self.level_rows()
+            sizes, keys, pending = population_counts(rows, select, np.asarray(levels, dtype=np.int64), places,
+                                                     self.counts, np.asarray(classes.codes))
+            return PopulationCounts(sizes, lambda: unmatched_sizes(keys, pending, self.counts))
+        return self.reference_counts_for(levels, classes)
+
+    def reference_counts_for(self, levels: tuple[int, ...], classes) -> PopulationCounts:
+        """`counts_for` in numpy: the reference the compiled count is tested against."""
         generalized = np.stack([lookup[level][row] for lookup, level, row in zip(self.lookups, levels, self.codes)])
         cards = [a.cardinality(level) for a, level in zip(self.sample.attributes, levels)]
         widths = [w[level] for w, level in zip(self.widths, levels)]
