@@ -40,6 +40,10 @@ def models_for(sensitive: str) -> list:
         LDiversityModel(sensitive, 2.5, "entropy", "grassberger"),
         LDiversityModel(sensitive, 2, "recursive", c=1.0),
         LDiversityModel(sensitive, 3, "recursive", c=2.5),
+        # l = 1 leaves no count out of the tail; l = 4, 5 keep three and four largest counts (ties among them)
+        LDiversityModel(sensitive, 1, "recursive", c=0.5),
+        LDiversityModel(sensitive, 4, "recursive", c=0.7),
+        LDiversityModel(sensitive, 5, "recursive", c=3.0),
         TClosenessModel(sensitive, 0.2, "equal"),
         TClosenessModel(sensitive, 0.45, "equal"),
         TClosenessModel(sensitive, 0.15, "ordered"),
