@@ -32,8 +32,10 @@ class QualityModel(ABC):
     def is_monotone(self, suppression_limit: float) -> bool:
         return self.monotone_without_suppression if suppression_limit <= 0 else self.monotone_with_suppression
 
-    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
-        """Per class, the tie-breaker after class size when risk-based suppression picks classes to suppress.
+    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray,
+                         index: np.ndarray | None = None) -> np.ndarray | None:
+        """Per class (of classes index[j] of the table (codes, sizes) when `index` is given), the tie-breaker after
+        class size when risk-based suppression picks classes to suppress.
 
         None means ARX's order for models whose per-class loss is just the class size (the entropy family,
         Precision, AECS, Discernibility): size, then first record. Models with a real per-class loss return it, and

@@ -43,6 +43,7 @@ class Loss(QualityModel):
         ]
         self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
         self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._flat_shares: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # `_shares`, built on first use
         self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
         self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
         # The same terms plus 1, as Python floats, for the geometric mean of levels alone (`_geometric`)
@@ -68,9 +69,23 @@ class Loss(QualityModel):
             return float(per_attribute.mean())
         return float(per_attribute.sum())
 
-    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    def suppression_keys(self, levels: Levels, codes: np.ndarray, sizes: np.ndarray,
+                         index: np.ndarray | None = None) -> np.ndarray:
         """ARX's per-class loss (`MetricMDNMLoss` for one class): size x share per attribute, un-normalized, through
-        the configured aggregation, so classes are ordered exactly as ARX orders them for risk-based suppression."""
+        the configured aggregation, so classes are ordered exactly as ARX orders them for risk-based suppression.
+        With `index`, of the classes index[j] of the whole table (codes, sizes): compiled where numba is loaded
+        (engine._suppression_numba, numpy's bits), without gathering their codes first."""
+        compiled = self._compiled() if index is not None else None
+        if compiled is not None:
+            from .. import _suppression_numba as keys_kernel
+
+            shares, offsets = self._shares(levels)
+            combine = {"geometric_mean": keys_kernel.PRODUCT, "arithmetic_mean": keys_kernel.MEAN}.get(
+                self.aggregation, keys_kernel.SUM)
+            keys = keys_kernel.suppression_keys(codes, sizes, index, shares, offsets, combine)
+            return keys ** (1.0 / codes.shape[0]) - 1.0 if combine == keys_kernel.PRODUCT else keys
+        if index is not None:
+            codes, sizes = codes[:, index], sizes[index]
         values = np.empty((codes.shape[0], codes.shape[1]))
         for i, (attribute, level) in enumerate(zip(self.table.attributes, levels)):
             values[i] = sizes * attribute.share[level][codes[i]]
@@ -191,6 +206,17 @@ class Loss(QualityModel):
             first = np.concatenate([[0], np.cumsum([len(attribute) for attribute in self._rows])[:-1]]).astype(int)
             self._flat_rows = (np.concatenate(parts).astype(np.int64), starts, first)
         flat, starts, first = self._flat_rows
+        return flat, starts[first + np.asarray(levels, dtype=int)]
+
+    def _shares(self, levels: Levels) -> tuple[np.ndarray, np.ndarray]:
+        """Every attribute's and level's label shares (EncodedAttribute.share) in one array, and where attribute i
+        at `levels[i]` starts in it."""
+        if self._flat_shares is None:
+            parts = [np.asarray(share, dtype=np.float64) for a in self.table.attributes for share in a.share]
+            starts = np.concatenate([[0], np.cumsum([part.size for part in parts])[:-1]]).astype(np.int64)
+            first = np.concatenate([[0], np.cumsum([len(a.share) for a in self.table.attributes])[:-1]]).astype(int)
+            self._flat_shares = (np.concatenate(parts), starts, first)
+        flat, starts, first = self._flat_shares
         return flat, starts[first + np.asarray(levels, dtype=int)]
 
     def compiled_loss_arguments(self, levels: Levels) -> tuple | None:

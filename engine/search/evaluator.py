@@ -265,8 +265,9 @@ class Evaluator:
         has one, first record (ARX's `HashGroupifyDistribution` comparator)."""
         index = np.flatnonzero(candidates)
         sizes = evaluation.sizes[index]
-        keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes[:, index], sizes)
-        order = np.lexsort((index, sizes)) if keys is None else np.lexsort((index, keys, sizes))
+        keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes, evaluation.sizes, index)
+        # lexsort is stable, so ties of size and key stay in class order: the first record's, `index` ascending
+        order = np.argsort(sizes, kind="stable") if keys is None else np.lexsort((keys, sizes))
         return index[order]
 
     @property
