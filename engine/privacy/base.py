@@ -22,6 +22,7 @@ import numpy as np
 
 from ..classes import Evaluation
 from ..distributions import ClassView
+from .suppression_order import SuppressionOrder
 
 
 class PrivacyModel(ABC):
@@ -106,20 +107,21 @@ class RiskBasedModel(PrivacyModel):
             return evaluation
         if callable(order):
             order = order()
+        order = SuppressionOrder.of(order, sizes)   # read as sizes in order and prefixes (sorted as far as read)
         base_suppressed = evaluation.suppressed_records
-        cumulative = np.concatenate([[0], np.cumsum(sizes[order])]) + base_suppressed
+        cumulative = np.concatenate([[0], np.cumsum(order.sizes)]) + base_suppressed
         mask = kept.copy()
         last = {"details": details}
 
         def state(prefix: int) -> str:
             mask[:] = kept
-            mask[order[:prefix]] = False
+            mask[order.first(prefix)] = False
             ok, last["details"] = self._assess(sizes[mask])
             if ok:
                 return "fulfilled"
             return "abort" if cumulative[prefix] > max_suppressed else "not_fulfilled"
 
-        length = int(order.size)
+        length = order.size
         if length == 0:
             evaluation.solution = False
             evaluation.details[key] = details
@@ -136,7 +138,7 @@ class RiskBasedModel(PrivacyModel):
             else:
                 if hopeless is not None:
                     suppressed = evaluation.suppressed.copy()
-                    suppressed[order[:mid + 1]] = True
+                    suppressed[order.first(mid + 1)] = True
                     if hopeless(suppressed):
                         # Left with the suppression it had reached: its loss is a lower bound of the finished one's.
                         evaluation.suppressed = suppressed
@@ -154,7 +156,7 @@ class RiskBasedModel(PrivacyModel):
                 prefix += 1
                 result = state(prefix)
         suppressed = evaluation.suppressed.copy()
-        suppressed[order[:prefix]] = True
+        suppressed[order.first(prefix)] = True
         evaluation.suppressed = suppressed
         evaluation.suppressed_records = int(cumulative[prefix])
         evaluation.details[key] = last["details"]

@@ -18,6 +18,7 @@ from .. import kernels
 from ..classes import ClassCache, Evaluation, LazyCodes, codes_of
 from ..encoding import EncodedTable
 from ..privacy.configuration import PrivacyConfiguration
+from ..privacy.suppression_order import SuppressionOrder
 from ..quality.base import QualityModel
 from .ahead_policy import AheadPolicy
 
@@ -260,15 +261,13 @@ class Evaluator:
             return None
         return lambda suppressed: cannot_win(node, self.quality.loss(node, codes, sizes, suppressed))
 
-    def suppression_order(self, evaluation: Evaluation, candidates: np.ndarray) -> np.ndarray:
+    def suppression_order(self, evaluation: Evaluation, candidates: np.ndarray) -> SuppressionOrder:
         """Classes in the order risk-based suppression takes them: size, the quality model's per-class loss where it
-        has one, first record (ARX's `HashGroupifyDistribution` comparator)."""
+        has one, first record (ARX's `HashGroupifyDistribution` comparator); sorted by loss only as far as
+        `enforce` reads it (engine.privacy.suppression_order)."""
         index = np.flatnonzero(candidates)
-        sizes = evaluation.sizes[index]
         keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes, evaluation.sizes, index)
-        # lexsort is stable, so ties of size and key stay in class order: the first record's, `index` ascending
-        order = np.argsort(sizes, kind="stable") if keys is None else np.lexsort((keys, sizes))
-        return index[order]
+        return SuppressionOrder(index, evaluation.sizes[index], keys)
 
     @property
     def _root_codes(self) -> list[np.ndarray]:

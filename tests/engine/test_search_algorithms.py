@@ -328,7 +328,7 @@ def test_risk_based_suppression_order_per_quality_model(name, aggregation, expec
     unsuppressed = Evaluation((1,), codes, sizes, np.zeros(sizes.size, dtype=bool), 0, True)
     order = evaluator.suppression_order(unsuppressed, np.ones(sizes.size, dtype=bool))
     labels = encoded.attributes[0].labels[1]
-    assert [str(labels[codes[0][i]]) for i in order] == expected_order
+    assert [str(labels[codes[0][i]]) for i in order.array()] == expected_order
 
     evaluation = evaluator.evaluate((1,))
     assert evaluation.solution
