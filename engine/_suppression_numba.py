@@ -43,3 +43,36 @@ def suppression_keys(codes, sizes, index, shares, offsets, combine):
                 acc = acc / d
         keys[j] = acc
     return keys
+
+
+@_jit
+def by_size(sizes):
+    """The positions of `sizes` sorted by size, stably (a counting sort), the sizes in that order, and where each run
+    of one size starts (and, last, the end): `SuppressionOrder`'s first step."""
+    n = sizes.size
+    largest = 0
+    for j in range(n):
+        largest = max(largest, sizes[j])
+    place = np.zeros(largest + 2, np.int64)
+    for j in range(n):
+        place[sizes[j] + 1] += 1
+    groups = 0
+    for s in range(1, largest + 2):
+        groups += place[s] > 0
+        place[s] += place[s - 1]
+    positions = np.empty(n, np.int64)
+    ordered = np.empty(n, sizes.dtype)
+    for j in range(n):
+        s = sizes[j]
+        p = place[s]
+        positions[p] = j
+        ordered[p] = s
+        place[s] = p + 1
+    starts = np.empty(groups + 1, np.int64)
+    g = 0
+    for p in range(n):
+        if p == 0 or ordered[p] != ordered[p - 1]:
+            starts[g] = p
+            g += 1
+    starts[groups] = n
+    return positions, ordered, starts

@@ -19,14 +19,23 @@ class SuppressionOrder:
     """Classes `index` ordered by `sizes` (theirs, aligned with `index`), ties by `keys` (aligned, or None: class
     order alone), then by their order in `index` (ascending class numbers: the first record's)."""
 
-    def __init__(self, index: np.ndarray, sizes: np.ndarray, keys: np.ndarray | None = None) -> None:
-        narrow = sizes.size == 0 or int(sizes.max()) < (1 << 16)
-        by_size = np.argsort(sizes.astype(np.uint16) if narrow else sizes, kind="stable")   # radix when narrow
+    def __init__(self, index: np.ndarray, sizes: np.ndarray, keys: np.ndarray | None = None,
+                 compiled=None) -> None:
+        """`compiled`: engine.kernels' module where numba is loaded (the size sort is then a compiled counting sort,
+        engine._suppression_numba.by_size), else None."""
+        if compiled is not None and sizes.size:
+            from .. import _suppression_numba
+
+            by_size, self.sizes, starts = _suppression_numba.by_size(sizes)
+        else:
+            narrow = sizes.size == 0 or int(sizes.max()) < (1 << 16)
+            by_size = np.argsort(sizes.astype(np.uint16) if narrow else sizes, kind="stable")   # radix when narrow
+            self.sizes = np.asarray(sizes)[by_size]
+            starts = np.concatenate([[0], np.flatnonzero(np.diff(self.sizes)) + 1, [self.sizes.size]])
         self.classes = np.asarray(index)[by_size]
-        self.sizes = np.asarray(sizes)[by_size]
         self._keys = None if keys is None else np.asarray(keys)[by_size]
         # size groups: [starts[g], starts[g + 1]); `_sorted[g]` once sorted by key
-        self._starts = np.concatenate([[0], np.flatnonzero(np.diff(self.sizes)) + 1, [self.sizes.size]])
+        self._starts = starts
         self._sorted = np.zeros(self._starts.size - 1, dtype=bool) if keys is not None else None
 
     @classmethod

@@ -267,7 +267,7 @@ class Evaluator:
         `enforce` reads it (engine.privacy.suppression_order)."""
         index = np.flatnonzero(candidates)
         keys = self.quality.suppression_keys(evaluation.levels, evaluation.codes, evaluation.sizes, index)
-        return SuppressionOrder(index, evaluation.sizes[index], keys)
+        return SuppressionOrder(index, evaluation.sizes[index], keys, self.kernels)
 
     @property
     def _root_codes(self) -> list[np.ndarray]:

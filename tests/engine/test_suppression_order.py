@@ -26,14 +26,28 @@ def random_case(seed: int, n: int = 400, wide: bool = False):
     return index, sizes, keys
 
 
+def compiled_or_skip(path: str):
+    """engine.kernels' module for the compiled size sort, None for numpy's."""
+    if path == "numpy":
+        return None
+    from engine import kernels
+
+    compiled = kernels.load()
+    if compiled is None:
+        pytest.skip("numba is missing or the reference path is forced")
+    return compiled
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("with_keys", [True, False])
-def test_every_prefix_is_the_sorted_orders_prefix_as_a_set(seed, with_keys):
+@pytest.mark.parametrize("path", ["numpy", "compiled"])
+def test_every_prefix_is_the_sorted_orders_prefix_as_a_set(seed, with_keys, path):
     index, sizes, keys = random_case(seed, wide=seed == 5)
     keys = keys if with_keys else None
     expected = full_order(index, sizes, keys)
-    order = SuppressionOrder(index, sizes, keys)
+    order = SuppressionOrder(index, sizes, keys, compiled_or_skip(path))
     np.testing.assert_array_equal(order.sizes, np.sort(sizes, kind="stable"))
+    np.testing.assert_array_equal(order._starts, SuppressionOrder(index, sizes, keys)._starts)
     rng = np.random.default_rng(100 + seed)
     for count in rng.permutation(index.size + 1).tolist():   # prefixes read in any order, each group sorted once
         assert set(order.first(count).tolist()) == set(expected[:count].tolist())
@@ -48,6 +62,12 @@ def test_a_bisection_sorts_few_groups():
     for count in (500, 250, 375, 312, 343, 328, 335, 331, 333, 334):
         order.first(count)
     assert 0 < int(order._sorted.sum()) <= 10   # prefixes ending inside a group sort that group, no other
+
+
+@pytest.mark.parametrize("path", ["numpy", "compiled"])
+def test_no_classes(path):
+    order = SuppressionOrder(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), compiled_or_skip(path))
+    assert order.size == 0 and order.first(0).size == 0 and order.array().size == 0
 
 
 def test_an_array_is_taken_whole():
@@ -74,7 +94,9 @@ def test_enforce_decides_as_with_the_sorted_array(seed, model):
         return Evaluation((0,), np.zeros((1, u), np.int32), sizes, suppressed.copy(), int(sizes[suppressed].sum()),
                           True)
 
-    lazy = model.enforce(evaluation(), lambda: SuppressionOrder(index, sizes[index], keys[index]), limit, visible)
+    compiled = compiled_or_skip("compiled") if seed % 2 else None
+    lazy = model.enforce(evaluation(), lambda: SuppressionOrder(index, sizes[index], keys[index], compiled), limit,
+                         visible)
     whole = model.enforce(evaluation(), full_order(index, sizes[index], keys[index]), limit, visible)
     np.testing.assert_array_equal(lazy.suppressed, whole.suppressed)
     assert (lazy.suppressed_records, lazy.solution) == (whole.suppressed_records, whole.solution)
