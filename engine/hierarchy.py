@@ -57,7 +57,7 @@ class Hierarchy:
             text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(str(path), name or None, f"cannot read hierarchy: {exc}") from exc
-        rows = [row for row in csv.reader(io.StringIO(text), delimiter=sep) if row and any(cell != "" for cell in row)]
+        rows = [row for row in csv.reader(io.StringIO(text), delimiter=sep) if any(row)]   # skip blank lines
         if not rows:
             raise InputError(str(path), name or None, "hierarchy file is empty")
         widths = {len(row) for row in rows}
@@ -82,15 +82,22 @@ class Hierarchy:
         values = self.labels[:, 0]
         uniq, counts = np.unique(values.astype(str), return_counts=True)
         if (counts > 1).any():
-            dupes = ", ".join(repr(v) for v in uniq[counts > 1][:5])
+            dupes = ", ".join(repr(str(v)) for v in uniq[counts > 1][:5])   # 'x', not numpy's np.str_('x')
             raise InputError(self.source, self.name or None, f"original values are not unique: {dupes}")
+        # Monotone: as many distinct (label, parent) pairs as labels, counted on integer codes (sorting the pairs
+        # of strings row-wise took 0.6 s for CUP's 100,000 ZIP codes); the message comes from the pairs themselves
+        codes = [np.unique(self.labels[:, level].astype(str), return_inverse=True)[1].ravel().astype(np.int64)
+                 for level in range(self.levels)]
         for level in range(self.levels - 1):
+            child, parent = codes[level], codes[level + 1]
+            if np.unique(child * (int(parent.max()) + 1) + parent).size == int(child.max()) + 1:
+                continue
             child = self.labels[:, level].astype(str)
             parent = self.labels[:, level + 1].astype(str)
             pairs = np.unique(np.stack([child, parent], axis=1), axis=0)
             labels, counts = np.unique(pairs[:, 0], return_counts=True)
             if (counts > 1).any():
-                bad = labels[counts > 1][0]
+                bad = str(labels[counts > 1][0])
                 parents = sorted(pairs[pairs[:, 0] == bad][:, 1].tolist())
                 raise InputError(
                     self.source, self.name or None,
