@@ -13,8 +13,8 @@ Keys are mixed radix over the widths of the check's levels (the subset's codes a
 never shows): a tuple with a label the subset lacks can then never take a class's key. The caller uses the reference
 where the widths' product does not fit (`PopulationTable.places`).
 
-numba's cache checks only this file: after a change in engine._hash_numba, clear this module's cache
-(`__pycache__/_population_numba*.nbi|*.nbc`).
+numba's cache checks only this file: after a change in engine._hash_numba or engine._kernels_numba's `_merged`,
+clear this module's cache (`__pycache__/_population_numba*.nbi|*.nbc`).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from ._hash_numba import find, new_index, table_bits
+from ._kernels_numba import _merged
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -65,23 +66,5 @@ def population_counts(rows, select, levels, places, counts, class_codes):
 @_jit
 def unmatched_sizes(keys, pending, counts):
     """The tuples `pending` (those `population_counts` matched to no class) grouped by key, in order of first
-    appearance (the reference's `group`): each group's records."""
-    left = pending.size
-    bits = table_bits(left)
-    index = new_index(bits)
-    group_keys = np.empty(left, np.int64)
-    sizes = np.empty(left, np.int64)
-    v = 0
-    for p in range(left):
-        t = pending[p]
-        k = keys[t]
-        slot = find(index, group_keys, k, bits)
-        g = index[slot]
-        if g >= 0:
-            sizes[np.uint64(g)] += counts[t]
-        else:
-            index[slot] = v
-            group_keys[v] = k
-            sizes[v] = counts[t]
-            v += 1
-    return sizes[:v].copy()
+    appearance (the reference's `group`): each group's records, by the roll-ups' own merge."""
+    return _merged(counts[pending], keys[pending], 0, -1)[0]

@@ -24,6 +24,8 @@ class Hierarchy:
     labels: np.ndarray
     name: str = ""
     source: str | None = field(default=None, compare=False)
+    # `level_codes` per level, computed once (validation and encoding both need them), read-only
+    _codes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         labels = np.asarray(self.labels, dtype=object)
@@ -86,8 +88,7 @@ class Hierarchy:
             raise InputError(self.source, self.name or None, f"original values are not unique: {dupes}")
         # Monotone: as many distinct (label, parent) pairs as labels, counted on integer codes (sorting the pairs
         # of strings row-wise took 0.6 s for CUP's 100,000 ZIP codes); the message comes from the pairs themselves
-        codes = [np.unique(self.labels[:, level].astype(str), return_inverse=True)[1].ravel().astype(np.int64)
-                 for level in range(self.levels)]
+        codes = [self.level_codes(level)[0] for level in range(self.levels)]
         for level in range(self.levels - 1):
             child, parent = codes[level], codes[level + 1]
             if np.unique(child * (int(parent.max()) + 1) + parent).size == int(child.max()) + 1:
@@ -109,11 +110,15 @@ class Hierarchy:
         """Integer code of each row's label at `level`, and the label of each code (codes in order of first row)."""
         if not 0 <= level < self.levels:
             raise InputError(self.source, self.name or None, f"level {level} out of range 0..{self.max_level}")
-        column = self.labels[:, level].astype(str)
-        _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
-        # Renumber so codes follow first appearance in the hierarchy (keeps hierarchy order, e.g. for intervals).
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        codes = rank[inverse.ravel()]
-        return codes.astype(np.int64), column[np.sort(first)]
+        cached = self._codes.get(level)
+        if cached is None:
+            column = self.labels[:, level].astype(str)
+            _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
+            # Renumber so codes follow first appearance in the hierarchy (keeps hierarchy order, e.g. for intervals).
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            codes, labels = rank[inverse.ravel()].astype(np.int64), column[np.sort(first)]
+            codes.flags.writeable = labels.flags.writeable = False   # shared by every caller
+            cached = self._codes[level] = (codes, labels)
+        return cached
