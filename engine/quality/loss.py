@@ -15,6 +15,21 @@ from .base import Levels, QualityModel
 from .sums import add_reduce, multiply_reduce, numpy_order
 
 
+class LevelArrays:
+    """Per attribute, one array per level (label rows, label shares), laid end to end in one array of `dtype`, so a
+    compiled kernel reads attribute i at its level from one offset: `at(levels)`."""
+
+    def __init__(self, per_attribute: list[list[np.ndarray]], dtype) -> None:
+        parts = [part for levels in per_attribute for part in levels]
+        self.flat = np.concatenate(parts).astype(dtype)
+        self.starts = np.concatenate([[0], np.cumsum([part.size for part in parts])[:-1]]).astype(np.int64)
+        self.first = np.concatenate([[0], np.cumsum([len(levels) for levels in per_attribute])[:-1]]).astype(int)
+
+    def at(self, levels: Levels) -> tuple[np.ndarray, np.ndarray]:
+        """The array, and where each attribute's array at its level starts in it."""
+        return self.flat, self.starts[self.first + np.asarray(levels, dtype=int)]
+
+
 class Loss(QualityModel):
     name = "loss"
 
@@ -42,8 +57,8 @@ class Loss(QualityModel):
             for a, rows in zip(table.attributes, self._rows)
         ]
         self._generalized_sum = [g / float(a.domain_size) for g, a in zip(self._generalized_rows, table.attributes)]
-        self._flat_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._flat_shares: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # `_shares`, built on first use
+        self._flat_rows: LevelArrays | None = None     # `_weights`, built on first use
+        self._flat_shares: LevelArrays | None = None   # `_shares`, built on first use
         self._bound_terms: list[np.ndarray] | None = None        # per attribute and level (lower_bound)
         self._unsuppressed_terms: list[np.ndarray] | None = None  # per attribute and level (nothing suppressed)
         # The same terms plus 1, as Python floats, for the geometric mean of levels alone (`_geometric`)
@@ -201,23 +216,15 @@ class Loss(QualityModel):
         """Every attribute's and level's rows under each label in one array, and where attribute i at `levels[i]`
         starts in it."""
         if self._flat_rows is None:
-            parts = [rows for attribute in self._rows for rows in attribute]
-            starts = np.concatenate([[0], np.cumsum([part.size for part in parts])[:-1]]).astype(np.int64)
-            first = np.concatenate([[0], np.cumsum([len(attribute) for attribute in self._rows])[:-1]]).astype(int)
-            self._flat_rows = (np.concatenate(parts).astype(np.int64), starts, first)
-        flat, starts, first = self._flat_rows
-        return flat, starts[first + np.asarray(levels, dtype=int)]
+            self._flat_rows = LevelArrays(self._rows, np.int64)
+        return self._flat_rows.at(levels)
 
     def _shares(self, levels: Levels) -> tuple[np.ndarray, np.ndarray]:
         """Every attribute's and level's label shares (EncodedAttribute.share) in one array, and where attribute i
         at `levels[i]` starts in it."""
         if self._flat_shares is None:
-            parts = [np.asarray(share, dtype=np.float64) for a in self.table.attributes for share in a.share]
-            starts = np.concatenate([[0], np.cumsum([part.size for part in parts])[:-1]]).astype(np.int64)
-            first = np.concatenate([[0], np.cumsum([len(a.share) for a in self.table.attributes])[:-1]]).astype(int)
-            self._flat_shares = (np.concatenate(parts), starts, first)
-        flat, starts, first = self._flat_shares
-        return flat, starts[first + np.asarray(levels, dtype=int)]
+            self._flat_shares = LevelArrays([a.share for a in self.table.attributes], np.float64)
+        return self._flat_shares.at(levels)
 
     def compiled_loss_arguments(self, levels: Levels) -> tuple | None:
         if self._compiled() is None:
